@@ -1,0 +1,360 @@
+"""The API (`specdec.io/v1alpha1`): pydantic models are the single source of truth.
+
+`crds/` is generated from these models (`specdec crds`), so every description, default, enum and
+bound here is what the API server enforces. Cross-field rules are written twice, on purpose and
+side by side: as CEL (`cel(...)`, enforced by the API server) and as a pydantic validator (enforced
+offline by `specdec render` and by the runtime). `tests/test_api_rules.py` runs one table of invalid
+specs through both, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "specdec.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$"
+MODEL_URI_HELP = "`hf://org/name` (fetched from the Hugging Face Hub) or `pvc://claim/path` (a claim in this namespace)"
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One x-kubernetes-validations entry; `field_path` makes the API server name the field."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class ApiModel(BaseModel):
+    """Camel-case on the wire, snake_case in Python; unknown fields are errors, as in the CRD."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+
+def _validations(*rules: dict[str, str]) -> ConfigDict:
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+class ModelSource(ApiModel):
+    """A model checkpoint and how to turn it into an engine."""
+
+    model_config = _validations(
+        cel("!has(self.devices) || size(self.devices) == self.tensorParallelSize",
+            "the device list must have exactly tensorParallelSize entries", ".devices"),
+        cel("!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
+            "kvCacheDtype fp8 needs quantization fp8", ".kvCacheDtype"),
+    )
+
+    model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
+                       description=f"The checkpoint: {MODEL_URI_HELP}.")
+    revision: str | None = Field(None, min_length=1, max_length=128,
+                                 description="Hub revision (branch, tag or commit) to fetch; hf:// only.")
+    family: Literal["llama", "qwen"] = Field(
+        "llama", description="Model family: selects TensorRT-LLM's examples/models/core/<family>/convert_checkpoint.py.")
+    dtype: Literal["float16", "bfloat16"] = Field("float16", description="Activation and weight dtype.")
+    quantization: Literal["none", "fp8"] = Field(
+        "none", description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless kvCacheDtype says otherwise).")
+    kv_cache_dtype: Literal["auto", "fp8"] | None = Field(
+        None, description="KV-cache dtype: auto (the model dtype) or fp8. Default: fp8 when quantization is fp8, else auto.")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="Tensor-parallel size (GPUs per engine).")
+    devices: list[Annotated[int, Field(ge=0, le=63)]] | None = Field(
+        None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSource":
+        if self.devices is not None and len(self.devices) != self.tensor_parallel_size:
+            raise ValueError("devices: the device list must have exactly tensorParallelSize entries")
+        if self.kv_cache_dtype == "fp8" and self.quantization != "fp8":
+            raise ValueError("kvCacheDtype: kvCacheDtype fp8 needs quantization fp8")
+        if self.devices is not None and len(set(self.devices)) != len(self.devices):
+            raise ValueError("devices: each device may appear once")
+        return self
+
+    @property
+    def effective_kv_cache_dtype(self) -> str:
+        if self.kv_cache_dtype:
+            return self.kv_cache_dtype
+        return "fp8" if self.quantization == "fp8" else "auto"
+
+    @property
+    def effective_devices(self) -> list[int]:
+        return list(self.devices) if self.devices is not None else list(range(self.tensor_parallel_size))
+
+
+class DraftTargetSpec(ApiModel):
+    """Draft-target-model speculation: a small draft model proposes, the target verifies."""
+
+    model_config = _validations(
+        cel("!has(self.maxDraftLen) || self.draftLen <= self.maxDraftLen",
+            "draftLen must be <= maxDraftLen (the target engine's capacity)", ".draftLen"),
+    )
+
+    draft: ModelSource = Field(description="The draft model (same fields as target).")
+    draft_len: int = Field(ge=1, le=64, description="Tokens the draft proposes per iteration (typically 4-10).")
+    max_draft_len: int | None = Field(
+        None, ge=1, le=64, description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.")
+    acceptance: Literal["tokens", "logits"] = Field(
+        "tokens", description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DraftTargetSpec":
+        if self.max_draft_len is not None and self.draft_len > self.max_draft_len:
+            raise ValueError("draftLen: draftLen must be <= maxDraftLen (the target engine's capacity)")
+        return self
+
+    @property
+    def effective_max_draft_len(self) -> int:
+        return self.max_draft_len or self.draft_len
+
+
+class ReDrafterSpec(ApiModel):
+    """ReDrafter: a recurrent drafter head built into the target engine (explicit_draft_tokens)."""
+
+    model_config = _validations(
+        cel("!has(self.temperature) || !self.greedy", "temperature applies only when greedy is false",
+            ".temperature"),
+    )
+
+    drafter_model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
+                               description=f"The drafter checkpoint: {MODEL_URI_HELP}.")
+    num_beams: int = Field(5, ge=1, le=32, description="Beams explored per step (--redrafter_num_beams).")
+    draft_len_per_beam: int = Field(5, ge=1, le=32, description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft length.")
+    greedy: bool = Field(True, description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.")
+    temperature: float | None = Field(None, gt=0, le=10, description="Default sampling temperature; only when greedy is false.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ReDrafterSpec":
+        if self.temperature is not None and self.greedy:
+            raise ValueError("temperature: temperature applies only when greedy is false")
+        return self
+
+
+SPECULATION_MODES = ("draftTarget", "redrafter")
+
+
+class SpeculationSpec(ApiModel):
+    """Which speculative decoding method to use; exactly the chosen mode's block is set."""
+
+    model_config = _validations(*(
+        cel(f"self.mode == '{mode}' ? has(self.{mode}) : !has(self.{mode})",
+            f"the {mode} block is required when mode is {mode} and forbidden otherwise", f".{mode}")
+        for mode in SPECULATION_MODES
+    ))
+
+    mode: Literal["none", "draftTarget", "redrafter"] = Field("none", description="none, draftTarget or redrafter.")
+    draft_target: DraftTargetSpec | None = Field(None, description="Settings for mode draftTarget.")
+    redrafter: ReDrafterSpec | None = Field(None, description="Settings for mode redrafter.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculationSpec":
+        for mode in SPECULATION_MODES:
+            present = getattr(self, "draft_target" if mode == "draftTarget" else mode) is not None
+            if present != (self.mode == mode):
+                raise ValueError(f"{mode}: the {mode} block is required when mode is {mode} and forbidden otherwise")
+        return self
+
+
+class EngineSpec(ApiModel):
+    """Engine limits passed to trtllm-build; unset means TensorRT-LLM's default."""
+
+    model_config = _validations(
+        cel("!has(self.maxInputLen) || !has(self.maxSeqLen) || self.maxInputLen < self.maxSeqLen",
+            "maxInputLen must be less than maxSeqLen", ".maxInputLen"),
+    )
+
+    max_batch_size: int | None = Field(None, ge=1, le=4096, description="--max_batch_size")
+    max_input_len: int | None = Field(None, ge=1, le=1048576, description="--max_input_len")
+    max_seq_len: int | None = Field(None, ge=2, le=1048576, description="--max_seq_len")
+    max_num_tokens: int | None = Field(None, ge=1, le=1048576, description="--max_num_tokens")
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineSpec":
+        if self.max_input_len and self.max_seq_len and self.max_input_len >= self.max_seq_len:
+            raise ValueError("maxInputLen: maxInputLen must be less than maxSeqLen")
+        return self
+
+
+class Toleration(ApiModel):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class Resources(ApiModel):
+    """Container resources, as in a Pod (limits and requests by resource name)."""
+
+    limits: dict[str, int | str] | None = None
+    requests: dict[str, int | str] | None = None
+
+
+class KvCacheSpec(ApiModel):
+    free_gpu_memory_fraction: float | None = Field(
+        None, gt=0, le=1, description="Share of free GPU memory for the KV cache (per model). Default: 0.35 with a draft on the target's GPU, else 0.9.")
+    enable_block_reuse: bool = Field(True, description="KV-cache block reuse; draftTarget requires it.")
+
+
+class RuntimeSpec(ApiModel):
+    replicas: int = Field(1, ge=0, le=1000, description="Runtime pods.")
+    kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec, description="KV-cache settings.")
+    image: str | None = Field(None, min_length=1, description="Runtime image. Default: the operator's --runtime-image.")
+    resources: Resources | None = Field(None, description="Extra CPU/memory resources; GPUs are derived from the device lists.")
+    node_selector: dict[str, str] | None = Field(None, description="Node selector for runtime pods.")
+    tolerations: list[Toleration] | None = Field(None, description="Tolerations besides the nvidia.com/gpu one the operator adds.")
+    affinity: dict[str, Any] | None = Field(None, description="Pod affinity, as in a Pod spec.",
+                                            json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
+
+
+class BuildSpec(ApiModel):
+    image: str | None = Field(None, min_length=1, description="Build image (TensorRT-LLM). Default: the operator's --build-image.")
+    node_selector: dict[str, str] | None = Field(None, description="Node selector for build pods.")
+    tolerations: list[Toleration] | None = Field(None, description="Tolerations besides the nvidia.com/gpu one.")
+    resources: Resources | None = Field(None, description="CPU/memory for build pods; GPUs = tensorParallelSize.")
+    backoff_limit: int = Field(2, ge=0, le=20, description="Retries of a failed build Job.")
+    active_deadline_seconds: int | None = Field(None, ge=60, description="Deadline of a build Job.")
+    pod_labels: dict[str, str] | None = Field(None, description="Extra labels on build pods.")
+    pod_annotations: dict[str, str] | None = Field(None, description="Extra annotations on build pods.")
+
+
+class CacheSpec(ApiModel):
+    model_config = _validations(
+        cel("!(has(self.claimName) && has(self.storageClassName))",
+            "set claimName (an existing claim) or storageClassName (a claim the operator creates), not both",
+            ".claimName"),
+    )
+
+    claim_name: str | None = Field(None, min_length=1, max_length=253, description="An existing ReadWriteMany claim holding the engine cache.")
+    storage_class_name: str | None = Field(None, min_length=1, max_length=253, description="Storage class of the claim the operator creates. Default: the cluster default.")
+    size: str = Field("500Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)$", description="Size of the claim the operator creates.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "CacheSpec":
+        if self.claim_name and self.storage_class_name:
+            raise ValueError("claimName: set claimName (an existing claim) or storageClassName (a claim the operator creates), not both")
+        return self
+
+
+class SpeculativeDeploymentSpec(ApiModel):
+    model_config = _validations(
+        cel("self.speculation.mode != 'draftTarget' || self.runtime.kvCache.enableBlockReuse",
+            "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
+            ".runtime.kvCache.enableBlockReuse"),
+        cel("self.backend != 'pytorch' || self.speculation.mode != 'redrafter'",
+            "redrafter is served by the tensorrt backend only", ".speculation.mode"),
+    )
+
+    backend: Literal["tensorrt", "pytorch"] = Field(
+        "tensorrt", description="tensorrt: engines built by trtllm-build Jobs; pytorch: trtllm-serve's PyTorch backend, no build.")
+    target: ModelSource = Field(description="The model being served.")
+    speculation: SpeculationSpec = Field(default_factory=SpeculationSpec, description="Speculative decoding.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine limits.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Serving pods.")
+    build: BuildSpec = Field(default_factory=BuildSpec, description="Build Jobs.")
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="Where engines are cached.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeDeploymentSpec":
+        if self.speculation.mode == "draftTarget" and not self.runtime.kv_cache.enable_block_reuse:
+            raise ValueError("runtime.kvCache.enableBlockReuse: draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)")
+        if self.backend == "pytorch" and self.speculation.mode == "redrafter":
+            raise ValueError("speculation.mode: redrafter is served by the tensorrt backend only")
+        return self
+
+
+class Condition(ApiModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None
+
+
+class SpeculativeDeploymentStatus(ApiModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    observed_generation: int | None = None
+    phase: str | None = Field(None, description="Pending, Building, RollingOut, Ready or Failed.")
+    conditions: list[Condition] | None = Field(None, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    engine_builds: list[str] | None = Field(None, description="EngineBuilds this deployment uses.")
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    selector: str | None = Field(None, description="Label selector of the runtime pods (scale subresource).")
+    endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.")
+
+
+# --- EngineBuild ---------------------------------------------------------------------------------
+
+class RedrafterRecipe(ApiModel):
+    drafter_model: str
+    num_beams: int
+    draft_len_per_beam: int
+    greedy: bool
+
+
+class EngineRecipe(ApiModel):
+    """Everything that changes an engine's bytes; its hash names the EngineBuild."""
+
+    model: str
+    revision: str | None = None
+    family: str = "llama"
+    dtype: str
+    quantization: str
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    speculative_decoding_mode: Literal["none", "draft_tokens_external", "explicit_draft_tokens"] = "none"
+    max_draft_len: int | None = None
+    gather_generation_logits: bool = False
+    redrafter: RedrafterRecipe | None = None
+    max_batch_size: int | None = None
+    max_input_len: int | None = None
+    max_seq_len: int | None = None
+    max_num_tokens: int | None = None
+    image: str
+
+
+class BuildPodSpec(ApiModel):
+    """How a build pod is placed; not part of the recipe (same engine wherever it is built)."""
+
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = None
+    resources: Resources | None = None
+    backoff_limit: int = 2
+    active_deadline_seconds: int | None = None
+    pod_labels: dict[str, str] | None = None
+    pod_annotations: dict[str, str] | None = None
+
+
+class EngineBuildSpec(ApiModel):
+    model_config = _validations(cel("self == oldSelf", "EngineBuild spec is immutable"))
+
+    recipe: EngineRecipe = Field(description="What to build; content-addressed.")
+    cache_claim: str = Field(min_length=1, description="Claim holding the engine cache.")
+    engine_path: str = Field(min_length=1, description="Directory of the engine inside the cache claim.")
+    pod: BuildPodSpec = Field(default_factory=BuildPodSpec, description="Build pod placement.")
+
+
+class EngineBuildStatus(ApiModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    observed_generation: int | None = None
+    phase: str | None = Field(None, description="Pending, Fetching, Converting, Quantizing, Building, Succeeded or Failed.")
+    conditions: list[Condition] | None = Field(None, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    job_name: str | None = None
+    failed_step: str | None = None
+    attempts: int | None = None
+    message: str | None = None
+    last_used_time: str | None = Field(None, description="When a deployment last needed this engine.")

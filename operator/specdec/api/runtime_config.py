@@ -1,0 +1,54 @@
+"""The runtime configuration: what the operator writes into the ConfigMap and `specdec-runtime` reads.
+
+One model shared by both sides, so a configuration the operator can write is one the runtime accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from specdec.api.models import ApiModel
+
+RUNTIME_CONFIG_KEY = "runtime.json"
+RUNTIME_CONFIG_DIR = "/etc/specdec"
+CACHE_MOUNT = "/cache"
+MODELS_MOUNT = "/models"
+
+
+class ServedModel(ApiModel):
+    engine_dir: str | None = Field(None, description="Engine directory (tensorrt backend).")
+    checkpoint: str = Field(description="Hugging Face checkpoint dir or hub id: tokenizer, and the model itself for pytorch.")
+    devices: list[int] = Field(description="GPU indices within the pod.")
+    tensor_parallel_size: int = 1
+
+
+class RuntimeKvCache(ApiModel):
+    free_gpu_memory_fraction: float = Field(gt=0, le=1)
+    enable_block_reuse: bool = True
+
+
+class RuntimeDraftTarget(ApiModel):
+    draft: ServedModel
+    draft_len: int = Field(ge=1)
+    max_draft_len: int = Field(ge=1)
+    use_logits: bool = False
+
+
+class RuntimeReDrafter(ApiModel):
+    num_beams: int
+    draft_len_per_beam: int
+    greedy: bool
+    temperature: float | None = None
+
+
+class RuntimeConfig(ApiModel):
+    backend: Literal["tensorrt", "pytorch"]
+    mode: Literal["none", "draftTarget", "redrafter"]
+    served_model_name: str
+    port: int = 8000
+    target: ServedModel
+    kv_cache: RuntimeKvCache
+    draft_target: RuntimeDraftTarget | None = None
+    redrafter: RuntimeReDrafter | None = None

@@ -1,0 +1,126 @@
+"""The steps of an engine build, as the TensorRT-LLM docs give them: fetch, convert or quantize,
+(ReDrafter conversion), trtllm-build. One container per step, so a failure names its step.
+
+Flags were checked against the TensorRT-LLM sources (examples/models/core/llama/convert_checkpoint.py,
+examples/quantization/quantize.py, examples/redrafter/convert_checkpoint.py,
+tensorrt_llm/commands/build.py); see tests/test_build_steps.py for what each recipe produces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+from specdec.api import models
+from specdec.api.runtime_config import CACHE_MOUNT
+from specdec.plan import model_dir
+
+EXAMPLES = "${TRTLLM_EXAMPLES_DIR}"
+
+# step name -> the EngineBuild phase while it runs and the reason prefix when it fails
+STEP_PHASES = {"fetch": "Fetching", "convert": "Converting", "quantize": "Quantizing",
+               "redrafter-convert": "Converting", "build": "Building"}
+STEP_REASONS = {"fetch": "Fetch", "convert": "Convert", "quantize": "Quantize",
+                "redrafter-convert": "RedrafterConvert", "build": "Build"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    name: str
+    script: str  # bash, run with -euo pipefail
+    uses_gpus: bool
+
+
+def _quote(arg: str | int) -> str:
+    text = str(arg)
+    if text.startswith(EXAMPLES):  # expanded by bash from the container's environment
+        return f'"{EXAMPLES}"' + shlex.quote(text[len(EXAMPLES):])
+    return shlex.quote(text)
+
+
+def _cmd(*argv: str | int) -> str:
+    return " ".join(_quote(a) for a in argv)
+
+
+def _fetch(uri: str, revision: str | None) -> str:
+    target = model_dir(uri, revision)
+    repo = uri.split("://", 1)[1]
+    download = _cmd("python3", "-c",
+                    "import sys; from huggingface_hub import snapshot_download; "
+                    "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])",
+                    repo, revision or "main", target)
+    marker = shlex.quote(f"{target}/.specdec-complete")
+    return f"if [ ! -e {marker} ]; then {download} && touch {marker}; fi"
+
+
+def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> Step:
+    source = model_dir(recipe.model, recipe.revision)
+    tp = recipe.tensor_parallel_size
+    if recipe.quantization == "fp8":
+        kv = ["--kv_cache_dtype", "fp8"] if recipe.kv_cache_dtype == "fp8" else []
+        argv = ["python3", f"{EXAMPLES}/quantization/quantize.py", "--model_dir", source,
+                "--dtype", recipe.dtype, "--qformat", "fp8", *kv, "--calib_size", calib_size,
+                "--tp_size", tp, "--output_dir", out]
+        name = "quantize"
+    else:
+        argv = ["python3", f"{EXAMPLES}/models/core/{recipe.family}/convert_checkpoint.py",
+                "--model_dir", source, "--output_dir", out, "--dtype", recipe.dtype,
+                "--tp_size", tp, "--workers", tp]
+        name = "convert"
+    return Step(name, f"rm -rf {shlex.quote(out)}\n{_cmd(*argv)}", uses_gpus=True)
+
+
+def _redrafter_step(recipe: models.EngineRecipe, base: str, out: str) -> Step:
+    rd = recipe.redrafter
+    argv = ["python3", f"{EXAMPLES}/redrafter/convert_checkpoint.py",
+            "--base_model_checkpoint_dir", base, "--drafter_model_dir", model_dir(rd.drafter_model, None),
+            "--output_dir", out, "--dtype", recipe.dtype, "--tp_size", recipe.tensor_parallel_size,
+            "--redrafter_num_beams", rd.num_beams, "--redrafter_draft_len_per_beam", rd.draft_len_per_beam]
+    if not rd.greedy:
+        argv.append("--redrafter_no_greedy_search")
+    return Step("redrafter-convert", f"rm -rf {shlex.quote(out)}\n{_cmd(*argv)}", uses_gpus=True)
+
+
+def trtllm_build_args(recipe: models.EngineRecipe, checkpoint: str, out: str) -> list[str | int]:
+    gemm = "fp8" if recipe.quantization == "fp8" else recipe.dtype
+    argv: list[str | int] = ["trtllm-build", "--checkpoint_dir", checkpoint, "--output_dir", out,
+                             "--gemm_plugin", gemm, "--use_paged_context_fmha", "enable",
+                             "--workers", recipe.tensor_parallel_size]
+    for flag, value in (("--max_batch_size", recipe.max_batch_size), ("--max_input_len", recipe.max_input_len),
+                        ("--max_seq_len", recipe.max_seq_len), ("--max_num_tokens", recipe.max_num_tokens)):
+        if value is not None:
+            argv += [flag, value]
+    if recipe.speculative_decoding_mode != "none":
+        argv += ["--speculative_decoding_mode", recipe.speculative_decoding_mode]
+    if recipe.max_draft_len:
+        argv += ["--max_draft_len", recipe.max_draft_len]
+    if recipe.gather_generation_logits:
+        argv.append("--gather_generation_logits")
+    return argv
+
+
+def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> list[Step]:
+    """The ordered steps that turn `spec.recipe` into an engine at `spec.enginePath` in the cache."""
+    recipe = spec.recipe
+    work = f"{CACHE_MOUNT}/.work/{name}"
+    engine = f"{CACHE_MOUNT}/{spec.engine_path}"
+    fetches = [_fetch(uri, rev) for uri, rev in ((recipe.model, recipe.revision),
+                                                 (recipe.redrafter.drafter_model if recipe.redrafter else "", None))
+               if uri.startswith("hf://")]
+    steps = [Step("fetch", "\n".join(fetches), uses_gpus=False)] if fetches else []
+    checkpoint = f"{work}/checkpoint"
+    steps.append(_checkpoint_step(recipe, checkpoint, calib_size))
+    if recipe.redrafter:
+        steps.append(_redrafter_step(recipe, checkpoint, f"{work}/redrafter"))
+        checkpoint = f"{work}/redrafter"
+    partial = f"{engine}.partial"
+    recipe_json = json.dumps(recipe.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+    steps.append(Step("build", "\n".join([
+        f"rm -rf {shlex.quote(partial)}",
+        _cmd(*trtllm_build_args(recipe, checkpoint, partial)),
+        f"printf '%s\\n' {shlex.quote(recipe_json)} > {shlex.quote(partial + '/specdec-recipe.json')}",
+        f"rm -rf {shlex.quote(engine)} && mv {shlex.quote(partial)} {shlex.quote(engine)}",
+        f"rm -rf {shlex.quote(work)}",
+    ]), uses_gpus=True))
+    return steps

@@ -1,0 +1,70 @@
+"""Pieces every child object shares: labels, owner references, the restricted security context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdec.api import models
+from specdec.api.runtime_config import MODELS_MOUNT
+
+MANAGED_BY = "specdec-operator"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_DEPLOYMENT = "specdec.io/deployment"
+LABEL_ENGINE_BUILD = "specdec.io/engine-build"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+ANNOTATION_CONFIG_HASH = "specdec.io/config-hash"
+RUNTIME_UID = 1000
+
+
+def labels(component: str, **extra: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "specdec", LABEL_COMPONENT: component,
+            **extra}
+
+
+def owner_reference(kind: str, name: str, uid: str, api_version: str = models.API_VERSION) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def pod_security_context() -> dict[str, Any]:
+    """Passes the `restricted` Pod Security profile."""
+    return {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID, "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
+
+
+def tolerations(settings_tolerations: tuple[dict, ...], extra: list[models.Toleration] | None) -> list[dict]:
+    merged = [dict(t) for t in settings_tolerations]
+    for t in extra or []:
+        item = t.model_dump(by_alias=True, exclude_none=True)
+        if item not in merged:
+            merged.append(item)
+    return merged
+
+
+def resources(extra: models.Resources | None, gpus: int, gpu_resource: str) -> dict[str, Any]:
+    """User CPU/memory plus the GPU limit we derive; GPUs are never taken from the user."""
+    out: dict[str, dict[str, str]] = {}
+    if extra:
+        for kind in ("limits", "requests"):
+            values = getattr(extra, kind) or {}
+            kept = {k: str(v) for k, v in values.items() if k != gpu_resource}
+            if kept:
+                out[kind] = kept
+    if gpus:
+        out.setdefault("limits", {})[gpu_resource] = str(gpus)
+    return out
+
+
+def model_volumes(claims: tuple[str, ...]) -> list[dict[str, Any]]:
+    """pvc:// model claims, mounted read-only (volume names are indexed: claim names can be long)."""
+    return [{"name": f"model-{i}", "persistentVolumeClaim": {"claimName": c, "readOnly": True}}
+            for i, c in enumerate(claims)]
+
+
+def model_mounts(claims: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{"name": f"model-{i}", "mountPath": f"{MODELS_MOUNT}/{c}", "readOnly": True}
+            for i, c in enumerate(claims)]

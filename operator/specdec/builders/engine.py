@@ -1,0 +1,94 @@
+"""EngineBuild objects and the Job that builds each one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdec.api import models
+from specdec.api.runtime_config import CACHE_MOUNT
+from specdec.builders import common
+from specdec.builders.build_steps import build_steps
+from specdec.plan import EnginePlan, model_claims, slug
+from specdec.settings import GPU_RESOURCE, Settings
+
+HF_TOKEN_SECRET = "specdec-hf-token"  # optional: HF_TOKEN for gated hub models
+
+
+def job_name(engine_build_name: str) -> str:
+    return f"{engine_build_name}-build"
+
+
+def build_engine_build(namespace: str, engine: EnginePlan) -> dict[str, Any]:
+    model = engine.spec.recipe.model.split("://", 1)[1]
+    return {
+        "apiVersion": models.API_VERSION,
+        "kind": "EngineBuild",
+        "metadata": {
+            "name": engine.name,
+            "namespace": namespace,
+            "labels": common.labels("engine", **{"specdec.io/model": slug(model, 63)}),
+        },
+        "spec": engine.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The Job for an EngineBuild object (as read from the API server: it owns the Job)."""
+    meta = engine_build["metadata"]
+    name = meta["name"]
+    spec = models.EngineBuildSpec.model_validate(engine_build["spec"])
+    recipe, pod = spec.recipe, spec.pod
+    gpus = recipe.tensor_parallel_size
+    env = [
+        {"name": "TRTLLM_EXAMPLES_DIR", "value": settings.trtllm_examples_dir},
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "HF_HOME", "value": "/tmp/hf"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+                                                            "optional": True}}},
+    ]
+    claims = model_claims(recipe.model, recipe.redrafter.drafter_model if recipe.redrafter else "")
+    mounts = [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
+    mounts += common.model_mounts(claims)
+    containers = [{
+        "name": step.name,
+        "image": recipe.image,
+        "command": ["/bin/bash", "-euo", "pipefail", "-c", step.script],
+        "env": env,
+        "resources": common.resources(pod.resources, gpus if step.uses_gpus else 0, GPU_RESOURCE),
+        "volumeMounts": mounts,
+        "securityContext": common.container_security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    } for step in build_steps(name, spec, settings.calib_size)]
+    labels = common.labels("engine-build", **{common.LABEL_ENGINE_BUILD: name})
+    pod_meta: dict[str, Any] = {"labels": {**(pod.pod_labels or {}), **labels}}
+    if pod.pod_annotations:
+        pod_meta["annotations"] = dict(pod.pod_annotations)
+    job_spec: dict[str, Any] = {
+        "backoffLimit": pod.backoff_limit,
+        "template": {
+            "metadata": pod_meta,
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "securityContext": common.pod_security_context(),
+                "nodeSelector": {**dict(settings.gpu_node_selector), **(pod.node_selector or {})},
+                "tolerations": common.tolerations(settings.gpu_tolerations, pod.tolerations),
+                "initContainers": containers[:-1],
+                "containers": containers[-1:],
+                "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache_claim}},
+                            {"name": "tmp", "emptyDir": {}}]
+                + common.model_volumes(claims),
+            },
+        },
+    }
+    if pod.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = pod.active_deadline_seconds
+    if not job_spec["template"]["spec"]["initContainers"]:
+        del job_spec["template"]["spec"]["initContainers"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(name), "namespace": meta["namespace"], "labels": labels,
+                     "ownerReferences": [common.owner_reference("EngineBuild", name, meta["uid"])]},
+        "spec": job_spec,
+    }

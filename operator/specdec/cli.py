@@ -1,0 +1,125 @@
+"""The `specdec` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from specdec.dev import cluster, toolchain
+from specdec.settings import Settings
+
+
+def _dev(args: argparse.Namespace) -> int:
+    local = cluster.LocalCluster(name=args.name)
+    try:
+        if args.dev_command == "tools":
+            print(toolchain.ensure_tools())
+        elif args.dev_command == "up":
+            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes)
+            print(local.exports())
+        elif args.dev_command == "down":
+            cluster.down(local)
+        elif args.dev_command == "status":
+            print(cluster.status(local))
+    except (toolchain.ToolchainError, cluster.ClusterError) as error:
+        print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from specdec.render import render_stream
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as error:
+        print(f"specdec render: {args.file} is not valid YAML: {error}", file=sys.stderr)
+        return 2
+    stream, errors = render_stream(documents, Settings.from_env())
+    sys.stdout.write(stream)
+    for error in errors:
+        print(f"specdec render: {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _crds(args: argparse.Namespace) -> int:
+    from specdec.api.crd import render_crds
+
+    directory = Path(args.output)
+    stale = []
+    for name, text in render_crds().items():
+        path = directory / name
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(path)
+    if stale:
+        print(f"out of date (run `specdec crds`): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _operator(args: argparse.Namespace) -> int:
+    import logging
+
+    import kopf
+
+    import specdec.handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    namespaces = args.namespace or []
+    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
+             liveness_endpoint=args.liveness)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    dev = commands.add_parser("dev", help="a local cluster with simulated GPU nodes")
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
+    up = dev_commands.add_parser("up", help="build the tools if needed, start the cluster, print exports")
+    up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
+    up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
+                    help="simulated nodes with 8 GPUs each")
+    dev_commands.add_parser("down", help="stop the cluster and remove its processes and data")
+    dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
+    dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
+    for sub in dev_commands.choices.values():
+        sub.add_argument("--name", default=cluster.CLUSTER_NAME, help="cluster name (default: %(default)s)")
+    dev.set_defaults(func=_dev)
+
+    render = commands.add_parser("render", help="print every object the operator would create (offline)")
+    render.add_argument("-f", "--file", required=True, help="a SpeculativeDeployment manifest, or - for stdin")
+    render.set_defaults(func=_render)
+
+    crds = commands.add_parser("crds", help="generate crds/ from the API models")
+    crds.add_argument("-o", "--output", default="crds")
+    crds.add_argument("--check", action="store_true", help="fail if the files differ from the models")
+    crds.set_defaults(func=_crds)
+
+    operator = commands.add_parser("operator", help="run the operator (uses KUBECONFIG or in-cluster config)")
+    operator.add_argument("-n", "--namespace", action="append",
+                          help="watch only this namespace (repeatable); default: all namespaces")
+    operator.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
+                          help="liveness endpoint URL (default: %(default)s)")
+    operator.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    operator.set_defaults(func=_operator)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Status conditions per the Kubernetes API conventions (DESIGN.md section 5).
+
+`lastTransitionTime` changes only when a condition's status flips, so recomputing the same
+conditions yields the same status and no write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any, Iterable
+
+
+@dataclasses.dataclass(frozen=True)
+class Cond:
+    type: str
+    status: bool
+    reason: str
+    message: str = ""
+
+    def as_dict(self, generation: int | None) -> dict[str, Any]:
+        out = {"type": self.type, "status": "True" if self.status else "False",
+               "reason": self.reason, "message": self.message}
+        if generation is not None:
+            out["observedGeneration"] = generation
+        return out
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def merge(old: Iterable[dict[str, Any]] | None, new: Iterable[Cond], generation: int | None,
+          timestamp: str) -> list[dict[str, Any]]:
+    """New conditions, keeping each one's lastTransitionTime when its status did not change."""
+    previous = {c.get("type"): c for c in old or []}
+    merged = []
+    for cond in new:
+        item = cond.as_dict(generation)
+        before = previous.get(cond.type)
+        keep = before and before.get("status") == item["status"] and before.get("lastTransitionTime")
+        item["lastTransitionTime"] = before["lastTransitionTime"] if keep else timestamp
+        merged.append(item)
+    return merged
+
+
+def aggregate_ready(parts: list[Cond], ready_message: str) -> Cond:
+    """Ready is True when every sub-condition is; else the first False one decides reason and message."""
+    for part in parts:
+        if not part.status:
+            return Cond("Ready", False, part.reason, part.message)
+    return Cond("Ready", True, "Ready", ready_message)

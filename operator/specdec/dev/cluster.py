@@ -1,0 +1,168 @@
+"""`specdec dev up|down|status`: a local Kubernetes control plane with simulated GPU nodes.
+
+kwokctl's binary runtime runs our own etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (which plays every kubelet) as local processes, bound to 127.0.0.1, with
+RBAC and the default admission plugins (Pod Security included) switched on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from specdec.dev import nodes, toolchain
+
+CLUSTER_NAME = "specdec"
+DEFAULT_CPU_NODES = 2
+DEFAULT_GPU_NODES = 3
+READY_TIMEOUT_SECONDS = 180
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be brought up or queried; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalCluster:
+    name: str = CLUSTER_NAME
+
+    @property
+    def workdir(self) -> Path:
+        return toolchain.cache_root() / "kwok"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "clusters" / self.name / "kubeconfig.yaml"
+
+    def env(self) -> dict[str, str]:
+        bins = toolchain.bin_dir()
+        return {**os.environ, "KWOK_WORKDIR": str(self.workdir), "KUBECONFIG": str(self.kubeconfig),
+                "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(list(args), env=self.env(), input=input, text=True, capture_output=True)
+        if check and result.returncode != 0:
+            raise ClusterError(f"`{' '.join(args)}` failed (exit {result.returncode}):\n"
+                               f"{result.stderr.strip() or result.stdout.strip()}")
+        return result
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(str(toolchain.bin_dir() / "kubectl"), *args, input=input, check=check)
+
+    def exists(self) -> bool:
+        return (self.workdir / "clusters" / self.name / "kwok.yaml").is_file()
+
+    def is_serving(self) -> bool:
+        if not self.kubeconfig.is_file():
+            return False
+        result = self.kubectl("get", "--raw", "/readyz", "--request-timeout=5s", check=False)
+        return result.returncode == 0 and result.stdout.strip() == "ok"
+
+    def exports(self) -> str:
+        return (f"export KUBECONFIG={self.kubeconfig}\n"
+                f"export PATH={toolchain.bin_dir()}:$PATH")
+
+
+def kwokctl_config(bins: Path) -> str:
+    """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any)."""
+    config = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "securePort": True,
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "kubeVersion": toolchain.KUBERNETES_VERSION,
+            "etcdVersion": toolchain.ETCD_VERSION.lstrip("v"),
+            "kwokVersion": toolchain.KWOK_VERSION,
+            "etcdBinary": str(bins / "etcd"),
+            "kubeApiserverBinary": str(bins / "kube-apiserver"),
+            "kubeControllerManagerBinary": str(bins / "kube-controller-manager"),
+            "kubeSchedulerBinary": str(bins / "kube-scheduler"),
+            "kubectlBinary": str(bins / "kubectl"),
+            "kwokControllerBinary": str(bins / "kwok"),
+        },
+    }
+    stages = resources.files("specdec.dev").joinpath("stages")
+    documents = [yaml.safe_dump(config)]
+    for stage in sorted(stages.iterdir(), key=lambda p: p.name):
+        text = stage.read_text()
+        if yaml.safe_load(text).get("kind") == "Stage":
+            documents.append(text)
+    return "---\n".join(documents)
+
+
+def cluster_objects(cpu_nodes: int, gpu_nodes: int) -> list[dict]:
+    """What a real GPU cluster offers that kwok does not create by itself."""
+    storage_class = yaml.safe_load(
+        resources.files("specdec.dev").joinpath("stages", "storage-class.yaml").read_text())
+    return [storage_class, *nodes.dev_nodes(cpu_nodes, gpu_nodes)]
+
+
+def _log(message: str) -> None:
+    print(f"[dev] {message}", file=sys.stderr, flush=True)
+
+
+def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES) -> None:
+    start = time.monotonic()
+    bins = toolchain.ensure_tools()
+    if cluster.exists() and not cluster.is_serving():
+        _log(f"cluster {cluster.name!r} exists but does not answer; starting its processes")
+        cluster.run(str(bins / "kwokctl"), "start", "cluster", "--name", cluster.name, "--wait", "2m")
+    if not cluster.exists():
+        _log(f"creating cluster {cluster.name!r} (kwokctl binary runtime, 127.0.0.1)")
+        config = cluster.workdir / f"{cluster.name}-kwokctl.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(kwokctl_config(bins))
+        cluster.run(str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name,
+                    "--config", str(config), "--wait", "2m")
+    objects = cluster_objects(cpu_nodes, gpu_nodes)
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input="\n---\n".join(yaml.safe_dump(o) for o in objects))
+    wait_nodes_ready(cluster, [o["metadata"]["name"] for o in objects if o["kind"] == "Node"])
+    _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
+
+
+def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while True:
+        listing = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)
+        ready = {n["metadata"]["name"] for n in listing["items"]
+                 if any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in n.get("status", {}).get("conditions", []))}
+        missing = sorted(set(names) - ready)
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"nodes not Ready after {READY_TIMEOUT_SECONDS}s: {', '.join(missing)}")
+        time.sleep(0.5)
+
+
+def down(cluster: LocalCluster) -> None:
+    if not cluster.exists():
+        _log(f"no cluster {cluster.name!r}; nothing to do")
+        return
+    cluster.run(str(toolchain.bin_dir() / "kwokctl"), "delete", "cluster", "--name", cluster.name)
+    _log(f"cluster {cluster.name!r} deleted")
+
+
+def status(cluster: LocalCluster) -> str:
+    if not cluster.exists():
+        return f"cluster {cluster.name!r}: not created (run `specdec dev up`)"
+    if not cluster.is_serving():
+        return f"cluster {cluster.name!r}: created but not serving (run `specdec dev up` to start it)"
+    table = cluster.kubectl(
+        "get", "nodes", "-o",
+        "custom-columns=NAME:.metadata.name,STATUS:.status.conditions[?(@.type=='Ready')].status,"
+        "GPU:.status.allocatable.nvidia\\.com/gpu,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product").stdout
+    return f"cluster {cluster.name!r}: serving\n{cluster.exports()}\n{table}"

@@ -1,0 +1,231 @@
+"""Build the local control plane's binaries from pinned Go modules, cached by version.
+
+No container registry or release download is reachable from our machines, only the Go module
+proxy, so every binary (etcd, the Kubernetes components, kwok, helm) is compiled here. Each tool
+group is built from a throw-away wrapper module whose go.mod pins the upstream module: that is the
+only way to build modules that carry `replace` directives (Kubernetes, etcd), which `go install`
+refuses. Results land in `~/.cache/specdec/tools/<group>-<version>/` and are linked into one bin dir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v3.22.0"
+
+HEARTBEAT_SECONDS = 30
+
+
+class ToolchainError(RuntimeError):
+    """A binary could not be built; the message says what to do about it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolGroup:
+    """Binaries built together from one upstream Go module at one version."""
+
+    name: str
+    module: str
+    version: str
+    binaries: dict[str, str]  # binary name -> Go package path
+    ldflags: tuple[str, ...] = ()
+    replace_staging: bool = False  # replace k8s.io/* staging modules (k8s.io/kubernetes only)
+
+
+def _k8s_version_ldflags(version: str) -> tuple[str, ...]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    return tuple(flags)
+
+
+GROUPS: tuple[ToolGroup, ...] = (
+    ToolGroup(
+        name="etcd",
+        module="go.etcd.io/etcd/server/v3",
+        version=ETCD_VERSION,
+        binaries={"etcd": "go.etcd.io/etcd/server/v3"},
+    ),
+    ToolGroup(
+        name="kubernetes",
+        module="k8s.io/kubernetes",
+        version=KUBERNETES_VERSION,
+        binaries={
+            name: f"k8s.io/kubernetes/cmd/{name}"
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        },
+        ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
+        replace_staging=True,
+    ),
+    ToolGroup(
+        name="kwok",
+        module="sigs.k8s.io/kwok",
+        version=KWOK_VERSION,
+        binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok", "kwokctl": "sigs.k8s.io/kwok/cmd/kwokctl"},
+        ldflags=(
+            f"-X sigs.k8s.io/kwok/pkg/consts.Version={KWOK_VERSION.lstrip('v')}",
+            f"-X sigs.k8s.io/kwok/pkg/consts.KubeVersion={KUBERNETES_VERSION.lstrip('v')}",
+        ),
+    ),
+    ToolGroup(
+        name="helm",
+        module="helm.sh/helm/v3",
+        version=HELM_VERSION,
+        binaries={"helm": "helm.sh/helm/v3/cmd/helm"},
+        ldflags=(
+            f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+            "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+        ),
+    ),
+)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
+def bin_dir() -> Path:
+    return cache_root() / "bin"
+
+
+def group_dir(group: ToolGroup) -> Path:
+    return cache_root() / "tools" / f"{group.name}-{group.version}"
+
+
+def _log(message: str) -> None:
+    print(f"[toolchain] {message}", file=sys.stderr, flush=True)
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise ToolchainError(
+            "the Go toolchain is not on PATH; install Go >= 1.26 (Debian: golang, or go.dev) "
+            "so the control plane can be built from the Go module proxy"
+        )
+    return go
+
+
+def _run_go(args: list[str], cwd: Path, env: dict[str, str], label: str, log: Path) -> None:
+    """Run a go command with its output in `log`; print a heartbeat; fail with the log's tail."""
+    start = time.monotonic()
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(HEARTBEAT_SECONDS):
+            _log(f"  still {label}: {time.monotonic() - start:.0f}s elapsed")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
+    try:
+        with log.open("ab") as out:
+            result = subprocess.run(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    finally:
+        done.set()
+    if result.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        hint = ""
+        if any(s in line for line in tail for s in ("dial tcp", "proxy.golang.org", "no such host")):
+            hint = f"\nThe Go module proxy ({env.get('GOPROXY') or 'GOPROXY'}) is not reachable."
+        raise ToolchainError(
+            f"{label} failed (exit {result.returncode}); full log: {log}\n" + "\n".join(tail) + hint
+        )
+
+
+def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGroup, log: Path) -> list[str]:
+    """k8s.io/kubernetes points its staging modules at ./staging; we point them at v0.Y.Z."""
+    _run_go([go, "mod", "download", "-json", f"{group.module}@{group.version}"], workdir, env,
+            f"downloading {group.module}@{group.version}", log)
+    info = subprocess.run([go, "mod", "download", "-json", f"{group.module}@{group.version}"],
+                          cwd=workdir, env=env, capture_output=True, text=True, check=True)
+    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text()
+    staging_version = "v0." + group.version.split(".", 1)[1]
+    replaces = []
+    for line in gomod.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == "=>" and parts[2].startswith("./staging/"):
+            replaces.append(f"replace {parts[0]} => {parts[0]} {staging_version}")
+    if not replaces:
+        raise ToolchainError(f"found no staging replace directives in {group.module}'s go.mod")
+    return replaces
+
+
+def build_group(group: ToolGroup) -> Path:
+    """Build one tool group into its cache dir (atomically) unless it is already there."""
+    target = group_dir(group)
+    if all((target / name).is_file() for name in group.binaries):
+        return target
+    go = _go()
+    cache_root().joinpath("tools").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    names = ", ".join(group.binaries)
+    _log(f"building {names} ({group.module} {group.version}); a cold build takes minutes")
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"build-{group.name}-", dir=cache_root() / "tools") as tmp:
+        workdir = Path(tmp)
+        log = workdir / "build.log"
+        gomod = [f"module specdec.local/build/{group.name}", "", "go 1.26", "",
+                 f"require {group.module} {group.version}"]
+        (workdir / "go.mod").write_text("\n".join(gomod) + "\n")
+        if group.replace_staging:
+            replaces = _staging_replaces(go, env, workdir, group, log)
+            (workdir / "go.mod").write_text("\n".join(gomod + replaces) + "\n")
+        out = workdir / "out"
+        ldflags = " ".join(("-s", "-w", *group.ldflags))
+        for name, package in group.binaries.items():
+            _run_go([go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / name), package],
+                    workdir, env, f"building {name}", log)
+            _log(f"  built {name} ({time.monotonic() - start:.0f}s elapsed)")
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+    _log(f"built {names} in {time.monotonic() - start:.0f}s")
+    return target
+
+
+def ensure_tools() -> Path:
+    """Make sure every binary exists; return the bin dir that links them all."""
+    bins = bin_dir()
+    bins.mkdir(parents=True, exist_ok=True)
+    for group in GROUPS:
+        directory = build_group(group)
+        for name in group.binaries:
+            link = bins / name
+            if link.is_symlink() or link.exists():
+                if link.resolve() == (directory / name).resolve():
+                    continue
+                link.unlink()
+            link.symlink_to(directory / name)
+    return bins
+
+
+def main() -> int:
+    try:
+        bins = ensure_tools()
+    except ToolchainError as error:
+        _log(f"error: {error}")
+        return 1
+    print(bins)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

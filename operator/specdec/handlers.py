@@ -1,0 +1,101 @@
+"""kopf wiring: thin adapters from watch events to the Reconciler.
+
+Only `on.event` handlers: they keep no state on the objects (kopf's create/update handlers would
+write progress annotations), so reconciliation stays level-triggered and an idle operator writes
+nothing. Children are watched with server-side label selectors, so the operator never lists every
+pod of the cluster. A background loop resyncs everything and collects unused engines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import kopf
+
+from specdec.api.models import GROUP, VERSION
+from specdec.builders.common import LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_MANAGED_BY, MANAGED_BY
+from specdec.kube import Kube
+from specdec.reconcile import Reconciler
+from specdec.settings import Settings
+
+log = logging.getLogger("specdec")
+
+_state: dict[str, object] = {}
+
+
+def reconciler() -> Reconciler:
+    return _state["reconciler"]  # type: ignore[return-value]
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_) -> None:
+    ours = Settings.from_env()
+    settings.posting.enabled = False  # we post our own Events, only when something changes
+    settings.execution.max_workers = 16
+    settings.watching.label_selectors["batch", "jobs"] = LABEL_ENGINE_BUILD
+    settings.watching.label_selectors["v1", "pods"] = LABEL_ENGINE_BUILD
+    settings.watching.label_selectors["apps", "deployments"] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    _state["reconciler"] = Reconciler(Kube.from_environment(), ours)
+    stop = threading.Event()
+    _state["stop"] = stop
+    threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds), daemon=True,
+                     name="specdec-resync").start()
+
+
+@kopf.on.cleanup()
+def shutdown(**_) -> None:
+    stop = _state.get("stop")
+    if isinstance(stop, threading.Event):
+        stop.set()
+
+
+def _resync_loop(stop: threading.Event, interval: float) -> None:
+    """Periodic level-triggered pass: catches anything a lost watch event would have missed."""
+    while not stop.wait(interval):
+        try:
+            r = reconciler()
+            for eb in r.kube.list("EngineBuild", None):
+                r.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
+            for sd in r.kube.list("SpeculativeDeployment", None):
+                r.deployment(sd["metadata"]["namespace"], sd["metadata"]["name"])
+            r.collect_unused_engines(None)
+        except Exception:  # a failed pass is retried at the next interval
+            log.exception("resync pass failed")
+
+
+@kopf.on.event(GROUP, VERSION, "speculativedeployments")
+def speculative_deployment_event(event, namespace, name, **_) -> None:
+    if event.get("type") == "DELETED":
+        reconciler().forget(namespace, name)
+        return
+    reconciler().deployment(namespace, name)
+
+
+@kopf.on.event(GROUP, VERSION, "enginebuilds")
+def engine_build_event(event, namespace, name, **_) -> None:
+    if event.get("type") == "DELETED":
+        return
+    _engine_build_changed(namespace, name)
+
+
+def _engine_build_changed(namespace: str, name: str) -> None:
+    r = reconciler()
+    r.engine_build(namespace, name)
+    for user in r.users_of(namespace, name):
+        r.deployment(namespace, user)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
+def build_job_event(namespace, labels, **_) -> None:
+    _engine_build_changed(namespace, labels[LABEL_ENGINE_BUILD])
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
+def build_pod_event(namespace, labels, **_) -> None:
+    reconciler().engine_build(namespace, labels[LABEL_ENGINE_BUILD])
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
+def runtime_deployment_event(namespace, labels, **_) -> None:
+    reconciler().deployment(namespace, labels[LABEL_DEPLOYMENT])

@@ -1,0 +1,173 @@
+"""Every API side effect of the operator, in one place.
+
+Objects are plain dicts in their wire form, so the pure builders' output goes out unchanged.
+Retries on 429 and 5xx (honouring Retry-After); a 409 on create means "already there".
+Writes happen only when what we want is not already what the API server has (`contains`), so an
+idle operator writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+FIELD_MANAGER = "specdec-operator"
+RETRIES = 5
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    api_version: str
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+        parts = [base]
+        if namespace:
+            parts.append(f"namespaces/{quote(namespace)}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name))
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+KINDS = {
+    "ConfigMap": Kind("v1", "configmaps"),
+    "Service": Kind("v1", "services"),
+    "PersistentVolumeClaim": Kind("v1", "persistentvolumeclaims"),
+    "Pod": Kind("v1", "pods"),
+    "Event": Kind("v1", "events"),
+    "Deployment": Kind("apps/v1", "deployments"),
+    "Job": Kind("batch/v1", "jobs"),
+    "EngineBuild": Kind("specdec.io/v1alpha1", "enginebuilds"),
+    "SpeculativeDeployment": Kind("specdec.io/v1alpha1", "speculativedeployments"),
+}
+
+
+def contains(actual: Any, desired: Any) -> bool:
+    """True when every field we set in `desired` has that value in `actual` (defaults may add more)."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (isinstance(actual, list) and len(actual) == len(desired)
+                and all(contains(a, d) for a, d in zip(actual, desired)))
+    return actual == desired
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+
+    @classmethod
+    def from_environment(cls) -> "Kube":
+        try:
+            config.load_incluster_config()
+            configuration = client.Configuration.get_default_copy()
+        except config.ConfigException:
+            configuration = client.Configuration()
+            config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = 32
+        return cls(client.ApiClient(configuration))
+
+    # -- transport --------------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
+              content_type: str = "application/json") -> dict[str, Any]:
+        for attempt in range(RETRIES):
+            try:
+                response = self.api.call_api(
+                    path, method, query_params=query or [], body=body,
+                    header_params={"Accept": "application/json", "Content-Type": content_type},
+                    auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30)
+                data = response[0].data
+                return json.loads(data) if data else {}
+            except ApiException as error:
+                if error.status not in (429, 500, 502, 503, 504) or attempt == RETRIES - 1:
+                    raise
+                retry_after = (error.headers or {}).get("Retry-After")
+                delay = float(retry_after) if retry_after and retry_after.isdigit() else 0.2 * 2 ** attempt
+                log.warning("%s %s: HTTP %s, retrying in %.1fs", method, path, error.status, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", KINDS[kind].path(namespace, name))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return self._call("GET", KINDS[kind].path(namespace), query=query).get("items", [])
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create, or return what is there already (names are deterministic)."""
+        meta = obj["metadata"]
+        try:
+            return self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        existing = self.get(obj["kind"], meta.get("namespace"), meta["name"])
+        if existing is None:  # deleted between our create and get: try once more
+            return self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
+        return existing
+
+    def apply(self, obj: dict[str, Any], existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+        """Server-side apply `obj` unless the API server already has it; returns (object, written)."""
+        meta = obj["metadata"]
+        if existing is None:
+            existing = self.get(obj["kind"], meta.get("namespace"), meta["name"])
+        if existing is not None and contains(existing, obj):
+            return existing, False
+        applied = self._call("PATCH", KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]),
+                             body=obj, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                             content_type="application/apply-patch+yaml")
+        return applied, True
+
+    def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any],
+              subresource: str | None = None) -> dict[str, Any]:
+        return self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
+                          content_type="application/merge-patch+json")
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        try:
+            self._call("DELETE", KINDS[kind].path(namespace, name),
+                       body={"propagationPolicy": "Background"})
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        meta = obj["metadata"]
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self._call("POST", KINDS["Event"].path(meta["namespace"]), body=event)
+        except ApiException as error:  # an event is never worth failing a reconcile for
+            log.warning("could not post event %s on %s: HTTP %s", reason, meta["name"], error.status)

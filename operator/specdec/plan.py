@@ -1,0 +1,254 @@
+"""plan(): the pure heart of the operator. A SpeculativeDeployment in, everything it needs out.
+
+No API calls here. The result says whether the spec is usable (the first failing check decides,
+cert-manager style), which engines must exist (content-addressed EngineBuild specs), and the
+runtime configuration the pods will run with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from specdec.api import models
+from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeDraftTarget,
+                                        RuntimeKvCache, RuntimeReDrafter, ServedModel)
+from specdec.settings import Settings
+
+KV_FRACTION_SHARED_GPU = 0.35  # the seeds' value when draft and target share a GPU
+KV_FRACTION_ALONE = 0.9
+MANAGED_CACHE_PREFIX = "specdec-engine-cache"
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """Why a spec cannot be acted on: a CamelCase reason and a message a person can act on."""
+
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EnginePlan:
+    role: str  # "target" or "draft"
+    name: str
+    spec: models.EngineBuildSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class CachePlan:
+    claim_name: str
+    managed: bool  # the operator creates the claim
+    storage_class_name: str | None
+    size: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    name: str
+    namespace: str
+    spec: models.SpeculativeDeploymentSpec
+    engines: tuple[EnginePlan, ...]
+    cache: CachePlan
+    runtime: RuntimeConfig
+    gpus: int
+    model_claims: tuple[str, ...]  # pvc:// claims the runtime pods mount read-only
+
+    @property
+    def engine_names(self) -> list[str]:
+        return [e.name for e in self.engines]
+
+
+def content_hash(value: Any, length: int = 10) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:length]
+
+
+def slug(text: str, limit: int = 30) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:limit].strip("-") or "model"
+
+
+def model_dir(uri: str, revision: str | None) -> str:
+    """Where a checkpoint is read from inside build and runtime pods."""
+    scheme, rest = uri.split("://", 1)
+    if scheme == "hf":
+        return f"{CACHE_MOUNT}/models/{rest.replace('/', '--')}/{revision or 'main'}"
+    claim, path = rest.split("/", 1)
+    return f"{MODELS_MOUNT}/{claim}/{path}"
+
+
+def model_claims(*uris: str) -> tuple[str, ...]:
+    return tuple(sorted({u.split("://", 1)[1].split("/", 1)[0] for u in uris if u.startswith("pvc://")}))
+
+
+# --- checks: ordered, small, pure; the first Problem decides SpecValid -----------------------------
+
+def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
+    if spec.backend != "tensorrt" or spec.speculation.mode != "draftTarget":
+        return None
+    draft = spec.speculation.draft_target.draft
+    used = sorted(set(spec.target.effective_devices) | set(draft.effective_devices))
+    if used != list(range(len(used))):
+        return Problem("DevicesNotContiguous",
+                       f"draft and target devices together use GPUs {used}; a runtime pod sees its GPUs as "
+                       f"0..{len(used) - 1}, so use those indices")
+    return None
+
+
+def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
+    if spec.backend == "pytorch" and spec.speculation.mode == "draftTarget":
+        draft = spec.speculation.draft_target.draft
+        if draft.devices is not None or spec.target.devices is not None:
+            return Problem("DeviceListsUnsupported",
+                           "backend pytorch runs draft and target in one process; remove the devices lists "
+                           "(they apply to backend tensorrt)")
+    return None
+
+
+def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
+    sources = [("spec.target", spec.target)]
+    if spec.speculation.draft_target:
+        sources.append(("spec.speculation.draftTarget.draft", spec.speculation.draft_target.draft))
+    for path, source in sources:
+        if source.revision and not source.model.startswith("hf://"):
+            return Problem("RevisionNeedsHubModel", f"{path}.revision applies to hf:// models only")
+    return None
+
+
+CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec], Problem | None], ...] = (
+    _check_revisions,
+    _check_pytorch_devices,
+    _check_devices_contiguous,
+)
+
+
+def parse_spec(raw: dict[str, Any]) -> models.SpeculativeDeploymentSpec | Problem:
+    try:
+        return models.SpeculativeDeploymentSpec.model_validate(raw)
+    except ValidationError as error:
+        details = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in error.errors())
+        return Problem("InvalidSpec", details)
+
+
+# --- derivations ---------------------------------------------------------------------------------
+
+def _cache_plan(spec: models.SpeculativeDeploymentSpec) -> CachePlan:
+    cache = spec.cache
+    if cache.claim_name:
+        return CachePlan(cache.claim_name, False, None, cache.size)
+    suffix = f"-{slug(cache.storage_class_name, 40)}" if cache.storage_class_name else ""
+    return CachePlan(f"{MANAGED_CACHE_PREFIX}{suffix}", True, cache.storage_class_name, cache.size)
+
+
+def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, image: str,
+            role: str) -> models.EngineRecipe:
+    limits = spec.engine
+    fields: dict[str, Any] = dict(
+        model=source.model, revision=source.revision, family=source.family, dtype=source.dtype,
+        quantization=source.quantization, kv_cache_dtype=source.effective_kv_cache_dtype,
+        tensor_parallel_size=source.tensor_parallel_size, image=image,
+        max_batch_size=limits.max_batch_size, max_input_len=limits.max_input_len,
+        max_seq_len=limits.max_seq_len, max_num_tokens=limits.max_num_tokens,
+    )
+    speculation = spec.speculation
+    if speculation.mode == "draftTarget":
+        dt = speculation.draft_target
+        fields["gather_generation_logits"] = dt.acceptance == "logits"  # both engines need it
+        if role == "target":
+            fields.update(speculative_decoding_mode="draft_tokens_external", max_draft_len=dt.effective_max_draft_len)
+    elif speculation.mode == "redrafter":
+        rd = speculation.redrafter
+        fields.update(speculative_decoding_mode="explicit_draft_tokens", redrafter=models.RedrafterRecipe(
+            drafter_model=rd.drafter_model, num_beams=rd.num_beams,
+            draft_len_per_beam=rd.draft_len_per_beam, greedy=rd.greedy))
+    return models.EngineRecipe(**fields)
+
+
+def engine_name(recipe: models.EngineRecipe, cache_claim: str) -> str:
+    model = recipe.model.split("://", 1)[1].rsplit("/", 1)[-1]
+    return f"{slug(model)}-{content_hash([recipe.model_dump(mode='json'), cache_claim])}"
+
+
+def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec,
+            cache: CachePlan, settings: Settings) -> EnginePlan:
+    recipe = _recipe(source, spec, spec.build.image or settings.build_image, role)
+    name = engine_name(recipe, cache.claim_name)
+    build = spec.build
+    pod = models.BuildPodSpec(
+        node_selector=build.node_selector, tolerations=build.tolerations, resources=build.resources,
+        backoff_limit=build.backoff_limit, active_deadline_seconds=build.active_deadline_seconds,
+        pod_labels=build.pod_labels, pod_annotations=build.pod_annotations)
+    return EnginePlan(role, name, models.EngineBuildSpec(
+        recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{name}", pod=pod))
+
+
+def _served(source: models.ModelSource, engine: EnginePlan | None, backend: str) -> ServedModel:
+    checkpoint = (source.model.split("://", 1)[1]
+                  if backend == "pytorch" and source.model.startswith("hf://")
+                  else model_dir(source.model, source.revision))
+    return ServedModel(engine_dir=f"{CACHE_MOUNT}/{engine.spec.engine_path}" if engine else None,
+                       checkpoint=checkpoint, devices=source.effective_devices,
+                       tensor_parallel_size=source.tensor_parallel_size)
+
+
+def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePlan]) -> tuple[RuntimeConfig, int]:
+    target = _served(spec.target, engines.get("target"), spec.backend)
+    gpus = spec.target.tensor_parallel_size
+    shared_gpu = False
+    draft_target = redrafter = None
+    if spec.speculation.mode == "draftTarget":
+        dt = spec.speculation.draft_target
+        draft = _served(dt.draft, engines.get("draft"), spec.backend)
+        if spec.backend == "tensorrt":
+            gpus = len(set(draft.devices) | set(target.devices))
+        shared_gpu = bool(set(draft.devices) & set(target.devices)) or spec.backend == "pytorch"
+        draft_target = RuntimeDraftTarget(draft=draft, draft_len=dt.draft_len,
+                                          max_draft_len=dt.effective_max_draft_len,
+                                          use_logits=dt.acceptance == "logits")
+    elif spec.speculation.mode == "redrafter":
+        rd = spec.speculation.redrafter
+        redrafter = RuntimeReDrafter(num_beams=rd.num_beams, draft_len_per_beam=rd.draft_len_per_beam,
+                                     greedy=rd.greedy, temperature=rd.temperature)
+    kv = spec.runtime.kv_cache
+    fraction = kv.free_gpu_memory_fraction or (KV_FRACTION_SHARED_GPU if shared_gpu else KV_FRACTION_ALONE)
+    served_name = spec.target.model.split("://", 1)[1]
+    if spec.target.model.startswith("pvc://"):
+        served_name = served_name.rstrip("/").rsplit("/", 1)[-1]
+    config = RuntimeConfig(
+        backend=spec.backend, mode=spec.speculation.mode, served_model_name=served_name,
+        port=spec.runtime.port, target=target,
+        kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
+        draft_target=draft_target, redrafter=redrafter)
+    return config, gpus
+
+
+def plan(obj: dict[str, Any], settings: Settings) -> Plan | Problem:
+    """Everything a SpeculativeDeployment needs, or the first reason it cannot be served."""
+    spec = parse_spec(obj.get("spec") or {})
+    if isinstance(spec, Problem):
+        return spec
+    for check in CHECKS:
+        problem = check(spec)
+        if problem:
+            return problem
+    cache = _cache_plan(spec)
+    engines: dict[str, EnginePlan] = {}
+    if spec.backend == "tensorrt":
+        engines["target"] = _engine("target", spec.target, spec, cache, settings)
+        if spec.speculation.mode == "draftTarget":
+            engines["draft"] = _engine("draft", spec.speculation.draft_target.draft, spec, cache, settings)
+    runtime, gpus = _runtime(spec, engines)
+    uris = [spec.target.model]
+    if spec.speculation.draft_target:
+        uris.append(spec.speculation.draft_target.draft.model)
+    meta = obj["metadata"]
+    return Plan(name=meta["name"], namespace=meta.get("namespace", "default"), spec=spec,
+                engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
+                model_claims=model_claims(*uris))

@@ -1,0 +1,51 @@
+"""`specdec render`: what the operator would create for a SpeculativeDeployment on an empty cluster.
+
+The same plan() and builders the operator runs; offline, no cluster. Owner UIDs, unknown until the
+API server assigns them, are shown as a placeholder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specdec import yamlio
+from specdec.builders.engine import build_engine_build, build_job
+from specdec.builders.runtime import build_cache_claim, build_config_map, build_deployment, build_service
+from specdec.plan import Plan, Problem, plan
+from specdec.settings import Settings
+
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def render_objects(obj: dict[str, Any], settings: Settings) -> list[dict[str, Any]] | Problem:
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("namespace", "default")
+    result = plan(obj, settings)
+    if isinstance(result, Problem):
+        return result
+    uid = meta.get("uid", PLACEHOLDER_UID)
+    objects: list[dict[str, Any]] = []
+    if result.cache.managed:
+        objects.append(build_cache_claim(result))
+    for engine in result.engines:
+        engine_build = build_engine_build(result.namespace, engine)
+        created = {**engine_build, "metadata": {**engine_build["metadata"], "uid": PLACEHOLDER_UID}}
+        objects += [engine_build, build_job(created, settings)]
+    objects += [build_config_map(result, uid), build_deployment(result, uid, settings),
+                build_service(result, uid)]
+    return objects
+
+
+def render_stream(documents: list[dict[str, Any]], settings: Settings) -> tuple[str, list[str]]:
+    """YAML stream of every object for every SpeculativeDeployment in `documents`; plus errors."""
+    out: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for doc in documents:
+        if not doc or doc.get("kind") != "SpeculativeDeployment":
+            continue
+        rendered = render_objects(doc, settings)
+        if isinstance(rendered, Problem):
+            errors.append(f"{doc['metadata'].get('name', '?')}: {rendered.reason}: {rendered.message}")
+        else:
+            out += rendered
+    return yamlio.dump_all(out), errors

@@ -1,0 +1,43 @@
+"""Operator-wide settings: defaults a SpeculativeDeployment does not have to repeat.
+
+Read from the environment (`SPECDEC_*`), which the Helm chart sets from its values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/specdec-io/specdec-runtime:0.1.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    # The runtime image carries TensorRT-LLM and its examples, so it is the build image too.
+    build_image: str = DEFAULT_RUNTIME_IMAGE
+    trtllm_examples_dir: str = "/app/tensorrt_llm/examples"
+    gpu_tolerations: tuple[dict, ...] = ({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},)
+    gpu_node_selector: tuple[tuple[str, str], ...] = ((f"{GPU_RESOURCE}.present", "true"),)
+    engine_retention_seconds: int = 24 * 3600
+    resync_seconds: float = 300.0
+    calib_size: int = 512
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        base = cls()
+        tolerations = env.get("SPECDEC_GPU_TOLERATIONS")
+        selector = env.get("SPECDEC_GPU_NODE_SELECTOR")
+        return cls(
+            runtime_image=env.get("SPECDEC_RUNTIME_IMAGE", base.runtime_image),
+            build_image=env.get("SPECDEC_BUILD_IMAGE", env.get("SPECDEC_RUNTIME_IMAGE", base.build_image)),
+            trtllm_examples_dir=env.get("SPECDEC_TRTLLM_EXAMPLES_DIR", base.trtllm_examples_dir),
+            gpu_tolerations=tuple(json.loads(tolerations)) if tolerations else base.gpu_tolerations,
+            gpu_node_selector=tuple(json.loads(selector).items()) if selector else base.gpu_node_selector,
+            engine_retention_seconds=int(env.get("SPECDEC_ENGINE_RETENTION_SECONDS", base.engine_retention_seconds)),
+            resync_seconds=float(env.get("SPECDEC_RESYNC_SECONDS", base.resync_seconds)),
+            calib_size=int(env.get("SPECDEC_CALIB_SIZE", base.calib_size)),
+        )

@@ -1,0 +1,200 @@
+"""Pure status evaluation: what observed Jobs, pods and Deployments mean for our resources."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS
+from specdec.conditions import Cond, aggregate_ready
+from specdec.plan import Plan, Problem
+
+MESSAGE_TAIL_CHARS = 600
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildState:
+    phase: str  # Pending, Fetching, Converting, Quantizing, Building, Succeeded, Failed
+    reason: str
+    message: str
+    failed_step: str | None = None
+    attempts: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == "Failed"
+
+
+def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def _is_true(obj: dict[str, Any] | None, kind: str) -> bool:
+    c = _condition(obj, kind)
+    return bool(c and c.get("status") == "True")
+
+
+def _tail(text: str) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= MESSAGE_TAIL_CHARS else "…" + text[-MESSAGE_TAIL_CHARS:]
+
+
+def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    status = pod.get("status") or {}
+    return (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or [])
+
+
+def _memory_limit(pod: dict[str, Any], container: str) -> str:
+    spec = pod.get("spec") or {}
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        if c.get("name") == container:
+            return ((c.get("resources") or {}).get("limits") or {}).get("memory", "no memory limit")
+    return "unknown"
+
+
+def step_failure(pod: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(step, reason, message) of the step that failed in this pod, if one did."""
+    for cs in _statuses(pod):
+        state = cs.get("state") or {}
+        terminated = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if not terminated or terminated.get("exitCode", 0) == 0:
+            continue
+        step = cs.get("name", "build")
+        prefix = STEP_REASONS.get(step, "Build")
+        if terminated.get("reason") == "OOMKilled":
+            return step, f"{prefix}OOMKilled", (
+                f"step {step} was OOMKilled (memory limit {_memory_limit(pod, step)}); "
+                f"raise spec.build.resources.limits.memory")
+        detail = _tail(terminated.get("message", ""))
+        message = f"step {step} failed with exit code {terminated.get('exitCode')}"
+        return step, f"{prefix}Failed", message + (f": {detail}" if detail else "")
+    return None
+
+
+def _running_step(pod: dict[str, Any]) -> str | None:
+    for cs in _statuses(pod):
+        state = cs.get("state") or {}
+        if "running" in state or "waiting" in state:
+            return cs.get("name")
+    return None
+
+
+def _by_age(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+
+
+def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> BuildState:
+    """The phase of an EngineBuild, from its Job and the Job's pods."""
+    if job is None:
+        return BuildState("Pending", "JobPending", "creating the build Job")
+    status = job.get("status") or {}
+    attempts = (status.get("failed") or 0) + (status.get("succeeded") or 0) + (status.get("active") or 0)
+    if _is_true(job, "Complete"):
+        return BuildState("Succeeded", "Built", "engine built", attempts=attempts)
+    failures = [f for f in (step_failure(p) for p in _by_age(pods)) if f]
+    if _is_true(job, "Failed"):
+        job_failed = _condition(job, "Failed") or {}
+        if job_failed.get("reason") == "DeadlineExceeded":
+            return BuildState("Failed", "BuildDeadlineExceeded",
+                              f"the build Job exceeded spec.build.activeDeadlineSeconds: {job_failed.get('message', '')}",
+                              failed_step=failures[-1][0] if failures else None, attempts=attempts)
+        if failures:
+            step, reason, message = failures[-1]
+            return BuildState("Failed", reason, f"{message} (after {status.get('failed', 1)} attempt(s))",
+                              failed_step=step, attempts=attempts)
+        return BuildState("Failed", "BuildFailed", job_failed.get("message") or "the build Job failed",
+                          attempts=attempts)
+    retry_note = ""
+    if failures:
+        retry_note = f"; retrying after: {failures[-1][2]}"
+    live = [p for p in _by_age(pods) if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+    if not live:
+        return BuildState("Pending", "JobPending", "waiting for the build pod" + retry_note, attempts=attempts)
+    pod = live[-1]
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        return BuildState("Pending", "Unschedulable",
+                          f"build pod cannot be scheduled: {scheduled.get('message', '')}" + retry_note,
+                          attempts=attempts)
+    step = _running_step(pod) or "build"
+    phase = STEP_PHASES.get(step, "Building")
+    return BuildState(phase, phase, f"step {step} running in pod {pod['metadata']['name']}" + retry_note,
+                      attempts=attempts)
+
+
+def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:
+    """The BuildState an EngineBuild's status records (for deployments reading shared builds)."""
+    status = engine_build.get("status") or {}
+    ready = _condition(engine_build, "Ready") or {}
+    return BuildState(status.get("phase") or "Pending", ready.get("reason") or "JobPending",
+                      ready.get("message") or status.get("message") or "", status.get("failedStep"),
+                      status.get("attempts") or 0)
+
+
+# --- SpeculativeDeployment ----------------------------------------------------------------------
+
+def _engines_condition(plan: Plan, states: dict[str, BuildState]) -> Cond:
+    described = []
+    for engine in plan.engines:
+        state = states.get(engine.name, BuildState("Pending", "EngineBuildPending", "creating the EngineBuild"))
+        if state.failed:
+            return Cond("EnginesReady", False, state.reason,
+                        f"{engine.role} engine {engine.name}: {state.message}")
+        described.append(f"{engine.role} {engine.name}: {state.phase}")
+    if all(states.get(e.name) and states[e.name].succeeded for e in plan.engines):
+        return Cond("EnginesReady", True, "EnginesBuilt", "; ".join(described))
+    return Cond("EnginesReady", False, "EnginesBuilding", "; ".join(described))
+
+
+def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: bool) -> Cond:
+    if deployment is None:
+        return Cond("RuntimeAvailable", False, "WaitingForEngines", "the runtime starts when every engine is built")
+    want = plan.spec.runtime.replicas
+    status = deployment.get("status") or {}
+    ready = status.get("readyReplicas") or 0
+    updated = status.get("updatedReplicas") or 0
+    total = status.get("replicas") or 0
+    if not current:
+        return Cond("RuntimeAvailable", False, "UpdatePending",
+                    f"{ready} pod(s) of the previous version keep serving until the new engines are built")
+    if (deployment.get("metadata") or {}).get("generation") != status.get("observedGeneration"):
+        return Cond("RuntimeAvailable", False, "RollingOut", "the Deployment controller has not seen the change yet")
+    if want == 0:
+        return Cond("RuntimeAvailable", True, "ScaledToZero", "replicas is 0")
+    if updated == want and ready >= want and total == want and _is_true(deployment, "Available"):
+        return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready")
+    progressing = _condition(deployment, "Progressing") or {}
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Cond("RuntimeAvailable", False, "ProgressDeadlineExceeded", progressing.get("message", ""))
+    return Cond("RuntimeAvailable", False, "RollingOut",
+                f"{updated}/{want} pods updated, {ready} ready")
+
+
+def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
+                          deployment: dict[str, Any] | None, runtime_current: bool,
+                          endpoint: str | None) -> tuple[str, list[Cond]]:
+    """(phase, conditions) of a SpeculativeDeployment; sub-conditions appear only where they apply."""
+    if isinstance(plan, Problem):
+        valid = Cond("SpecValid", False, plan.reason, plan.message)
+        return "Invalid", [valid, aggregate_ready([valid], "")]
+    parts = [Cond("SpecValid", True, "Valid", "spec accepted")]
+    if plan.engines:
+        parts.append(_engines_condition(plan, states))
+    parts.append(_runtime_condition(plan, deployment, runtime_current))
+    ready = aggregate_ready(parts, f"serving at {endpoint}")
+    if ready.status:
+        phase = "Ready"
+    elif any(states[e.name].failed for e in plan.engines if e.name in states):
+        phase = "Failed"
+    elif plan.engines and not parts[1].status:
+        phase = "Building"
+    else:
+        phase = "RollingOut"
+    return phase, parts + [ready]

@@ -1,0 +1,69 @@
+"""Small helpers for tests against a real API server: typed clients and polling with deadlines."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from kubernetes import client, config
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Kube:
+    api: client.ApiClient
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> "Kube":
+        return cls(config.new_client_from_config(config_file=str(path)))
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.api)
+
+    @property
+    def rbac(self) -> client.RbacAuthorizationV1Api:
+        return client.RbacAuthorizationV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def apiext(self) -> client.ApiextensionsV1Api:
+        return client.ApiextensionsV1Api(self.api)
+
+    def events_for(self, namespace: str, name: str) -> list:
+        return self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}").items
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, interval: float = 0.25) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def condition(obj, kind: str) -> str | None:
+    """Status of the condition `kind` on a typed object with status.conditions."""
+    for c in (obj.status.conditions or []):
+        if c.type == kind:
+            return c.status
+    return None
