@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
+from kubernetes.client.rest import ApiException
 
-from tests.kube_helpers import Kube
+from tests.kube_helpers import Kube, wait_for
+from tests.operator_runner import OperatorProcess
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TEST_CLUSTER_NAME = "specdec-test"
 
@@ -69,3 +75,57 @@ def namespace(kube: Kube, request) -> str:
     kube.core.create_namespace({"metadata": {"name": name, "labels": {"specdec.io/test": "true"}}})
     yield name
     kube.core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def crds(kube: Kube) -> list[str]:
+    """Install (or update) the CRDs from crds/ and wait until the API server serves them."""
+    names = []
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        name = crd["metadata"]["name"]
+        try:
+            existing = kube.apiext.read_custom_resource_definition(name)
+            crd["metadata"]["resourceVersion"] = existing.metadata.resource_version
+            kube.apiext.replace_custom_resource_definition(name, crd)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            kube.apiext.create_custom_resource_definition(crd)
+        names.append(name)
+    for name in names:
+        wait_for(lambda: any(c.type == "Established" and c.status == "True"
+                             for c in kube.apiext.read_custom_resource_definition(name).status.conditions or []),
+                 f"CRD {name} Established")
+    return names
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def operator_env() -> dict[str, str]:
+    """Settings for the operator under test; a test may override entries before `operator` starts."""
+    return {"SPECDEC_RESYNC_SECONDS": "5", "SPECDEC_RUNTIME_IMAGE": "registry.invalid/specdec-runtime:test"}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+@pytest.fixture
+def operator(kubeconfig: Path, crds, namespace: str, operator_env, tmp_path, request) -> OperatorProcess:
+    """The operator as a process watching this test's namespace; its log is shown when a test fails."""
+    runner = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", _free_port(), operator_env)
+    runner.start()
+    yield runner
+    runner.stop()
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        print(f"--- operator log ({runner.log_path}) ---\n{runner.logs()}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -81,7 +83,7 @@ def test_restricted_pod_security_refuses_privileged_pod(kube: Kube, namespace: s
         kube.core.create_namespaced_pod(namespace, _pod("root", container={
             "securityContext": {"privileged": True}}))
     assert refused.value.status == 403
-    assert 'violates PodSecurity "restricted' in refused.value.body
+    assert 'violates PodSecurity "restricted' in json.loads(refused.value.body)["message"]
 
 
 def test_service_account_without_rights_is_forbidden(kube: Kube, kubeconfig, namespace: str):

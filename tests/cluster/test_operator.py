@@ -1,0 +1,252 @@
+"""The operator against a real API server: build Jobs run (kwok), Deployments roll, status tells."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from specdec.api.models import GROUP, VERSION
+from tests.kube_helpers import Kube, wait_for
+from tests.unit.invalid_specs import INVALID_SPECS
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+BUILD_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def example(name: str) -> dict:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+DRAFT_TARGET = "llama-2-13b-draft-7b-logits.yaml"
+
+
+class SD:
+    """A SpeculativeDeployment in a test namespace, read and written through the API server."""
+
+    def __init__(self, kube: Kube, namespace: str, body: dict):
+        self.kube, self.namespace = kube, namespace
+        self.name = body["metadata"]["name"]
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
+
+    def get(self) -> dict:
+        return self.kube.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                             "speculativedeployments", self.name)
+
+    def patch(self, patch: dict) -> None:
+        self.kube.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                        "speculativedeployments", self.name, patch)
+
+    def condition(self, kind: str) -> dict:
+        return next((c for c in (self.get().get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+    def wait_ready(self, timeout: float = 90) -> dict:
+        def ready():
+            obj = self.get()
+            status = obj.get("status") or {}
+            cond = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+            fresh = status.get("observedGeneration") == obj["metadata"]["generation"]
+            return fresh and cond.get("status") == "True" and obj
+        return wait_for(ready, f"{self.name} Ready=True", timeout=timeout)
+
+
+def engine_builds(kube: Kube, namespace: str) -> list[dict]:
+    return kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "enginebuilds")["items"]
+
+
+def jobs(kube: Kube, namespace: str) -> list:
+    return kube.batch.list_namespaced_job(namespace).items
+
+
+def test_draft_target_goes_ready_through_builds_and_rollout(kube: Kube, namespace: str, operator):
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    obj = sd.wait_ready()
+    status = obj["status"]
+    assert status["phase"] == "Ready"
+    assert status["readyReplicas"] == 1
+    assert status["endpoint"] == f"http://llama2-13b-spec.{namespace}.svc:8000/v1"
+    builds = engine_builds(kube, namespace)
+    assert sorted(b["status"]["phase"] for b in builds) == ["Succeeded", "Succeeded"]
+    assert sorted(status["engineBuilds"]) == sorted(b["metadata"]["name"] for b in builds)
+    assert all(j.status.succeeded == 1 for j in jobs(kube, namespace)) and len(jobs(kube, namespace)) == 2
+    deployment = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
+    container = deployment.spec.template.spec.containers[0]
+    assert container.resources.limits["nvidia.com/gpu"] == "2"  # draft on GPU 0, target on GPU 1
+    config = kube.core.read_namespaced_config_map("llama2-13b-spec-runtime", namespace)
+    assert '"useLogits": true' in config.data["runtime.json"]
+    assert kube.core.read_namespaced_service("llama2-13b-spec", namespace).spec.ports[0].port == 8000
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"SpecValid": "True", "EnginesReady": "True", "RuntimeAvailable": "True", "Ready": "True"}
+    reasons = {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")}
+    assert {"EngineBuildCreated", "RuntimeApplied", "Ready"} <= reasons
+
+
+def test_same_target_is_built_once_for_two_deployments(kube: Kube, namespace: str, operator):
+    first = example(DRAFT_TARGET)
+    second = copy.deepcopy(first)
+    second["metadata"]["name"] = "other"
+    second["spec"]["speculation"]["draftTarget"]["draft"]["model"] = "hf://meta-llama/Llama-2-7b-chat-hf"
+    a, b = SD(kube, namespace, first), SD(kube, namespace, second)
+    a.wait_ready()
+    b.wait_ready()
+    builds = engine_builds(kube, namespace)
+    assert len(builds) == 3  # one shared target, two drafts
+    assert len(jobs(kube, namespace)) == 3
+    shared = set(a.get()["status"]["engineBuilds"]) & set(b.get()["status"]["engineBuilds"])
+    assert len(shared) == 1
+    assert next(x for x in builds if x["metadata"]["name"] in shared)["spec"]["recipe"]["model"] == \
+        "hf://meta-llama/Llama-2-13b-hf"
+
+
+def test_recipe_change_builds_then_rolls_without_dropping_the_old_runtime(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    sd = SD(kube, namespace, body)
+    sd.wait_ready()
+    before = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
+    old_hash = before.spec.template.metadata.annotations["specdec.io/config-hash"]
+    # Hold the new builds for a few seconds so we can look at the cluster while they run.
+    sd.patch({"spec": {"speculation": {"draftTarget": {"maxDraftLen": 8}},
+                       "build": {"podAnnotations": {BUILD_DELAY: "4s"}}}})
+    building = wait_for(lambda: sd.condition("EnginesReady").get("reason") == "EnginesBuilding" and sd.get(),
+                        "new engines building")
+    during = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
+    assert during.metadata.uid == before.metadata.uid
+    assert during.spec.template.metadata.annotations["specdec.io/config-hash"] == old_hash
+    assert during.status.ready_replicas == 1  # the old engines keep serving
+    assert building["status"]["phase"] == "Building"
+    sd.wait_ready()
+    after = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
+    assert after.metadata.uid == before.metadata.uid  # rolled, never deleted
+    assert after.spec.template.metadata.annotations["specdec.io/config-hash"] != old_hash
+    assert len(engine_builds(kube, namespace)) == 3  # old target, new target, unchanged draft
+    target_builds = [b for b in engine_builds(kube, namespace) if b["spec"]["recipe"].get("maxDraftLen")]
+    assert sorted(b["spec"]["recipe"]["maxDraftLen"] for b in target_builds) == [8, 10]
+
+
+def test_replicas_change_touches_only_the_deployment(kube: Kube, namespace: str, operator):
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    sd.wait_ready()
+    job_names = sorted(j.metadata.name for j in jobs(kube, namespace))
+    hash_before = kube.apps.read_namespaced_deployment(
+        "llama2-13b-spec", namespace).spec.template.metadata.annotations["specdec.io/config-hash"]
+    sd.patch({"spec": {"runtime": {"replicas": 3}}})
+    obj = sd.wait_ready()
+    assert obj["status"]["readyReplicas"] == 3
+    deployment = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
+    assert deployment.spec.replicas == 3
+    assert deployment.spec.template.metadata.annotations["specdec.io/config-hash"] == hash_before
+    assert sorted(j.metadata.name for j in jobs(kube, namespace)) == job_names
+
+
+def test_scale_subresource_drives_replicas(kube: Kube, namespace: str, operator):
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    sd.wait_ready()
+    kube.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, "speculativedeployments",
+                                                     sd.name, {"spec": {"replicas": 2}})
+    assert sd.wait_ready()["status"]["readyReplicas"] == 2
+    scale = kube.custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, "speculativedeployments", sd.name)
+    assert scale["status"]["replicas"] == 2 and "app.kubernetes.io/instance" in scale["status"]["selector"]
+
+
+def test_failing_build_reports_the_step(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    body["spec"]["build"] = {
+        "backoffLimit": 0,
+        "podLabels": {FAIL_LABEL: "true"},
+        "podAnnotations": {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": "3",
+                           f"{FAIL_LABEL}/message": "simulated-trtllm-build-error",
+                           f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"},
+    }
+    sd = SD(kube, namespace, body)
+    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "BuildFailed" and c,
+                     "Ready=False with reason BuildFailed")
+    assert ready["status"] == "False"
+    assert "step build failed with exit code 3" in ready["message"]
+    assert "simulated-trtllm-build-error" in ready["message"]
+    assert sd.get()["status"]["phase"] == "Failed"
+    failed = [b for b in engine_builds(kube, namespace) if b["status"].get("phase") == "Failed"]
+    assert failed and all(b["status"]["failedStep"] == "build" for b in failed)
+    assert kube.apps.list_namespaced_deployment(namespace).items == []  # nothing rolled out
+
+
+def test_operator_killed_mid_build_makes_no_second_job(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    body["spec"]["build"] = {"podAnnotations": {BUILD_DELAY: "6s"}}
+    sd = SD(kube, namespace, body)
+    wait_for(lambda: len(jobs(kube, namespace)) == 2, "both build Jobs created")
+    operator.kill()
+    uids = sorted(j.metadata.uid for j in jobs(kube, namespace))
+    operator.start()
+    sd.wait_ready()
+    assert sorted(j.metadata.uid for j in jobs(kube, namespace)) == uids
+
+
+def test_pytorch_backend_needs_no_build(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    body["metadata"]["name"] = "torch"
+    body["spec"]["backend"] = "pytorch"
+    for source in (body["spec"]["target"], body["spec"]["speculation"]["draftTarget"]["draft"]):
+        del source["devices"]
+    sd = SD(kube, namespace, body)
+    obj = sd.wait_ready()
+    assert engine_builds(kube, namespace) == [] and jobs(kube, namespace) == []
+    assert "EnginesReady" not in {c["type"] for c in obj["status"]["conditions"]}
+    config = kube.core.read_namespaced_config_map("torch-runtime", namespace).data["runtime.json"]
+    assert '"backend": "pytorch"' in config
+
+
+def test_spec_the_schema_cannot_judge_gets_spec_valid_false(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    body["spec"]["target"]["devices"] = [2]  # with the draft on 0: GPU 1 unused, not 0..n-1
+    sd = SD(kube, namespace, body)
+    cond = wait_for(lambda: (c := sd.condition("SpecValid")).get("status") == "False" and c, "SpecValid=False")
+    assert cond["reason"] == "DevicesNotContiguous"
+    assert sd.condition("Ready")["reason"] == "DevicesNotContiguous"
+    assert engine_builds(kube, namespace) == []
+
+
+def test_delete_removes_children_and_unused_engines_after_retention(kube: Kube, namespace: str, operator_env,
+                                                                  request):
+    operator_env["SPECDEC_ENGINE_RETENTION_SECONDS"] = "2"
+    operator_env["SPECDEC_RESYNC_SECONDS"] = "1"
+    request.getfixturevalue("operator")
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    sd.wait_ready()
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", sd.name)
+
+    def gone():
+        return (not kube.apps.list_namespaced_deployment(namespace).items
+                and not kube.core.list_namespaced_service(namespace).items
+                and not [c for c in kube.core.list_namespaced_config_map(namespace).items
+                         if c.metadata.name.endswith("-runtime")])
+    wait_for(gone, "runtime Deployment, Service and ConfigMap garbage-collected")
+    wait_for(lambda: not engine_builds(kube, namespace) and not jobs(kube, namespace),
+             "unused EngineBuilds (and their Jobs) removed after the retention")
+    assert kube.core.read_namespaced_persistent_volume_claim("specdec-engine-cache", namespace)  # cache kept
+
+
+def test_engine_build_spec_is_immutable(kube: Kube, namespace: str, operator):
+    SD(kube, namespace, example(DRAFT_TARGET))
+    build = wait_for(lambda: engine_builds(kube, namespace), "EngineBuilds created")[0]
+    with pytest.raises(ApiException) as refused:
+        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "enginebuilds",
+                                                   build["metadata"]["name"],
+                                                   {"spec": {"recipe": {"dtype": "bfloat16"}}})
+    assert refused.value.status == 422 and "immutable" in refused.value.body
+
+
+@pytest.mark.parametrize("case", INVALID_SPECS, ids=[c[0] for c in INVALID_SPECS])
+def test_api_server_refuses_invalid_spec_naming_the_field(kube: Kube, namespace: str, crds, case):
+    _, spec, field = case
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpeculativeDeployment",
+            "metadata": {"name": "bad"}, "spec": spec}
+    with pytest.raises(ApiException) as refused:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
+    assert refused.value.status == 422
+    assert field in refused.value.body, refused.value.body

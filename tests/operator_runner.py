@@ -1,0 +1,61 @@
+"""Run the real operator (`specdec operator`) as a child process, watching one namespace.
+
+A process rather than kopf's in-thread KopfRunner, so a test can kill it with SIGKILL mid-build
+and start it again, as a crashed pod would be.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, port: int,
+                 env: dict[str, str] | None = None):
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.log_path = log_path
+        self.port = port
+        self.env = env or {}
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "specdec.cli", "operator", "--namespace", self.namespace,
+             "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"operator exited with {self.process.returncode}:\n{self.logs()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"operator not healthy after {timeout}s:\n{self.logs()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers run, as when a node dies."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path.exists() else ""
