@@ -86,12 +86,7 @@ class Kube:
               content_type: str = "application/json") -> dict[str, Any]:
         for attempt in range(RETRIES):
             try:
-                response = self.api.call_api(
-                    path, method, query_params=query or [], body=body,
-                    header_params={"Accept": "application/json", "Content-Type": content_type},
-                    auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30)
-                data = response[0].data
-                return json.loads(data) if data else {}
+                return self._request(method, path, body, query, content_type)
             except ApiException as error:
                 if error.status not in (429, 500, 502, 503, 504) or attempt == RETRIES - 1:
                     raise
@@ -100,6 +95,18 @@ class Kube:
                 log.warning("%s %s: HTTP %s, retrying in %.1fs", method, path, error.status, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _request(self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None,
+                 content_type: str) -> dict[str, Any]:
+        method, url, headers, body, _ = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query or [], body=body,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"])
+        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        data = response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException.from_response(http_resp=response, body=data.decode(errors="replace"), data=None)
+        return json.loads(data) if data else {}
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -6,12 +6,12 @@ API server.
 
 from __future__ import annotations
 
-import jsonschema
 import pytest
 
 from specdec.api import models
 from specdec.plan import Problem, parse_spec
-from tests.unit.helpers import EXAMPLES, SD_CRD, crd_schema, load_example, make_plan, validations
+from tests.unit.helpers import (EXAMPLES, SD_CRD, crd_schema, load_example, make_plan, schema_errors, schema_nodes,
+                                validations)
 from tests.unit.invalid_specs import CROSS_FIELD, INVALID_SPECS, LIST_SET, draft_target, redrafter, spec
 
 IDS = [entry[0] for entry in INVALID_SPECS]
@@ -77,7 +77,7 @@ def test_cel_field_paths_name_existing_fields():
 @pytest.mark.parametrize("entry_id", sorted(LIST_SET))
 def test_list_set_entries_rely_on_a_set_list(entry_id):
     field = dict((e[0], e[2]) for e in INVALID_SPECS)[entry_id]
-    sets = [path for path, node in __import__("tests.unit.helpers", fromlist=["schema_nodes"]).schema_nodes(spec_schema())
+    sets = [path for path, node in schema_nodes(spec_schema())
             if path.endswith("." + field) and node.get("x-kubernetes-list-type") == "set"]
     assert ".target.devices" in sets and ".speculation.draftTarget.draft.devices" in sets, sets
 
@@ -85,10 +85,9 @@ def test_list_set_entries_rely_on_a_set_list(entry_id):
 @pytest.mark.parametrize("entry_id,raw,field", SIMPLE, ids=[e[0] for e in SIMPLE])
 def test_crd_schema_refuses_simple_violations(entry_id, raw, field):
     """Bounds, enums and patterns live in the OpenAPI schema itself (no CEL needed)."""
-    errors = list(jsonschema.Draft202012Validator(spec_schema()).iter_errors(raw))
+    errors = schema_errors(spec_schema(), raw)
     assert errors, f"{entry_id} passes the CRD schema"
-    assert any(field in ".".join(str(p) for p in e.absolute_path) for e in errors), \
-        [(list(e.absolute_path), e.message) for e in errors]
+    assert any(field in e.split(":")[0] for e in errors), errors
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -96,8 +95,7 @@ def test_examples_parse_and_fit_the_crd_schema(path):
     obj = load_example(path.stem)
     assert obj["apiVersion"] == models.API_VERSION and obj["kind"] == "SpeculativeDeployment"
     assert isinstance(parse_spec(obj["spec"]), models.SpeculativeDeploymentSpec)
-    errors = [e.message for e in jsonschema.Draft202012Validator(spec_schema()).iter_errors(obj["spec"])]
-    assert errors == []
+    assert schema_errors(spec_schema(), obj["spec"]) == []
 
 
 def test_defaults_of_a_minimal_spec():
@@ -148,21 +146,35 @@ def test_crd_defaults_match_pydantic(json_path, default):
 
 
 @pytest.mark.parametrize("block", [".speculation", ".runtime", ".runtime.kvCache", ".engine", ".build", ".cache"])
-def test_crd_defaults_omitted_blocks(block):
-    """`default: {}` on optional blocks, so nested defaults (and CEL rules reading them) apply."""
-    node = spec_schema()
+def test_crd_defaults_of_omitted_blocks_match_pydantic(block):
+    """An omitted block defaults (in the API server) to what pydantic fills in, so nested defaults
+    and the CEL rules reading them (e.g. `self.runtime.kvCache.enableBlockReuse`) see the same values."""
+    node, value = spec_schema(), parse_spec(spec())
     for part in block.strip(".").split("."):
         node = node["properties"][part]
-    assert node["default"] == {}
+        value = getattr(value, {"kvCache": "kv_cache"}.get(part, part))
+    assert "default" in node, f"spec{block} has no default"
+    assert node["default"] == value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert schema_errors(node, node["default"]) == []
+
+
+def test_crd_default_of_runtime_enables_block_reuse():
+    runtime = spec_schema()["properties"]["runtime"]
+    assert runtime["default"]["kvCache"]["enableBlockReuse"] is True
+    assert runtime["default"]["replicas"] == 1
 
 
 @pytest.mark.xfail(strict=True, reason="bug: parse_spec accepts snake_case field names (populate_by_name=True), "
                                        "which the CRD schema does not know; `specdec render` accepts specs the API server refuses")
 def test_parse_spec_refuses_snake_case_field_names():
-    assert isinstance(parse_spec({"target": {"model": "hf://a/b", "tensor_parallel_size": 2}}), Problem)
+    raw = {"target": {"model": "hf://a/b", "tensor_parallel_size": 2}}
+    assert schema_errors(spec_schema(), raw) == [".target.tensor_parallel_size: unknown field"]
+    assert isinstance(parse_spec(raw), Problem)
 
 
 @pytest.mark.xfail(strict=True, reason="bug: parse_spec coerces the string '4' to the integer draftLen (pydantic lax "
                                        "mode); the CRD schema (type: integer) refuses it")
 def test_parse_spec_refuses_strings_for_integers():
-    assert isinstance(parse_spec(spec(speculation=draft_target(draftLen="4"))), Problem)
+    raw = spec(speculation=draft_target(draftLen="4"))
+    assert schema_errors(spec_schema(), raw) == [".speculation.draftTarget.draftLen: not integer"]
+    assert isinstance(parse_spec(raw), Problem)

@@ -1,7 +1,8 @@
 """Generate the CustomResourceDefinitions in `crds/` from the pydantic models.
 
-pydantic emits JSON Schema; the API server wants a *structural* OpenAPI v3 schema: no `$ref`, no
-`anyOf` with null, no `title`, int-or-string marked with `x-kubernetes-int-or-string`, and defaults
+pydantic emits JSON Schema; the API server wants a *structural* OpenAPI v3.0 schema: no `$ref`, no
+`anyOf` with null, no `title`, boolean exclusive bounds, int-or-string marked with
+`x-kubernetes-int-or-string`, and defaults
 on every object whose fields have defaults (so nested defaults apply when the user omits a block).
 """
 
@@ -50,18 +51,26 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         out["x-kubernetes-preserve-unknown-fields"] = True
     if "const" in out:
         out["enum"] = [out.pop("const")]
+    # JSON Schema gives exclusive bounds as numbers; OpenAPI v3.0 as a flag on minimum/maximum.
+    for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if isinstance(out.get(flag), (int, float)) and not isinstance(out[flag], bool):
+            out[bound] = out.pop(flag)
+            out[flag] = True
     return out
 
 
 def _default_objects(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """Give `default: {}` to nested model fields built by a default factory, recursively."""
+    """Default nested blocks built by a default factory to their fully defaulted value.
+
+    Not `{}`: the API server checks a default against the CEL rules as written, before the
+    defaults inside it apply, so rules reading e.g. `self.mode` need the filled-in object."""
     for name, field in model.model_fields.items():
         sub = schema.get("properties", {}).get(field.alias or name)
         annotation = field.annotation
         if sub is None or not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             continue
         if field.default_factory is not None:
-            sub["default"] = {}
+            sub["default"] = field.default_factory().model_dump(mode="json", by_alias=True, exclude_none=True)
         _default_objects(sub, annotation)
 
 

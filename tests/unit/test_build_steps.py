@@ -1,0 +1,291 @@
+"""The build steps and their exact TensorRT-LLM flags, per recipe kind (see /tmp/research/trtllm.md and
+the DTM / ReDrafter READMEs and NVIDIA's blog for where each flag comes from)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS, build_steps
+from specdec.builders.engine import build_engine_build, build_job
+from tests.unit.helpers import SETTINGS, command, engines, flag, has_pairs, steps
+from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
+
+EXAMPLES_DIR = "${TRTLLM_EXAMPLES_DIR}"
+SPECULATIVE_FLAGS = {"--speculative_decoding_mode", "--max_draft_len", "--gather_generation_logits"}
+
+
+def fp16_draft_target(**fields):
+    return spec(speculation=draft_target(maxDraftLen=10, **fields))
+
+
+def fp8_source(model, **extra):
+    return {"model": model, "quantization": "fp8", **extra}
+
+
+def names(engine):
+    return [s.name for s in steps(engine)]
+
+
+def step(engine, name):
+    return next(s for s in steps(engine) if s.name == name)
+
+
+def job_for(engine):
+    created = build_engine_build("ns", engine)
+    created["metadata"]["uid"] = "uid-1"
+    return build_job(created, SETTINGS)
+
+
+def containers(job):
+    pod = job["spec"]["template"]["spec"]
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+# --- draftTarget, fp16 ----------------------------------------------------------------------------
+
+def test_fp16_target_is_converted_then_built_with_draft_tokens_external():
+    target = engines(fp16_draft_target())["target"]
+    assert names(target) == ["fetch", "convert", "build"]
+    convert = command(step(target, "convert"), "convert_checkpoint.py")
+    assert convert[:2] == ["python3", f"{EXAMPLES_DIR}/models/core/llama/convert_checkpoint.py"]
+    assert has_pairs(convert, ("--dtype", "float16"), ("--tp_size", 1), ("--workers", 1))
+    assert flag(convert, "--model_dir") == "/cache/models/meta-llama--Llama-2-13b-hf/main"
+    build = command(step(target, "build"), "trtllm-build")
+    assert has_pairs(build, ("--speculative_decoding_mode", "draft_tokens_external"), ("--max_draft_len", 10),
+                     ("--use_paged_context_fmha", "enable"), ("--gemm_plugin", "float16"))
+    assert flag(build, "--checkpoint_dir") == flag(convert, "--output_dir")
+    assert "--gather_generation_logits" not in build
+
+
+def test_max_draft_len_defaults_to_draft_len_in_the_target_build():
+    target = engines(spec(speculation=draft_target(draftLen=6)))["target"]
+    assert flag(command(step(target, "build"), "trtllm-build"), "--max_draft_len") == "6"
+
+
+def test_fp16_draft_has_no_speculative_flags():
+    draft = engines(fp16_draft_target())["draft"]
+    assert names(draft) == ["fetch", "convert", "build"]
+    build = command(step(draft, "build"), "trtllm-build")
+    assert not SPECULATIVE_FLAGS & set(build)
+    assert has_pairs(build, ("--use_paged_context_fmha", "enable"), ("--gemm_plugin", "float16"))
+    assert flag(command(step(draft, "convert"), "convert_checkpoint.py"), "--model_dir") == \
+        "/cache/models/meta-llama--Llama-2-7b-hf/main"
+
+
+def test_bfloat16_and_family_select_dtype_and_script():
+    source = {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "dtype": "bfloat16", "family": "qwen"}
+    target = engines(spec(target=source))["target"]
+    convert = command(step(target, "convert"), "convert_checkpoint.py")
+    assert convert[1] == f"{EXAMPLES_DIR}/models/core/qwen/convert_checkpoint.py"
+    assert flag(convert, "--dtype") == "bfloat16"
+    assert flag(command(step(target, "build"), "trtllm-build"), "--gemm_plugin") == "bfloat16"
+
+
+def test_engine_limits_become_build_flags():
+    raw = fp16_draft_target()
+    raw["engine"] = {"maxBatchSize": 4, "maxInputLen": 3200, "maxSeqLen": 4800, "maxNumTokens": 8192}
+    for engine in engines(raw).values():
+        build = command(step(engine, "build"), "trtllm-build")
+        assert has_pairs(build, ("--max_batch_size", 4), ("--max_input_len", 3200), ("--max_seq_len", 4800),
+                         ("--max_num_tokens", 8192))
+
+
+def test_unset_engine_limits_are_left_to_trtllm():
+    build = command(step(engines(spec())["target"], "build"), "trtllm-build")
+    assert not {"--max_batch_size", "--max_input_len", "--max_seq_len", "--max_num_tokens"} & set(build)
+    assert not SPECULATIVE_FLAGS & set(build)
+
+
+# --- fp8 ------------------------------------------------------------------------------------------
+
+def test_fp8_is_quantized_with_fp8_kv_cache_and_fp8_gemm():
+    raw = spec(target=fp8_source(TARGET, tensorParallelSize=2),
+               speculation=draft_target(draft=fp8_source(DRAFT)))
+    built = engines(raw)
+    for role, engine in built.items():
+        assert names(engine) == ["fetch", "quantize", "build"], role
+        quantize = command(step(engine, "quantize"), "quantize.py")
+        assert quantize[1] == f"{EXAMPLES_DIR}/quantization/quantize.py"
+        assert has_pairs(quantize, ("--qformat", "fp8"), ("--kv_cache_dtype", "fp8"), ("--calib_size", 512),
+                         ("--dtype", "float16"))
+        assert flag(command(step(engine, "build"), "trtllm-build"), "--gemm_plugin") == "fp8"
+    assert flag(command(step(built["target"], "quantize"), "quantize.py"), "--tp_size") == "2"
+    assert flag(command(step(built["draft"], "quantize"), "quantize.py"), "--tp_size") == "1"
+
+
+def test_fp8_with_auto_kv_cache_has_no_kv_cache_dtype():
+    target = engines(spec(target=fp8_source(TARGET, kvCacheDtype="auto")))["target"]
+    quantize = command(step(target, "quantize"), "quantize.py")
+    assert flag(quantize, "--qformat") == "fp8"
+    assert "--kv_cache_dtype" not in quantize
+
+
+def test_calib_size_comes_from_settings():
+    target = engines(spec(target=fp8_source(TARGET)))["target"]
+    quantize_step = next(s for s in build_steps(target.name, target.spec, 1024) if s.name == "quantize")
+    assert flag(command(quantize_step, "quantize.py"), "--calib_size") == "1024"
+
+
+# --- logits acceptance ----------------------------------------------------------------------------
+
+def test_logits_acceptance_gathers_generation_logits_on_both_engines():
+    built = engines(fp16_draft_target(acceptance="logits"))
+    assert set(built) == {"target", "draft"}
+    for role, engine in built.items():
+        assert "--gather_generation_logits" in command(step(engine, "build"), "trtllm-build"), role
+
+
+def test_token_acceptance_gathers_no_logits():
+    for engine in engines(fp16_draft_target(acceptance="tokens")).values():
+        assert "--gather_generation_logits" not in command(step(engine, "build"), "trtllm-build")
+
+
+# --- redrafter ------------------------------------------------------------------------------------
+
+def redrafter_engine(**fields):
+    built = engines(spec(speculation=redrafter(numBeams=4, draftLenPerBeam=5, **fields)))
+    assert list(built) == ["target"]
+    return built["target"]
+
+
+def test_redrafter_converts_base_then_drafter_then_builds_explicit_draft_tokens():
+    engine = redrafter_engine()
+    assert names(engine) == ["fetch", "convert", "redrafter-convert", "build"]
+    base = command(step(engine, "convert"), "convert_checkpoint.py")
+    assert base[1] == f"{EXAMPLES_DIR}/models/core/llama/convert_checkpoint.py"
+    rd = command(step(engine, "redrafter-convert"), "convert_checkpoint.py")
+    assert rd[1] == f"{EXAMPLES_DIR}/redrafter/convert_checkpoint.py"
+    assert flag(rd, "--base_model_checkpoint_dir") == flag(base, "--output_dir")
+    assert flag(rd, "--drafter_model_dir") == "/models/drafters/vicuna-7b-drafter"
+    assert has_pairs(rd, ("--redrafter_num_beams", 4), ("--redrafter_draft_len_per_beam", 5), ("--dtype", "float16"))
+    assert "--model_dir" not in rd  # the old ReDrafter API
+    assert "--redrafter_no_greedy_search" not in rd
+    build = command(step(engine, "build"), "trtllm-build")
+    assert flag(build, "--checkpoint_dir") == flag(rd, "--output_dir")
+    assert flag(build, "--speculative_decoding_mode") == "explicit_draft_tokens"
+    assert "--max_draft_len" not in build and "--gather_generation_logits" not in build
+
+
+def test_redrafter_no_greedy_search_only_when_greedy_is_false():
+    rd = command(step(redrafter_engine(greedy=False, temperature=0.7), "redrafter-convert"), "convert_checkpoint.py")
+    assert rd.count("--redrafter_no_greedy_search") == 1
+
+
+def test_redrafter_on_fp8_base_quantizes_first():
+    raw = spec(target=fp8_source(TARGET), speculation=redrafter())
+    engine = engines(raw)["target"]
+    assert names(engine) == ["fetch", "quantize", "redrafter-convert", "build"]
+    rd = command(step(engine, "redrafter-convert"), "convert_checkpoint.py")
+    assert flag(rd, "--base_model_checkpoint_dir") == flag(command(step(engine, "quantize"), "quantize.py"), "--output_dir")
+    assert flag(command(step(engine, "build"), "trtllm-build"), "--gemm_plugin") == "fp8"
+
+
+def test_hf_drafter_is_fetched_too():
+    engine = engines(spec(speculation=redrafter(drafterModel="hf://org/drafter")))["target"]
+    fetch = step(engine, "fetch").script
+    assert "org/drafter" in fetch and "meta-llama/Llama-2-13b-hf" in fetch
+    rd = command(step(engine, "redrafter-convert"), "convert_checkpoint.py")
+    assert flag(rd, "--drafter_model_dir") == "/cache/models/org--drafter/main"
+
+
+# --- models: hf:// fetched, pvc:// mounted --------------------------------------------------------
+
+def test_hf_model_is_fetched_at_its_revision_once():
+    engine = engines(spec(target={"model": TARGET, "revision": "v1.0"}))["target"]
+    fetch = step(engine, "fetch")
+    assert not fetch.uses_gpus
+    assert "snapshot_download" in fetch.script and "meta-llama/Llama-2-13b-hf v1.0 /cache/models/meta-llama--Llama-2-13b-hf/v1.0" in fetch.script
+    assert "/cache/models/meta-llama--Llama-2-13b-hf/v1.0/.specdec-complete" in fetch.script
+    assert flag(command(step(engine, "convert"), "convert_checkpoint.py"), "--model_dir") == \
+        "/cache/models/meta-llama--Llama-2-13b-hf/v1.0"
+
+
+def test_pvc_model_is_not_fetched_and_is_mounted_read_only():
+    engine = engines(spec(target={"model": "pvc://weights/llama/13b"}))["target"]
+    assert names(engine) == ["convert", "build"]
+    assert flag(command(step(engine, "convert"), "convert_checkpoint.py"), "--model_dir") == "/models/weights/llama/13b"
+    job = job_for(engine)
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "model-0", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["volumes"]
+    for c in containers(job):
+        assert {"name": "model-0", "mountPath": "/models/weights", "readOnly": True} in c["volumeMounts"], c["name"]
+
+
+# --- the Job --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw,expected", [
+    (spec(speculation=redrafter()), ["fetch", "convert", "redrafter-convert", "build"]),
+    (spec(target=fp8_source(TARGET)), ["fetch", "quantize", "build"]),
+    (spec(target={"model": "pvc://weights/m"}), ["convert", "build"]),
+], ids=["redrafter", "fp8", "pvc"])
+def test_job_containers_are_the_steps_in_order(raw, expected):
+    job = job_for(engines(raw)["target"])
+    pod = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == expected[:-1]
+    assert [c["name"] for c in pod["containers"]] == ["build"]
+    assert pod["restartPolicy"] == "Never"
+    for c in containers(job):
+        assert c["command"][:4] == ["/bin/bash", "-euo", "pipefail", "-c"]
+        assert c["command"][4] == step(engines(raw)["target"], c["name"]).script
+        assert set(c["name"]) <= set("abcdefghijklmnopqrstuvwxyz-") and c["name"] in STEP_PHASES
+        assert c["name"] in STEP_REASONS
+
+
+def test_gpu_limit_is_tensor_parallel_size_on_gpu_steps_and_none_on_fetch():
+    raw = spec(target={"model": TARGET, "tensorParallelSize": 2}, build={"resources": {
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": 8}, "requests": {"cpu": "8"}}})
+    job = job_for(engines(raw)["target"])
+    by_name = {c["name"]: c for c in containers(job)}
+    assert "nvidia.com/gpu" not in by_name["fetch"]["resources"].get("limits", {})
+    assert by_name["fetch"]["resources"]["limits"]["memory"] == "64Gi"
+    for name in ("convert", "build"):
+        limits = by_name[name]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "2", name  # derived, never the user's 8
+        assert limits["memory"] == "64Gi" and by_name[name]["resources"]["requests"] == {"cpu": "8"}
+
+
+def test_job_passes_the_restricted_pod_security_profile():
+    job = job_for(engines(spec(speculation=redrafter()))["target"])
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for c in containers(job):
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False, c["name"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]
+        assert not sc.get("privileged") and sc.get("runAsUser", 1000) != 0, c["name"]
+    allowed = {"configMap", "emptyDir", "persistentVolumeClaim", "secret", "projected", "downwardAPI"}
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= allowed, volume
+    assert "hostNetwork" not in pod and "hostPID" not in pod and "hostIPC" not in pod
+
+
+def test_job_is_owned_by_its_engine_build_and_placed_on_gpus():
+    raw = spec(build={"nodeSelector": {"gpu": "h100"}, "backoffLimit": 5, "activeDeadlineSeconds": 7200,
+                      "podLabels": {"team": "ml"}, "podAnnotations": {"a": "b"}})
+    engine = engines(raw)["target"]
+    job = job_for(engine)
+    assert job["metadata"]["name"] == f"{engine.name}-build"
+    assert job["metadata"]["ownerReferences"] == [{"apiVersion": "specdec.io/v1alpha1", "kind": "EngineBuild",
+                                                   "name": engine.name, "uid": "uid-1", "controller": True,
+                                                   "blockOwnerDeletion": True}]
+    assert job["spec"]["backoffLimit"] == 5 and job["spec"]["activeDeadlineSeconds"] == 7200
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "ml"
+    assert template["metadata"]["labels"]["specdec.io/engine-build"] == engine.name
+    assert template["metadata"]["annotations"] == {"a": "b"}
+    assert template["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu": "h100"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in template["spec"]["tolerations"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "specdec-engine-cache"}} in template["spec"]["volumes"]
+
+
+def test_build_publishes_the_engine_atomically():
+    engine = engines(spec())["target"]
+    script = step(engine, "build").script
+    final = f"/cache/{engine.spec.engine_path}"
+    build = command(step(engine, "build"), "trtllm-build")
+    assert flag(build, "--output_dir") == f"{final}.partial"
+    assert script.rstrip().splitlines()[-2] == f"rm -rf {final} && mv {final}.partial {final}"
+    assert f"{final}.partial/specdec-recipe.json" in script

@@ -1,0 +1,255 @@
+"""Status evaluation on hand-written Job and pod objects; condition merging and aggregation."""
+
+from __future__ import annotations
+
+from specdec import conditions
+from specdec.conditions import Cond
+from specdec.status import BuildState, deployment_conditions, evaluate_build, step_failure
+from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
+from tests.unit.invalid_specs import spec
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
+
+
+# --- builders of observed objects -----------------------------------------------------------------
+
+def job(*conds: dict, **status) -> dict:
+    return {"metadata": {"name": "eb-build"}, "status": {**status, "conditions": list(conds)}}
+
+
+def cond(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+def running() -> dict:
+    return {"running": {"startedAt": T0}}
+
+
+def waiting(reason: str = "PodInitializing") -> dict:
+    return {"waiting": {"reason": reason}}
+
+
+def terminated(code: int, reason: str = "", message: str = "") -> dict:
+    return {"terminated": {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
+                           "message": message}}
+
+
+def pod(name: str = "eb-build-abcde", phase: str = "Running", init: dict | None = None, main: dict | None = None,
+        created: str = T0, limits: dict | None = None, conds: list[dict] | None = None) -> dict:
+    """A build pod; `init` / `main` map container name -> state."""
+    init, main = init or {}, main or {"build": waiting()}
+    spec_of = lambda n: {"name": n, "resources": {"limits": limits or {}}}  # noqa: E731
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"initContainers": [spec_of(n) for n in init], "containers": [spec_of(n) for n in main]},
+        "status": {"phase": phase, "conditions": conds or [cond("PodScheduled")],
+                   "initContainerStatuses": [{"name": n, "state": s} for n, s in init.items()],
+                   "containerStatuses": [{"name": n, "state": s} for n, s in main.items()]},
+    }
+
+
+# --- evaluate_build -------------------------------------------------------------------------------
+
+def test_no_job_is_pending():
+    state = evaluate_build(None, [])
+    assert (state.phase, state.reason) == ("Pending", "JobPending")
+    assert not state.succeeded and not state.failed
+
+
+def test_running_quantize_init_container_is_quantizing():
+    p = pod(init={"fetch": terminated(0), "quantize": running()})
+    state = evaluate_build(job(active=1), [p])
+    assert (state.phase, state.reason) == ("Quantizing", "Quantizing")
+    assert "quantize" in state.message and "eb-build-abcde" in state.message
+
+
+def test_phase_follows_the_running_step():
+    for init, phase in [({"fetch": running(), "convert": waiting()}, "Fetching"),
+                        ({"fetch": terminated(0), "convert": running()}, "Converting"),
+                        ({"convert": terminated(0), "redrafter-convert": running()}, "Converting")]:
+        assert evaluate_build(job(active=1), [pod(init=init)]).phase == phase
+    done = pod(init={"fetch": terminated(0), "convert": terminated(0)}, main={"build": running()})
+    assert evaluate_build(job(active=1), [done]).phase == "Building"
+
+
+def test_complete_job_succeeded():
+    state = evaluate_build(job(cond("Complete"), succeeded=1), [])
+    assert (state.phase, state.reason, state.attempts) == ("Succeeded", "Built", 1)
+    assert state.succeeded
+
+
+def test_failed_quantize_names_the_step_exit_code_and_message():
+    failed = pod(phase="Failed", init={"fetch": terminated(0), "quantize": terminated(1, message="CUDA error")},
+                 main={"build": waiting()})
+    state = evaluate_build(job(cond("Failed", reason="BackoffLimitExceeded"), failed=3), [failed])
+    assert state.failed
+    assert (state.reason, state.failed_step) == ("QuantizeFailed", "quantize")
+    assert "exit code 1" in state.message and "CUDA error" in state.message
+    assert "3 attempt" in state.message and state.attempts == 3
+
+
+def test_the_newest_pod_decides_the_failure():
+    old = pod("eb-build-old", "Failed", init={"convert": terminated(2, message="old")}, created=T0)
+    new = pod("eb-build-new", "Failed", init={"convert": terminated(0)}, main={"build": terminated(1, message="new")},
+              created=T1)
+    state = evaluate_build(job(cond("Failed"), failed=2), [new, old])
+    assert (state.reason, state.failed_step) == ("BuildFailed", "build")
+    assert "new" in state.message
+
+
+def test_oom_killed_build_reports_the_memory_limit():
+    oom = pod(phase="Failed", init={"convert": terminated(0)}, main={"build": terminated(137, reason="OOMKilled")},
+              limits={"memory": "64Gi"})
+    state = evaluate_build(job(cond("Failed"), failed=1), [oom])
+    assert (state.reason, state.failed_step) == ("BuildOOMKilled", "build")
+    assert "64Gi" in state.message and "spec.build.resources.limits.memory" in state.message
+
+
+def test_oom_from_last_state_counts_too():
+    p = pod(init={"quantize": running()})
+    p["status"]["initContainerStatuses"][0]["lastState"] = terminated(137, reason="OOMKilled")
+    assert step_failure(p)[:2] == ("quantize", "QuantizeOOMKilled")
+
+
+def test_deadline_exceeded():
+    p = pod(phase="Failed", init={"quantize": terminated(143, message="killed")})
+    state = evaluate_build(job(cond("Failed", reason="DeadlineExceeded", message="Job was active longer than specified deadline"),
+                               failed=1), [p])
+    assert (state.phase, state.reason) == ("Failed", "BuildDeadlineExceeded")
+    assert "activeDeadlineSeconds" in state.message and "longer than specified deadline" in state.message
+    assert state.failed_step == "quantize"
+
+
+def test_failed_job_without_pods_is_build_failed():
+    state = evaluate_build(job(cond("Failed", reason="PodFailurePolicy", message="policy says no")), [])
+    assert (state.phase, state.reason, state.message) == ("Failed", "BuildFailed", "policy says no")
+
+
+def test_unschedulable_pod_reports_the_scheduler_message():
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    p = pod(phase="Pending", main={"build": waiting()},
+            conds=[cond("PodScheduled", "False", "Unschedulable", message)])
+    p["status"]["containerStatuses"] = []
+    state = evaluate_build(job(active=1), [p])
+    assert (state.phase, state.reason) == ("Pending", "Unschedulable")
+    assert message in state.message
+
+
+def test_retry_after_a_failure_is_noted():
+    failed = pod("eb-build-1", "Failed", init={"convert": terminated(1, message="disk full")}, created=T0)
+    retry = pod("eb-build-2", "Running", init={"convert": running()}, created=T1)
+    state = evaluate_build(job(active=1, failed=1), [failed, retry])
+    assert state.phase == "Converting" and "retrying after" in state.message and "disk full" in state.message
+
+
+def test_long_messages_keep_their_tail():
+    log = "x" * 5000 + "the real error"
+    p = pod(phase="Failed", init={"convert": terminated(1, message=log)})
+    state = evaluate_build(job(cond("Failed"), failed=1), [p])
+    assert state.message.count("x") < 1000 and "the real error" in state.message
+
+
+# --- conditions.merge -----------------------------------------------------------------------------
+
+def test_merge_keeps_transition_time_when_status_is_unchanged():
+    old = conditions.merge(None, [Cond("Ready", False, "EnginesBuilding", "a")], 1, T0)
+    assert old[0]["lastTransitionTime"] == T0
+    again = conditions.merge(old, [Cond("Ready", False, "RollingOut", "b")], 2, T1)
+    assert again[0]["lastTransitionTime"] == T0
+    assert (again[0]["reason"], again[0]["message"], again[0]["observedGeneration"]) == ("RollingOut", "b", 2)
+
+
+def test_merge_changes_transition_time_when_status_flips():
+    old = conditions.merge(None, [Cond("Ready", False, "EnginesBuilding")], 1, T0)
+    flipped = conditions.merge(old, [Cond("Ready", True, "Ready")], 1, T1)
+    assert (flipped[0]["status"], flipped[0]["lastTransitionTime"]) == ("True", T1)
+
+
+def test_merge_is_per_type_and_stable():
+    new = [Cond("SpecValid", True, "Valid"), Cond("Ready", False, "X")]
+    first = conditions.merge(None, new, 3, T0)
+    assert [c["type"] for c in first] == ["SpecValid", "Ready"]
+    assert conditions.merge(first, new, 3, T1) == first  # recomputing the same conditions writes nothing new
+
+
+# --- deployment_conditions ------------------------------------------------------------------------
+
+def plan13b():
+    return make_plan(load_example(EXAMPLE_13B)["spec"], "llama2-13b-spec")
+
+
+def built(p) -> dict[str, BuildState]:
+    return {e.name: BuildState("Succeeded", "Built", "engine built") for e in p.engines}
+
+
+def available_deployment(replicas: int = 1) -> dict:
+    return {"metadata": {"generation": 2},
+            "status": {"observedGeneration": 2, "replicas": replicas, "updatedReplicas": replicas,
+                       "readyReplicas": replicas, "conditions": [cond("Available")]}}
+
+
+def by_type(conds: list[Cond]) -> dict[str, Cond]:
+    return {c.type: c for c in conds}
+
+
+def test_ready_when_everything_is():
+    p = plan13b()
+    phase, conds = deployment_conditions(p, built(p), available_deployment(), True, "http://x/v1")
+    c = by_type(conds)
+    assert phase == "Ready"
+    assert [x.type for x in conds] == ["SpecValid", "EnginesReady", "RuntimeAvailable", "Ready"]
+    assert c["Ready"].status and c["Ready"].message == "serving at http://x/v1"
+
+
+def test_failed_engine_decides_ready():
+    p = plan13b()
+    states = built(p)
+    draft = next(e for e in p.engines if e.role == "draft")
+    states[draft.name] = BuildState("Failed", "QuantizeFailed", "step quantize failed with exit code 1", "quantize")
+    phase, conds = deployment_conditions(p, states, None, False, "http://x/v1")
+    c = by_type(conds)
+    assert phase == "Failed"
+    assert (c["EnginesReady"].status, c["EnginesReady"].reason) == (False, "QuantizeFailed")
+    assert (c["Ready"].status, c["Ready"].reason) == (False, "QuantizeFailed")
+    assert draft.name in c["Ready"].message and "exit code 1" in c["Ready"].message
+
+
+def test_first_false_sub_condition_decides():
+    p = plan13b()
+    building = {p.engines[0].name: BuildState("Quantizing", "Quantizing", "step quantize running")}
+    phase, conds = deployment_conditions(p, building, None, False, None)
+    c = by_type(conds)
+    assert phase == "Building"
+    assert not c["EnginesReady"].status and not c["RuntimeAvailable"].status
+    assert c["Ready"].reason == c["EnginesReady"].reason == "EnginesBuilding"
+
+
+def test_rolling_out_when_engines_are_built():
+    p = plan13b()
+    rolling = available_deployment()
+    rolling["status"].update(readyReplicas=0, conditions=[])
+    phase, conds = deployment_conditions(p, built(p), rolling, True, None)
+    assert phase == "RollingOut"
+    assert by_type(conds)["EnginesReady"].status
+    assert by_type(conds)["Ready"].reason == "RollingOut"
+
+
+def test_invalid_spec_is_reported_in_ready():
+    problem = make_problem(spec(runtime={"replicas": -1}))
+    phase, conds = deployment_conditions(problem, {}, None, False, None)
+    assert phase == "Invalid"
+    assert [(c.type, c.status, c.reason) for c in conds] == [("SpecValid", False, "InvalidSpec"),
+                                                             ("Ready", False, "InvalidSpec")]
+    assert "replicas" in conds[-1].message
+
+
+def test_no_engines_condition_for_pytorch():
+    p = make_plan(spec(backend="pytorch"))
+    phase, conds = deployment_conditions(p, {}, available_deployment(), True, "http://x/v1")
+    assert phase == "Ready" and "EnginesReady" not in by_type(conds)
+
+
+def test_aggregate_ready():
+    parts = [Cond("A", True, "Fine"), Cond("B", False, "BReason", "b msg"), Cond("C", False, "CReason")]
+    assert conditions.aggregate_ready(parts, "ok") == Cond("Ready", False, "BReason", "b msg")
+    assert conditions.aggregate_ready(parts[:1], "ok") == Cond("Ready", True, "Ready", "ok")
