@@ -12,6 +12,17 @@ from specdec.dev import cluster, toolchain
 from specdec.settings import Settings
 
 
+NEXT_STEPS = """
+Next (after running the two export lines above):
+  kubectl get nodes                                  # simulated GPU nodes, nvidia.com/gpu: 8
+  kubectl get sd,eb                                  # the sample SpeculativeDeployment and its EngineBuilds
+  kubectl describe sd llama70b-spec                  # conditions and events, step by step
+  kubectl get jobs,deploy,svc,cm                     # what the operator created
+  specdec render -f examples/llama-2-13b-draft-7b-logits.yaml   # preview another deployment offline
+  specdec dev down                                   # stop everything
+"""
+
+
 def _dev(args: argparse.Namespace) -> int:
     local = cluster.LocalCluster(name=args.name)
     try:
@@ -19,7 +30,10 @@ def _dev(args: argparse.Namespace) -> int:
             print(toolchain.ensure_tools())
         elif args.dev_command == "up":
             cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes)
+            if not args.cluster_only:
+                cluster.install(local, sample=not args.no_sample)
             print(local.exports())
+            print(NEXT_STEPS, file=sys.stderr)
         elif args.dev_command == "down":
             cluster.down(local)
         elif args.dev_command == "status":
@@ -87,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = commands.add_parser("dev", help="a local cluster with simulated GPU nodes")
     dev_commands = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_commands.add_parser("up", help="build the tools if needed, start the cluster, print exports")
+    up.add_argument("--cluster-only", action="store_true", help="no CRDs, operator or sample")
+    up.add_argument("--no-sample", action="store_true", help="install CRDs and operator, but no sample")
     up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
     up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
                     help="simulated nodes with 8 GPUs each")

@@ -88,33 +88,34 @@ def model_claims(*uris: str) -> tuple[str, ...]:
 
 # --- checks: ordered, small, pure; the first Problem decides SpecValid -----------------------------
 
+def _sources(spec: models.SpeculativeDeploymentSpec) -> list[tuple[str, models.ModelSource]]:
+    sources = [("spec.target", spec.target)]
+    if spec.speculation.draft_target:
+        sources.append(("spec.speculation.draftTarget.draft", spec.speculation.draft_target.draft))
+    return sources
+
+
 def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    if spec.backend != "tensorrt" or spec.speculation.mode != "draftTarget":
+    if spec.backend != "tensorrt":
         return None
-    draft = spec.speculation.draft_target.draft
-    used = sorted(set(spec.target.effective_devices) | set(draft.effective_devices))
+    used = sorted({d for _, source in _sources(spec) for d in source.effective_devices})
     if used != list(range(len(used))):
         return Problem("DevicesNotContiguous",
-                       f"draft and target devices together use GPUs {used}; a runtime pod sees its GPUs as "
+                       f"the device lists use GPUs {used}; a runtime pod sees its GPUs as "
                        f"0..{len(used) - 1}, so use those indices")
     return None
 
 
 def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    if spec.backend == "pytorch" and spec.speculation.mode == "draftTarget":
-        draft = spec.speculation.draft_target.draft
-        if draft.devices is not None or spec.target.devices is not None:
-            return Problem("DeviceListsUnsupported",
-                           "backend pytorch runs draft and target in one process; remove the devices lists "
-                           "(they apply to backend tensorrt)")
+    if spec.backend == "pytorch" and any(source.devices is not None for _, source in _sources(spec)):
+        return Problem("DeviceListsUnsupported",
+                       "backend pytorch places the models itself (draft and target in one process); remove "
+                       "the devices lists (they apply to backend tensorrt)")
     return None
 
 
 def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    sources = [("spec.target", spec.target)]
-    if spec.speculation.draft_target:
-        sources.append(("spec.speculation.draftTarget.draft", spec.speculation.draft_target.draft))
-    for path, source in sources:
+    for path, source in _sources(spec):
         if source.revision and not source.model.startswith("hf://"):
             return Problem("RevisionNeedsHubModel", f"{path}.revision applies to hf:// models only")
     return None
@@ -128,13 +129,21 @@ CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec], Problem | None], ...]
 
 
 def parse_spec(raw: dict[str, Any]) -> models.SpeculativeDeploymentSpec | Problem:
+    """Validate as the API server does: wire (camelCase) names only, no type coercion."""
     try:
-        return models.SpeculativeDeploymentSpec.model_validate(raw)
+        return models.SpeculativeDeploymentSpec.model_validate(raw, strict=True, by_alias=True, by_name=False)
     except ValidationError as error:
         details = "; ".join(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+            f"spec{''.join(f'.{p}' for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
             for e in error.errors())
         return Problem("InvalidSpec", details)
+
+
+def check_name(name: str) -> Problem | None:
+    """The runtime Service is named after the deployment, so the name must be a DNS-1035 label."""
+    if not models.NAME_RE.fullmatch(name):
+        return Problem("InvalidName", f"metadata.name {name!r}: {models.NAME_RULE_MESSAGE}")
+    return None
 
 
 # --- derivations ---------------------------------------------------------------------------------
@@ -190,11 +199,11 @@ def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeplo
 
 
 def _served(source: models.ModelSource, engine: EnginePlan | None, backend: str) -> ServedModel:
-    checkpoint = (source.model.split("://", 1)[1]
-                  if backend == "pytorch" and source.model.startswith("hf://")
-                  else model_dir(source.model, source.revision))
+    from_hub = backend == "pytorch" and source.model.startswith("hf://")  # trtllm-serve fetches it
+    checkpoint = source.model.split("://", 1)[1] if from_hub else model_dir(source.model, source.revision)
     return ServedModel(engine_dir=f"{CACHE_MOUNT}/{engine.spec.engine_path}" if engine else None,
-                       checkpoint=checkpoint, devices=source.effective_devices,
+                       checkpoint=checkpoint, revision=source.revision if from_hub else None,
+                       devices=source.effective_devices,
                        tensor_parallel_size=source.tensor_parallel_size)
 
 
@@ -231,7 +240,8 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
 
 def plan(obj: dict[str, Any], settings: Settings) -> Plan | Problem:
     """Everything a SpeculativeDeployment needs, or the first reason it cannot be served."""
-    spec = parse_spec(obj.get("spec") or {})
+    meta = obj["metadata"]
+    spec = check_name(meta.get("name", "")) or parse_spec(obj.get("spec") or {})
     if isinstance(spec, Problem):
         return spec
     for check in CHECKS:
@@ -248,7 +258,6 @@ def plan(obj: dict[str, Any], settings: Settings) -> Plan | Problem:
     uris = [spec.target.model]
     if spec.speculation.draft_target:
         uris.append(spec.speculation.draft_target.draft.model)
-    meta = obj["metadata"]
     return Plan(name=meta["name"], namespace=meta.get("namespace", "default"), spec=spec,
                 engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
                 model_claims=model_claims(*uris))

@@ -164,16 +164,12 @@ def test_crd_default_of_runtime_enables_block_reuse():
     assert runtime["default"]["replicas"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_spec accepts snake_case field names (populate_by_name=True), "
-                                       "which the CRD schema does not know; `specdec render` accepts specs the API server refuses")
 def test_parse_spec_refuses_snake_case_field_names():
     raw = {"target": {"model": "hf://a/b", "tensor_parallel_size": 2}}
     assert schema_errors(spec_schema(), raw) == [".target.tensor_parallel_size: unknown field"]
     assert isinstance(parse_spec(raw), Problem)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: parse_spec coerces the string '4' to the integer draftLen (pydantic lax "
-                                       "mode); the CRD schema (type: integer) refuses it")
 def test_parse_spec_refuses_strings_for_integers():
     raw = spec(speculation=draft_target(draftLen="4"))
     assert schema_errors(spec_schema(), raw) == [".speculation.draftTarget.draftLen: not integer"]

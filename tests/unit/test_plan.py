@@ -153,9 +153,6 @@ def test_devices_not_contiguous():
     assert "[1, 2]" in problem.message and "0..1" in problem.message
 
 
-@pytest.mark.xfail(strict=True, reason="bug: plan._check_devices_contiguous only runs for draftTarget; a mode none "
-                                       "(or redrafter) target on devices [1] gets a 1-GPU pod whose runtime config "
-                                       "says GPU 1, which the pod does not have")
 @pytest.mark.parametrize("speculation", [{"mode": "none"}, redrafter()], ids=["none", "redrafter"])
 def test_devices_not_contiguous_without_draft(speculation):
     problem = make_problem(spec(target={"model": TARGET, "devices": [1]}, speculation=speculation))
@@ -191,16 +188,11 @@ def test_pytorch_backend_builds_no_engines():
     assert "cache" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
 
 
-@pytest.mark.xfail(strict=True, reason="bug: plan._served drops the revision for backend pytorch (checkpoint is the bare "
-                                       "hub id and RuntimeConfig has no revision), so spec.target.revision is ignored")
 def test_pytorch_backend_keeps_the_revision():
     p = make_plan(spec(backend="pytorch", target={"model": TARGET, "revision": "abc123"}))
     assert "abc123" in runtime_config_json(p)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: builders/runtime.build_deployment gives the runtime no HF_TOKEN, but with "
-                                       "backend pytorch the runtime downloads hf:// models itself (gated models fail); "
-                                       "build Jobs get it from the optional specdec-hf-token secret")
 def test_pytorch_runtime_gets_the_hub_token():
     p = make_plan(spec(backend="pytorch"))
     env = build_deployment(p, "uid", SETTINGS)["spec"]["template"]["spec"]["containers"][0]["env"]

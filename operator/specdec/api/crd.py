@@ -82,7 +82,8 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _crd(kind: str, plural: str, short_names: list[str], spec: type[BaseModel], status: type[BaseModel],
-         description: str, columns: list[dict[str, Any]], scale: dict[str, str] | None = None) -> dict:
+         description: str, columns: list[dict[str, Any]], scale: dict[str, str] | None = None,
+         root_rules: list[dict[str, str]] | None = None) -> dict:
     subresources: dict[str, Any] = {"status": {}}
     if scale:
         subresources["scale"] = scale
@@ -113,6 +114,7 @@ def _crd(kind: str, plural: str, short_names: list[str], spec: type[BaseModel], 
                         "spec": openapi_schema(spec),
                         "status": openapi_schema(status),
                     },
+                    **({"x-kubernetes-validations": root_rules} if root_rules else {}),
                 }},
             }],
         },
@@ -138,7 +140,9 @@ def crds() -> dict[str, dict]:
              _condition_column("Ready", "status"), _condition_column("Reason", "reason"),
              {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas"}, AGE],
             scale={"specReplicasPath": ".spec.runtime.replicas", "statusReplicasPath": ".status.replicas",
-                   "labelSelectorPath": ".status.selector"}),
+                   "labelSelectorPath": ".status.selector"},
+            root_rules=[models.cel(f"self.metadata.name.matches('^{models.NAME_RE.pattern}$')",
+                                   f"metadata.name {models.NAME_RULE_MESSAGE}", ".metadata.name")]),
         "specdec.io_enginebuilds.yaml": _crd(
             "EngineBuild", "enginebuilds", ["eb"], models.EngineBuildSpec, models.EngineBuildStatus,
             "One TensorRT-LLM engine recipe, content-addressed and immutable, built once by a Job and shared.",

@@ -9,6 +9,7 @@ specs through both, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -19,6 +20,12 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$"
+# Children (the runtime Service above all) are named after the deployment: a DNS-1035 label, with
+# room for the longest suffix we add ("-runtime").
+NAME_MAX = 55
+NAME_RE = re.compile(rf"[a-z]([-a-z0-9]{{0,{NAME_MAX - 2}}}[a-z0-9])?")
+NAME_RULE_MESSAGE = (f"must be a DNS-1035 label of at most {NAME_MAX} characters (lowercase letters, digits "
+                     "and '-', starting with a letter): the runtime Service is named after it")
 MODEL_URI_HELP = "`hf://org/name` (fetched from the Hugging Face Hub) or `pvc://claim/path` (a claim in this namespace)"
 
 

@@ -51,7 +51,10 @@ def _fetch(uri: str, revision: str | None) -> str:
                     "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])",
                     repo, revision or "main", target)
     marker = shlex.quote(f"{target}/.specdec-complete")
-    return f"if [ ! -e {marker} ]; then {download} && touch {marker}; fi"
+    lock = shlex.quote(f"{target}.lock")
+    # Builds of different engines from one model may run at once: one downloads, the others wait.
+    return (f"mkdir -p {shlex.quote(target)} && (flock 9 && if [ ! -e {marker} ]; then {download} "
+            f"&& touch {marker}; fi) 9>{lock}")
 
 
 def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> Step:

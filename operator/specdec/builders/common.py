@@ -14,6 +14,7 @@ LABEL_ENGINE_BUILD = "specdec.io/engine-build"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 ANNOTATION_CONFIG_HASH = "specdec.io/config-hash"
 RUNTIME_UID = 1000
+HF_TOKEN_SECRET = "specdec-hf-token"  # optional Secret with key HF_TOKEN, for gated hub models
 
 
 def labels(component: str, **extra: str) -> dict[str, str]:
@@ -68,3 +69,13 @@ def model_volumes(claims: tuple[str, ...]) -> list[dict[str, Any]]:
 def model_mounts(claims: tuple[str, ...]) -> list[dict[str, Any]]:
     return [{"name": f"model-{i}", "mountPath": f"{MODELS_MOUNT}/{c}", "readOnly": True}
             for i, c in enumerate(claims)]
+
+
+def hf_env() -> list[dict[str, Any]]:
+    """Hub access for whatever downloads hf:// models: a writable HOME/HF_HOME and the optional token."""
+    return [
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "HF_HOME", "value": "/tmp/hf"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+                                                            "optional": True}}},
+    ]

@@ -11,9 +11,6 @@ from specdec.builders.build_steps import build_steps
 from specdec.plan import EnginePlan, model_claims, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
-HF_TOKEN_SECRET = "specdec-hf-token"  # optional: HF_TOKEN for gated hub models
-
-
 def job_name(engine_build_name: str) -> str:
     return f"{engine_build_name}-build"
 
@@ -39,13 +36,7 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
     spec = models.EngineBuildSpec.model_validate(engine_build["spec"])
     recipe, pod = spec.recipe, spec.pod
     gpus = recipe.tensor_parallel_size
-    env = [
-        {"name": "TRTLLM_EXAMPLES_DIR", "value": settings.trtllm_examples_dir},
-        {"name": "HOME", "value": "/tmp"},
-        {"name": "HF_HOME", "value": "/tmp/hf"},
-        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
-                                                            "optional": True}}},
-    ]
+    env = [{"name": "TRTLLM_EXAMPLES_DIR", "value": settings.trtllm_examples_dir}, *common.hf_env()]
     claims = model_claims(recipe.model, recipe.redrafter.drafter_model if recipe.redrafter else "")
     mounts = [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
     mounts += common.model_mounts(claims)

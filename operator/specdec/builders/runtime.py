@@ -76,7 +76,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         "image": runtime.image or settings.runtime_image,
         "args": ["--config", f"{RUNTIME_CONFIG_DIR}/{RUNTIME_CONFIG_KEY}"],
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
-        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"}],
+        "env": common.hf_env(),
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
                            "periodSeconds": 10, "failureThreshold": 3},
         # Loading engines takes minutes; the startup probe keeps liveness from killing a slow start.

@@ -10,20 +10,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from specdec.api.crd import render_crds
 from specdec.dev import nodes, toolchain
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
 DEFAULT_GPU_NODES = 3
 READY_TIMEOUT_SECONDS = 180
+SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
+OPERATOR_HEALTH_PORT = 18080
 
 
 class ClusterError(RuntimeError):
@@ -65,6 +70,23 @@ class LocalCluster:
             return False
         result = self.kubectl("get", "--raw", "/readyz", "--request-timeout=5s", check=False)
         return result.returncode == 0 and result.stdout.strip() == "ok"
+
+    @property
+    def operator_pid_file(self) -> Path:
+        return self.workdir / "clusters" / self.name / "specdec-operator.pid"
+
+    @property
+    def operator_log(self) -> Path:
+        return self.workdir / "clusters" / self.name / "specdec-operator.log"
+
+    def operator_pid(self) -> int | None:
+        """PID of the dev operator if it is running."""
+        try:
+            pid = int(self.operator_pid_file.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
 
     def exports(self) -> str:
         return (f"export KUBECONFIG={self.kubeconfig}\n"
@@ -133,6 +155,56 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
     _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
 
 
+def install(cluster: LocalCluster, sample: bool = True) -> None:
+    """CRDs, the operator (a local process: kwok pods run no containers) and a sample deployment."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input="\n---\n".join(render_crds().values()))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
+    start_operator(cluster)
+    if sample:
+        text = resources.files("specdec").joinpath("examples", SAMPLE).read_text()
+        cluster.kubectl("apply", "-n", "default", "-f", "-", input=text)
+        _log(f"applied sample {SAMPLE} in namespace default")
+
+
+def start_operator(cluster: LocalCluster) -> None:
+    if cluster.operator_pid():
+        _log(f"operator already running (pid {cluster.operator_pid()}, log {cluster.operator_log})")
+        return
+    log = cluster.operator_log.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specdec.cli", "operator",
+         "--liveness", f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz"],
+        env=cluster.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cluster.operator_pid_file.write_text(str(process.pid))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ClusterError(f"the operator exited with {process.returncode}; see {cluster.operator_log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", timeout=1):
+                _log(f"operator running (pid {process.pid}, log {cluster.operator_log})")
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise ClusterError(f"the operator did not become healthy in 60s; see {cluster.operator_log}")
+
+
+def stop_operator(cluster: LocalCluster) -> None:
+    pid = cluster.operator_pid()
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and cluster.operator_pid():
+        time.sleep(0.2)
+    if cluster.operator_pid():
+        os.kill(pid, signal.SIGKILL)
+    cluster.operator_pid_file.unlink(missing_ok=True)
+    _log(f"operator (pid {pid}) stopped")
+
+
 def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while True:
@@ -149,6 +221,7 @@ def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
 
 
 def down(cluster: LocalCluster) -> None:
+    stop_operator(cluster)
     if not cluster.exists():
         _log(f"no cluster {cluster.name!r}; nothing to do")
         return
@@ -165,4 +238,6 @@ def status(cluster: LocalCluster) -> str:
         "get", "nodes", "-o",
         "custom-columns=NAME:.metadata.name,STATUS:.status.conditions[?(@.type=='Ready')].status,"
         "GPU:.status.allocatable.nvidia\\.com/gpu,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product").stdout
-    return f"cluster {cluster.name!r}: serving\n{cluster.exports()}\n{table}"
+    pid = cluster.operator_pid()
+    operator = f"running (pid {pid}, log {cluster.operator_log})" if pid else "not running"
+    return f"cluster {cluster.name!r}: serving; operator {operator}\n{cluster.exports()}\n{table}"
