@@ -250,3 +250,12 @@ def test_api_server_refuses_invalid_spec_naming_the_field(kube: Kube, namespace:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
     assert refused.value.status == 422
     assert field in refused.value.body, refused.value.body
+
+
+@pytest.mark.parametrize("name", ["70b-spec", "s" * 56])
+def test_api_server_refuses_names_the_runtime_service_cannot_take(kube: Kube, namespace: str, crds, name):
+    body = example(DRAFT_TARGET)
+    body["metadata"]["name"] = name
+    with pytest.raises(ApiException) as refused:
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
+    assert refused.value.status == 422 and "metadata.name must be a DNS-1035 label" in refused.value.body

@@ -142,7 +142,7 @@ def crds() -> dict[str, dict]:
             scale={"specReplicasPath": ".spec.runtime.replicas", "statusReplicasPath": ".status.replicas",
                    "labelSelectorPath": ".status.selector"},
             root_rules=[models.cel(f"self.metadata.name.matches('^{models.NAME_RE.pattern}$')",
-                                   f"metadata.name {models.NAME_RULE_MESSAGE}", ".metadata.name")]),
+                                   f"metadata.name {models.NAME_RULE_MESSAGE}")]),
         "specdec.io_enginebuilds.yaml": _crd(
             "EngineBuild", "enginebuilds", ["eb"], models.EngineBuildSpec, models.EngineBuildStatus,
             "One TensorRT-LLM engine recipe, content-addressed and immutable, built once by a Job and shared.",
