@@ -90,7 +90,7 @@ def _operator(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     namespaces = args.namespace or []
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-             liveness_endpoint=args.liveness)
+             liveness_endpoint=args.liveness, memo=kopf.Memo(namespaces=namespaces))
     return 0
 
 

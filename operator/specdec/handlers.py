@@ -29,7 +29,7 @@ def reconciler() -> Reconciler:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     ours = Settings.from_env()
     settings.posting.enabled = False  # we post our own Events, only when something changes
     settings.execution.max_workers = 16
@@ -39,7 +39,9 @@ def configure(settings: kopf.OperatorSettings, **_) -> None:
     _state["reconciler"] = Reconciler(Kube.from_environment(), ours)
     stop = threading.Event()
     _state["stop"] = stop
-    threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds), daemon=True,
+    # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
+    namespaces = list(memo.get("namespaces") or []) or [None]
+    threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds, namespaces), daemon=True,
                      name="specdec-resync").start()
 
 
@@ -50,18 +52,19 @@ def shutdown(**_) -> None:
         stop.set()
 
 
-def _resync_loop(stop: threading.Event, interval: float) -> None:
+def _resync_loop(stop: threading.Event, interval: float, namespaces: list[str | None]) -> None:
     """Periodic level-triggered pass: catches anything a lost watch event would have missed."""
     while not stop.wait(interval):
-        try:
-            r = reconciler()
-            for eb in r.kube.list("EngineBuild", None):
-                r.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
-            for sd in r.kube.list("SpeculativeDeployment", None):
-                r.deployment(sd["metadata"]["namespace"], sd["metadata"]["name"])
-            r.collect_unused_engines(None)
-        except Exception:  # a failed pass is retried at the next interval
-            log.exception("resync pass failed")
+        for namespace in namespaces:
+            try:
+                r = reconciler()
+                for eb in r.kube.list("EngineBuild", namespace):
+                    r.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
+                for sd in r.kube.list("SpeculativeDeployment", namespace):
+                    r.deployment(sd["metadata"]["namespace"], sd["metadata"]["name"])
+                r.collect_unused_engines(namespace)
+            except Exception:  # a failed pass is retried at the next interval
+                log.exception("resync pass failed (namespace %s)", namespace or "all")
 
 
 @kopf.on.event(GROUP, VERSION, "speculativedeployments")

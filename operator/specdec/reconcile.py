@@ -24,7 +24,6 @@ from specdec.status import BuildState, build_state_from_status, deployment_condi
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_ENGINE_BUILDS = "specdec.io/engine-builds"  # on the Deployment: the engines it runs
 ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild no deployment needs
 
 
@@ -113,11 +112,11 @@ class Reconciler:
                     self.kube.event(sd, "EngineBuildCreated", f"{engine.role} engine {engine.name}")
                 states[engine.name] = build_state_from_status(eb)
             deployment, current = self._runtime(sd, result, states)
-            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_ENGINE_BUILDS, "")
+            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(common.ANNOTATION_ENGINE_BUILDS, "")
             in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n})
         phase, conds = deployment_conditions(result, states, deployment, current,
                                              endpoint(result) if isinstance(result, Plan) else None)
-        self._write_status(sd, result, phase, conds, deployment if current else None, in_use)
+        self._write_status(sd, result, phase, conds, deployment, in_use)
 
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState]) -> tuple[dict | None, bool]:
         """Apply the runtime once every engine is built; until then, touch only the replica count."""
@@ -129,9 +128,7 @@ class Reconciler:
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
             return existing, False
         self.kube.apply(build_config_map(p, uid))
-        desired = build_deployment(p, uid, self.settings)
-        desired["metadata"].setdefault("annotations", {})[ANNOTATION_ENGINE_BUILDS] = ",".join(p.engine_names)
-        deployment, written = self.kube.apply(desired, existing)
+        deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
@@ -141,6 +138,7 @@ class Reconciler:
     def _write_status(self, sd: dict[str, Any], result: Plan | Problem, phase: str,
                       conds: list[conditions.Cond], deployment: dict[str, Any] | None,
                       in_use: list[str]) -> None:
+        """`deployment` may still run the previous engines: its pods are what serves now."""
         meta = sd["metadata"]
         status = sd.get("status") or {}
         generation = meta.get("generation")

@@ -13,6 +13,7 @@ LABEL_DEPLOYMENT = "specdec.io/deployment"
 LABEL_ENGINE_BUILD = "specdec.io/engine-build"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 ANNOTATION_CONFIG_HASH = "specdec.io/config-hash"
+ANNOTATION_ENGINE_BUILDS = "specdec.io/engine-builds"  # on the Deployment: the engines its pods run
 RUNTIME_UID = 1000
 HF_TOKEN_SECRET = "specdec-hf-token"  # optional Secret with key HF_TOKEN, for gated hub models
 

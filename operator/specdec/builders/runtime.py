@@ -101,9 +101,11 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     # Roll the pods when their template or the runtime config changes (the ConfigMap keeps its name).
     rollout_hash = content_hash([POD_TEMPLATE_VERSION, template, runtime_config_json(plan)])
     template["metadata"]["annotations"] = {common.ANNOTATION_CONFIG_HASH: rollout_hash}
+    metadata = _metadata(plan, runtime_name(plan), owner_uid, "runtime")
+    metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
+        "metadata": metadata,
         "spec": {
             "replicas": runtime.replicas,
             "selector": {"matchLabels": selector},
