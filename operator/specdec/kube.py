@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 FIELD_MANAGER = "specdec-operator"
+USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
 RETRIES = 5
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ class Kube:
             configuration = client.Configuration()
             config.load_kube_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = 32
-        return cls(client.ApiClient(configuration))
+        api = client.ApiClient(configuration)
+        api.user_agent = USER_AGENT
+        return cls(api)
 
     # -- transport --------------------------------------------------------------------------------
 

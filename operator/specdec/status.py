@@ -147,6 +147,9 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState]) -> Cond:
         if state.failed:
             return Cond("EnginesReady", False, state.reason,
                         f"{engine.role} engine {engine.name}: {state.message}")
+        if state.reason == "Unschedulable":  # waits for capacity that may never come: say so
+            return Cond("EnginesReady", False, "BuildUnschedulable",
+                        f"{engine.role} engine {engine.name}: {state.message}")
         described.append(f"{engine.role} {engine.name}: {state.phase}")
     if all(states.get(e.name) and states[e.name].succeeded for e in plan.engines):
         return Cond("EnginesReady", True, "EnginesBuilt", "; ".join(described))

@@ -38,6 +38,7 @@ class ClusterError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class LocalCluster:
     name: str = CLUSTER_NAME
+    operator_port: int = OPERATOR_HEALTH_PORT  # the dev operator's liveness endpoint
 
     @property
     def workdir(self) -> Path:
@@ -76,6 +77,10 @@ class LocalCluster:
         return self.workdir / "clusters" / self.name / "specdec-operator.pid"
 
     @property
+    def logs_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name / "logs"
+
+    @property
     def operator_log(self) -> Path:
         return self.workdir / "clusters" / self.name / "specdec-operator.log"
 
@@ -93,7 +98,7 @@ class LocalCluster:
                 f"export PATH={toolchain.bin_dir()}:$PATH")
 
 
-def kwokctl_config(bins: Path) -> str:
+def kwokctl_config(bins: Path, audit_policy: Path | None = None) -> str:
     """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any)."""
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -115,6 +120,8 @@ def kwokctl_config(bins: Path) -> str:
             "kwokControllerBinary": str(bins / "kwok"),
         },
     }
+    if audit_policy:  # the API server then logs to <cluster dir>/logs/audit.log
+        config["options"]["kubeAuditPolicy"] = str(audit_policy)
     stages = resources.files("specdec.dev").joinpath("stages")
     documents = [yaml.safe_dump(config)]
     for stage in sorted(stages.iterdir(), key=lambda p: p.name):
@@ -135,7 +142,8 @@ def _log(message: str) -> None:
     print(f"[dev] {message}", file=sys.stderr, flush=True)
 
 
-def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES) -> None:
+def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES,
+       audit_policy: Path | None = None) -> None:
     start = time.monotonic()
     bins = toolchain.ensure_tools()
     if cluster.exists() and not cluster.is_serving():
@@ -145,7 +153,7 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
         _log(f"creating cluster {cluster.name!r} (kwokctl binary runtime, 127.0.0.1)")
         config = cluster.workdir / f"{cluster.name}-kwokctl.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(kwokctl_config(bins))
+        config.write_text(kwokctl_config(bins, audit_policy))
         cluster.run(str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name,
                     "--config", str(config), "--wait", "2m")
     objects = cluster_objects(cpu_nodes, gpu_nodes)
@@ -175,7 +183,7 @@ def start_operator(cluster: LocalCluster) -> None:
     log = cluster.operator_log.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "specdec.cli", "operator",
-         "--liveness", f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz"],
+         "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz"],
         env=cluster.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     cluster.operator_pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + 60
@@ -183,7 +191,7 @@ def start_operator(cluster: LocalCluster) -> None:
         if process.poll() is not None:
             raise ClusterError(f"the operator exited with {process.returncode}; see {cluster.operator_log}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_HEALTH_PORT}/healthz", timeout=1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{cluster.operator_port}/healthz", timeout=1):
                 _log(f"operator running (pid {process.pid}, log {cluster.operator_log})")
                 return
         except OSError:

@@ -1,0 +1,98 @@
+"""Loading and checking the runtime configuration (`runtime.json`, written by the operator).
+
+The file is validated with the operator's own model (`specdec.api.runtime_config.RuntimeConfig`), so a
+configuration the operator can write is one the runtime accepts. The checks below are the ones only the
+runtime can make: what each serving route needs, and the ports it keeps for itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from specdec.api.runtime_config import RuntimeConfig
+
+# Ports the backends listen on inside the pod (loopback only). Triton's BLS model asks the local gRPC
+# endpoint for the models' configuration at "localhost:8001" (hard-coded in tensorrt_llm_bls/1/model.py),
+# so Triton's gRPC port cannot move.
+TRITON_GRPC_PORT = 8001
+TRITON_HTTP_PORT = 18000
+TRITON_METRICS_PORT = 18002
+TRTLLM_SERVE_PORT = 18000
+
+
+class ConfigError(Exception):
+    """A runtime configuration that cannot be served; the message says what to change."""
+
+
+def route(config: RuntimeConfig) -> str:
+    """triton (engine path, draft-target), trtllm-serve-engine (engine path, one engine) or trtllm-serve-pytorch."""
+    if config.backend == "pytorch":
+        return "trtllm-serve-pytorch"
+    return "triton" if config.mode == "draftTarget" else "trtllm-serve-engine"
+
+
+def reserved_ports(config: RuntimeConfig) -> dict[int, str]:
+    if route(config) == "triton":
+        return {TRITON_GRPC_PORT: "Triton's gRPC endpoint (the BLS model requires localhost:8001)",
+                TRITON_HTTP_PORT: "Triton's HTTP endpoint", TRITON_METRICS_PORT: "Triton's metrics endpoint"}
+    return {TRTLLM_SERVE_PORT: "trtllm-serve"}
+
+
+def check(config: RuntimeConfig) -> RuntimeConfig:
+    """What the shared model cannot say on its own; raises ConfigError."""
+    problems: list[str] = []
+    if config.mode == "draftTarget" and config.draft_target is None:
+        problems.append("mode draftTarget needs the draftTarget block")
+    if config.mode == "redrafter" and config.redrafter is None:
+        problems.append("mode redrafter needs the redrafter block")
+    if config.mode != "draftTarget" and config.draft_target is not None:
+        problems.append(f"mode {config.mode} takes no draftTarget block")
+    if config.mode != "redrafter" and config.redrafter is not None:
+        problems.append(f"mode {config.mode} takes no redrafter block")
+    if config.backend == "pytorch" and config.mode == "redrafter":
+        problems.append("redrafter is served by the tensorrt backend only")
+    models = [("target", config.target)]
+    if config.draft_target is not None:
+        models.append(("draftTarget.draft", config.draft_target.draft))
+        if config.draft_target.draft_len > config.draft_target.max_draft_len:
+            problems.append(f"draftTarget.draftLen ({config.draft_target.draft_len}) exceeds maxDraftLen "
+                            f"({config.draft_target.max_draft_len}), the target engine's capacity")
+    for name, model in models:
+        if config.backend == "tensorrt" and not model.engine_dir:
+            problems.append(f"{name}.engineDir is required with backend tensorrt")
+        if len(model.devices) != model.tensor_parallel_size:
+            problems.append(f"{name}.devices has {len(model.devices)} entries but tensorParallelSize is "
+                            f"{model.tensor_parallel_size}")
+    taken = reserved_ports(config)
+    if config.port in taken:
+        problems.append(f"port {config.port} is used inside the pod by {taken[config.port]}; choose another")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return config
+
+
+def parse(text: str, source: str = "runtime.json") -> RuntimeConfig:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{source} is not valid JSON: {error}") from None
+    try:
+        # The operator writes camelCase (by_alias); reject what it would never write.
+        config = RuntimeConfig.model_validate(raw, by_alias=True, by_name=False)
+    except ValidationError as error:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                            for e in error.errors())
+        raise ConfigError(f"{source} is not a valid runtime configuration: {details}") from None
+    return check(config)
+
+
+def load(path: str | Path) -> RuntimeConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read the runtime configuration {path}: {error.strerror}") from None
+    return parse(text, str(path))
