@@ -1,8 +1,9 @@
 """Shared fixtures: a real Kubernetes cluster, a namespace per test, API clients.
 
 The session cluster is, in order: the one `SPECDEC_TEST_KUBECONFIG` points to; kind through
-pytest-kind where a Docker engine answers; else the local control plane (`specdec dev`), started
-for the session and stopped after it (keep it with `SPECDEC_KEEP_CLUSTER=1`).
+pytest-kind when `SPECDEC_TEST_KIND=1` and a Docker engine answers (opt-in: a plain kind cluster has
+no simulated GPU nodes, so only the tests that need no GPU pass there); else the local control plane
+(`specdec dev`), started for the session and stopped after it (keep it with `SPECDEC_KEEP_CLUSTER=1`).
 With `CI=true` a cluster that cannot be had fails the run; elsewhere the cluster tests are skipped.
 """
 
@@ -44,10 +45,11 @@ def kubeconfig(request) -> Path:
     explicit = os.environ.get("SPECDEC_TEST_KUBECONFIG")
     if explicit:
         return Path(explicit)
-    if _docker_works():
+    if os.environ.get("SPECDEC_TEST_KIND") == "1" and _docker_works():
         from pytest_kind import KindCluster  # only needed where Docker runs
 
-        kind = KindCluster(TEST_CLUSTER_NAME)
+        kind = KindCluster(TEST_CLUSTER_NAME, kind_path=Path(shutil.which("kind")),
+                           kubectl_path=Path(shutil.which("kubectl") or "kubectl"))
         kind.create()
         request.addfinalizer(kind.delete)
         return Path(kind.kubeconfig_path)

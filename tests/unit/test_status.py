@@ -253,3 +253,12 @@ def test_aggregate_ready():
     parts = [Cond("A", True, "Fine"), Cond("B", False, "BReason", "b msg"), Cond("C", False, "CReason")]
     assert conditions.aggregate_ready(parts, "ok") == Cond("Ready", False, "BReason", "b msg")
     assert conditions.aggregate_ready(parts[:1], "ok") == Cond("Ready", True, "Ready", "ok")
+
+
+def test_an_unschedulable_build_is_named_in_the_deployment_condition():
+    p = make_plan(spec(target={"model": "hf://meta-llama/Llama-3.1-405B-Instruct", "tensorParallelSize": 16}))
+    blocked = BuildState("Pending", "Unschedulable", "build pod cannot be scheduled: 3 Insufficient nvidia.com/gpu")
+    _, conds = deployment_conditions(p, {p.engines[0].name: blocked}, None, False, None)
+    ready = conds[-1]
+    assert (ready.type, ready.status, ready.reason) == ("Ready", False, "BuildUnschedulable")
+    assert "Insufficient nvidia.com/gpu" in ready.message and p.engines[0].name in ready.message
