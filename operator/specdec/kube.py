@@ -56,6 +56,16 @@ KINDS = {
 }
 
 
+def api_error_message(error: ApiException) -> str:
+    """`HTTP 500 InternalError: <the API server's message>` from a failed request."""
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        body = {}
+    detail = body.get("message") or (error.body or "").strip() or error.reason
+    return f"HTTP {error.status} {body.get('reason') or error.reason}: {detail}"
+
+
 def contains(actual: Any, desired: Any) -> bool:
     """True when every field we set in `desired` has that value in `actual` (defaults may add more)."""
     if isinstance(desired, dict):

@@ -12,12 +12,14 @@ import logging
 import threading
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from specdec import conditions
 from specdec.builders import common
 from specdec.builders.engine import build_engine_build, build_job, job_name
 from specdec.builders.runtime import (build_cache_claim, build_config_map, build_deployment, build_service,
                                       endpoint, runtime_name, selector_labels)
-from specdec.kube import Kube
+from specdec.kube import Kube, api_error_message
 from specdec.plan import Plan, Problem, plan
 from specdec.settings import Settings
 from specdec.status import BuildState, build_state_from_status, deployment_conditions, evaluate_build
@@ -90,7 +92,22 @@ class Reconciler:
             if sd is None or sd["metadata"].get("deletionTimestamp"):
                 self.forget(namespace, name)
                 return
-            self._reconcile_deployment(sd)
+            try:
+                self._reconcile_deployment(sd)
+            except ApiException as error:  # retries are spent: tell the user, retry at the next event
+                log.warning("reconciling %s/%s failed: %s", namespace, name, api_error_message(error))
+                self._report_failure(sd, api_error_message(error))
+
+    def _report_failure(self, sd: dict[str, Any], message: str) -> None:
+        """Ready=False/ReconcileFailed; the other conditions stay as they were."""
+        meta = sd["metadata"]
+        old = (sd.get("status") or {}).get("conditions") or []
+        ready = conditions.merge(old, [conditions.Cond("Ready", False, "ReconcileFailed", message)],
+                                 meta.get("generation"), conditions.now())
+        merged = [c for c in old if c.get("type") != "Ready"] + ready
+        if merged != old:
+            self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"],
+                            {"status": {"conditions": merged}}, subresource="status")
 
     def _reconcile_deployment(self, sd: dict[str, Any]) -> None:
         meta = sd["metadata"]

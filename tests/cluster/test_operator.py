@@ -259,3 +259,16 @@ def test_api_server_refuses_names_the_runtime_service_cannot_take(kube: Kube, na
     with pytest.raises(ApiException) as refused:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
     assert refused.value.status == 422 and "metadata.name must be a DNS-1035 label" in refused.value.body
+
+
+def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, namespace: str, operator):
+    # A ResourceQuota that allows no Service: the API server refuses the runtime Service with 403.
+    kube.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-services"},
+                                                           "spec": {"hard": {"services": "0"}}})
+    wait_for(lambda: (kube.core.read_namespaced_resource_quota("no-services", namespace).status.hard or {})
+             .get("services") == "0", "quota observed")
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "ReconcileFailed" and c,
+                     "Ready=False with reason ReconcileFailed")
+    assert "HTTP 403" in ready["message"] and "exceeded quota" in ready["message"], ready["message"]
+    assert operator.process.poll() is None  # the operator keeps running

@@ -29,6 +29,7 @@ DEFAULT_GPU_NODES = 3
 READY_TIMEOUT_SECONDS = 180
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
 OPERATOR_HEALTH_PORT = 18080
+SERVICE_CIDR = "10.96.0.0/16"
 
 
 class ClusterError(RuntimeError):
@@ -120,6 +121,9 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None) -> str:
             "kwokControllerBinary": str(bins / "kwok"),
         },
     }
+    # The API server's default service range is a /24: 254 Services, fewer than a fleet of deployments.
+    config["componentsPatches"] = [{"name": "kube-apiserver", "extraArgs": [
+        {"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]}]
     if audit_policy:  # the API server then logs to <cluster dir>/logs/audit.log
         config["options"]["kubeAuditPolicy"] = str(audit_policy)
     stages = resources.files("specdec.dev").joinpath("stages")

@@ -1,0 +1,152 @@
+"""`specdec-runtime`: the runtime image's entrypoint.
+
+    specdec-runtime --config /etc/specdec/runtime.json                 # serve
+    specdec-runtime --config /etc/specdec/runtime.json --print-config  # dry run: what would run
+
+Exit status: 2 for a configuration that cannot be served (the message says why), the server process's
+status when it fails, 0 after a graceful stop (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shlex
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from specdec.runtime import config as cfg
+from specdec.runtime import launch as launching
+from specdec.runtime.chat import Tokenizer
+from specdec.runtime.front import Front
+from specdec.runtime.launch import Backend, LaunchPlan
+from specdec.runtime.supervisor import Supervisor, exit_status
+
+log = logging.getLogger("specdec.runtime")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specdec-runtime",
+        description="Serve a SpeculativeDeployment's models: render the TensorRT-LLM serving configuration "
+                    "from the runtime configuration the operator wrote, run and supervise the server "
+                    "(tritonserver or trtllm-serve), and serve the OpenAI-compatible front with /health "
+                    "and Prometheus /metrics.")
+    p.add_argument("--config", required=True, metavar="PATH",
+                   help="runtime configuration (runtime.json from the deployment's ConfigMap)")
+    p.add_argument("--print-config", action="store_true",
+                   help="dry run: print the command and every rendered file, then exit")
+    p.add_argument("--workdir", default=launching.DEFAULT_WORKDIR,
+                   help=f"where rendered files go (default {launching.DEFAULT_WORKDIR})")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--grace-seconds", type=float, default=25.0,
+                   help="how long the server gets to stop after SIGTERM before SIGKILL (default 25)")
+    p.add_argument("--request-timeout", type=float, default=600.0,
+                   help="seconds a backend request may take (default 600)")
+    # For tests and debugging: run another command as the backend, or talk to a backend elsewhere.
+    p.add_argument("--backend-command", help=argparse.SUPPRESS)
+    p.add_argument("--backend-url", help=argparse.SUPPRESS)
+    p.add_argument("--host", default="0.0.0.0", help=argparse.SUPPRESS)
+    p.add_argument("--stats-interval", type=float, default=5.0, help=argparse.SUPPRESS)
+    p.add_argument("--progress-interval", type=float, default=15.0, help=argparse.SUPPRESS)
+    return p
+
+
+async def _report_progress(front: Front, supervisor: Supervisor, interval: float, port: int) -> None:
+    """Start-up progress in the log: engines take minutes to load."""
+    started = time.monotonic()
+    last = started
+    while not supervisor.exited:
+        ok, detail = await front.backend_ready()
+        front.metrics.backend_up.set(1 if ok else 0)
+        now = time.monotonic()
+        if ok:
+            log.info("backend ready after %.1fs; serving %r on port %d", now - started, front.model, port)
+            return
+        if now - last >= interval:
+            log.info("waiting for the backend (%.0fs so far): %s", now - started, detail)
+            last = now
+        await asyncio.sleep(min(0.25, interval))
+
+
+async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
+    backend = plan.backend
+    if args.backend_url:
+        backend = Backend(backend.kind, args.backend_url.rstrip("/"), backend.health_path, backend.draft_len,
+                          backend.use_draft_logits)
+    argv = shlex.split(args.backend_command) if args.backend_command else plan.argv
+    supervisor = Supervisor(argv, plan.env, grace_seconds=args.grace_seconds)
+    tokenizer = Tokenizer(config.target.checkpoint) if backend.kind == "triton" else None
+    front = Front(config, backend, supervisor=supervisor, tokenizer=tokenizer, route=plan.route,
+                  request_timeout=args.request_timeout, stats_interval=args.stats_interval)
+    runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, args.host, config.port).start()
+    except OSError as error:
+        log.error("cannot listen on %s:%d: %s", args.host, config.port, error.strerror or error)
+        await runner.cleanup()
+        return 1
+    log.info("front listening on %s:%d (backend %s at %s)", args.host, config.port, backend.kind, backend.url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("launching: %s", shlex.join(argv))
+    try:
+        await supervisor.start()
+    except RuntimeError as error:
+        log.error("%s", error)
+        await runner.cleanup()
+        return 127
+    progress = loop.create_task(_report_progress(front, supervisor, args.progress_interval, config.port))
+    stop_wait = loop.create_task(stop.wait())
+    exit_wait = loop.create_task(supervisor.wait())
+    await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        log.info("stop requested: stopping the server")
+        code = await supervisor.stop()
+        status = 0 if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else exit_status(code)
+    else:
+        code = supervisor.returncode or 0
+        status = exit_status(code) or 1  # a server that stops by itself is a failure, even with status 0
+    for task in (progress, stop_wait, exit_wait):
+        task.cancel()
+    await runner.cleanup()
+    log.info("exiting with status %d", status)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s specdec-runtime: %(message)s")
+    try:
+        config = cfg.load(args.config)
+        plan = launching.plan(config, args.workdir)
+    except cfg.ConfigError as error:
+        print(f"specdec-runtime: {error}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        sys.stdout.write(launching.describe(config, plan, args.config))
+        return 0
+    for note in plan.notes:
+        log.info("%s", note)
+    log.info("runtime configuration: %s", json.dumps(config.model_dump(mode="json", by_alias=True,
+                                                                         exclude_none=True), sort_keys=True))
+    if not args.backend_command:
+        try:
+            launching.prepare(plan)
+        except (cfg.ConfigError, OSError) as error:
+            print(f"specdec-runtime: cannot prepare the server: {error}", file=sys.stderr)
+            return 2
+    return asyncio.run(serve(config, plan, args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

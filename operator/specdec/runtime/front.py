@@ -1,0 +1,471 @@
+"""The OpenAI-compatible front on the runtime's port: /v1/completions, /v1/chat/completions, /v1/models,
+/health and Prometheus /metrics.
+
+Two backends:
+- triton: Triton's generate endpoint of the tensorrt_llm_bls model. Every request gets
+  `num_draft_tokens` (the draft length) and `use_draft_logits` (logit acceptance), which is what makes the
+  BLS speculate, and `return_perf_metrics`, whose `acceptance_rate`, `total_accepted_draft_tokens` and
+  `total_draft_tokens` feed the metrics. The BLS does not stream while speculating, so a streamed request
+  gets the whole answer as one SSE chunk.
+- openai: trtllm-serve's own OpenAI API, proxied (streaming passes through chunk by chunk); its iteration
+  statistics (GET /metrics, `specDecodingStats`) are polled for the speculation counters.
+
+Backend failures become clear 5xx answers (503 not reachable, 504 timed out, 502 anything else) rather than
+hangs; a client that goes away cancels its backend request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from specdec.api.runtime_config import RuntimeConfig
+from specdec.runtime import triton
+from specdec.runtime.chat import Tokenizer
+from specdec.runtime.launch import Backend
+from specdec.runtime.metrics import RuntimeMetrics
+
+log = logging.getLogger("specdec.runtime")
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
+CHAT_DEFAULT_MAX_TOKENS = 512
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class StreamBroken(Exception):
+    """The backend's stream failed after the response had started; the response is complete."""
+
+    def __init__(self, response: web.StreamResponse):
+        super().__init__("stream broken")
+        self.response = response
+
+
+class FrontError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "backend_error"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def error_response(status: int, message: str, kind: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+def strip_prompt(text: str, prompt: str) -> str:
+    """The BLS answers a speculative request with prompt + completion (it merges the target's outputs)."""
+    if prompt and text.startswith(prompt):
+        return text[len(prompt):]
+    stripped = prompt.strip()
+    if stripped and text.lstrip().startswith(stripped):
+        return text.lstrip()[len(stripped):]
+    return text
+
+
+def _scalar(value: Any) -> Any:
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value
+
+
+def _number(value: Any) -> float | None:
+    value = _scalar(value)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class Front:
+    def __init__(self, config: RuntimeConfig, backend: Backend, *, supervisor=None, tokenizer: Tokenizer | None = None,
+                 request_timeout: float = 600.0, health_timeout: float = 3.0, stats_interval: float = 5.0,
+                 route: str = ""):
+        self.config = config
+        self.backend = backend
+        self.supervisor = supervisor
+        self.tokenizer = tokenizer or Tokenizer(None)
+        self.request_timeout = request_timeout
+        self.health_timeout = health_timeout
+        self.stats_interval = stats_interval
+        self.model = config.served_model_name
+        self.metrics = RuntimeMetrics(mode=config.mode, backend=config.backend, model=self.model,
+                                      route=route or backend.kind)
+        self.session: aiohttp.ClientSession | None = None
+        self._poller: asyncio.Task | None = None
+        self.app = web.Application(client_max_size=64 * 1024 * 1024)
+        self.app.router.add_post("/v1/completions", self.completions)
+        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
+        self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/metrics", self.prometheus)
+        self.app.on_startup.append(self._startup)
+        self.app.on_cleanup.append(self._cleanup)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def _startup(self, _app) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                             auto_decompress=True)
+        if self.backend.kind == "openai" and self.stats_interval > 0:
+            self._poller = asyncio.get_running_loop().create_task(self._poll_iteration_stats())
+
+    async def _cleanup(self, _app) -> None:
+        if self._poller:
+            self._poller.cancel()
+            try:
+                await self._poller
+            except asyncio.CancelledError:
+                pass
+        if self.session:
+            await self.session.close()
+
+    # --- health and metrics ------------------------------------------------------------------------
+
+    async def backend_ready(self) -> tuple[bool, str]:
+        if self.supervisor is not None and self.supervisor.exited:
+            return False, "the server process has exited"
+        assert self.session is not None
+        url = self.backend.url + self.backend.health_path
+        try:
+            async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=self.health_timeout)) as resp:
+                await resp.read()
+                if resp.status == 200:
+                    return True, "ok"
+                return False, f"{url} answered HTTP {resp.status}"
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            return False, f"{url} not reachable: {type(error).__name__}"
+
+    async def health(self, _request: web.Request) -> web.Response:
+        ok, detail = await self.backend_ready()
+        self.metrics.backend_up.set(1 if ok else 0)
+        if ok:
+            return web.json_response({"status": "ok", "model": self.model})
+        return web.json_response({"status": "unavailable", "detail": detail}, status=503)
+
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain",
+                            headers={"X-Content-Type-Version": "0.0.4"})
+
+    async def models(self, _request: web.Request) -> web.Response:
+        started = int(self.supervisor.started_at) if self.supervisor else 0
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model, "object": "model", "created": started, "owned_by": "specdec"}]})
+
+    async def _poll_iteration_stats(self) -> None:
+        """trtllm-serve's GET /metrics hands out (and forgets) the iteration statistics since the last call."""
+        assert self.session is not None
+        url = self.backend.url + "/metrics"
+        while True:
+            await asyncio.sleep(self.stats_interval)
+            try:
+                async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    if resp.status != 200:
+                        continue
+                    stats = await resp.json(content_type=None)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                continue
+            for item in stats if isinstance(stats, list) else []:
+                if isinstance(item, str):  # some versions return JSON strings
+                    try:
+                        item = json.loads(item)
+                    except ValueError:
+                        continue
+                spec = item.get("specDecodingStats") if isinstance(item, dict) else None
+                if isinstance(spec, dict):
+                    draft = int(spec.get("numDraftTokens") or 0)
+                    accepted = int(spec.get("numAcceptedTokens") or 0)
+                    self.metrics.speculation(draft, accepted)
+
+    # --- request plumbing ---------------------------------------------------------------------------
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise FrontError(400, "the request body is not valid JSON", "invalid_request_error") from None
+        if not isinstance(body, dict):
+            raise FrontError(400, "the request body must be a JSON object", "invalid_request_error")
+        return body
+
+    async def _observed(self, request: web.Request, endpoint: str, handler) -> web.StreamResponse:
+        started = time.monotonic()
+        self.metrics.in_flight.inc()
+        status = "500"
+        try:
+            response = await handler(request, started)
+            status = str(response.status)
+            return response
+        except StreamBroken as broken:
+            status = "502"  # the client saw 200 and then an error event
+            return broken.response
+        except FrontError as error:
+            status = str(error.status)
+            if error.status >= 500:
+                self.metrics.backend_errors.inc(kind=error.kind)
+                log.warning("%s: %s", endpoint, error.message)
+            return error_response(error.status, error.message, error.kind)
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = "499"  # the client went away; its backend request was cancelled with it
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.requests.inc(endpoint=endpoint, status=status)
+            self.metrics.latency.observe(time.monotonic() - started, endpoint=endpoint)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._observed(request, "/v1/completions", self._completions)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._observed(request, "/v1/chat/completions", self._chat)
+
+    async def _completions(self, request: web.Request, started: float) -> web.StreamResponse:
+        body = await self._body(request)
+        if self.backend.kind == "openai":
+            return await self._proxy(request, "/v1/completions", body, started)
+        return await self._triton_completions(request, body, started)
+
+    async def _chat(self, request: web.Request, started: float) -> web.StreamResponse:
+        body = await self._body(request)
+        if self.backend.kind == "openai":
+            return await self._proxy(request, "/v1/chat/completions", body, started)
+        return await self._triton_chat(request, body, started)
+
+    # --- Triton (BLS generate) ----------------------------------------------------------------------
+
+    def _sampling(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("n", 1) != 1:
+            raise FrontError(400, "n must be 1 with draft-target speculation", "invalid_request_error")
+        out: dict[str, Any] = {}
+        for key in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+                    "repetition_penalty"):
+            if body.get(key) is not None:
+                out[key] = body[key]
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            out["stop_words"] = [stop]
+        elif isinstance(stop, list) and stop:
+            out["stop_words"] = [str(s) for s in stop]
+        return out
+
+    async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any]) -> dict[str, Any]:
+        assert self.session is not None
+        payload = {"text_input": prompt, "max_tokens": max_tokens, "stream": False,
+                   "num_draft_tokens": self.backend.draft_len, "use_draft_logits": self.backend.use_draft_logits,
+                   "return_perf_metrics": True, **sampling}
+        url = f"{self.backend.url}/v2/models/{triton.BLS_MODEL}/generate"
+        try:
+            async with self.session.post(url, json=payload,
+                                         timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except aiohttp.ClientConnectorError:
+            raise FrontError(503, "the Triton server is not reachable (starting or stopped)", "backend_unavailable") from None
+        except asyncio.TimeoutError:
+            raise FrontError(504, f"Triton did not answer within {self.request_timeout:g}s", "backend_timeout") from None
+        except aiohttp.ClientError as error:
+            raise FrontError(502, f"the connection to Triton failed: {type(error).__name__}: {error}") from None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if status != 200 or not isinstance(data, dict) or "error" in data:
+            message = data.get("error") if isinstance(data, dict) else raw[:500].decode(errors="replace")
+            raise FrontError(502, f"Triton answered HTTP {status}: {message}")
+        if "text_output" not in data:
+            raise FrontError(502, "Triton's answer has no text_output")
+        return data
+
+    def _usage(self, prompt: str, text: str) -> dict[str, int] | None:
+        prompt_tokens = self.tokenizer.count(prompt)
+        completion_tokens = self.tokenizer.count(text)
+        if prompt_tokens is None or completion_tokens is None:
+            return None
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+        data = await self._generate(prompt, max_tokens, self._sampling(body))
+        text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
+        usage = self._usage(prompt, text)
+        draft = _number(data.get("total_draft_tokens"))
+        accepted = _number(data.get("total_accepted_draft_tokens"))
+        rate = _number(data.get("acceptance_rate"))
+        if draft:
+            self.metrics.speculation(int(draft), int(accepted or 0))
+            self.metrics.response_acceptance.observe(rate if rate is not None else (accepted or 0) / draft)
+        if usage:
+            self.metrics.prompt_tokens.inc(usage["prompt_tokens"])
+            self.metrics.completion_tokens.inc(usage["completion_tokens"])
+        finish = "length" if usage and usage["completion_tokens"] >= max_tokens else "stop"
+        speculation = {"acceptance_rate": rate, "accepted_draft_tokens": int(accepted or 0),
+                       "draft_tokens": int(draft or 0)}
+        return {"text": text, "usage": usage, "finish_reason": finish, "speculation": speculation}
+
+    def _max_tokens(self, body: dict[str, Any], default: int) -> int:
+        value = body.get("max_tokens", body.get("max_completion_tokens"))
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise FrontError(400, "max_tokens must be a positive integer", "invalid_request_error")
+        return value
+
+    async def _triton_completions(self, request: web.Request, body: dict[str, Any], started: float):
+        prompt = body.get("prompt")
+        prompts = [prompt] if isinstance(prompt, str) else prompt
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise FrontError(400, "prompt must be a string or a list of strings (token ids need trtllm-serve)",
+                             "invalid_request_error")
+        max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        results = await asyncio.gather(*(self._triton_one(p, body, max_tokens) for p in prompts))
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        usage = _sum_usage([r["usage"] for r in results])
+        if body.get("stream"):
+            chunks = [{"id": rid, "object": "text_completion", "created": created, "model": self.model,
+                       "choices": [{"index": i, "text": r["text"], "logprobs": None,
+                                    "finish_reason": r["finish_reason"]}]} for i, r in enumerate(results)]
+            return await self._sse(request, chunks, usage, body, rid, created, "text_completion", started)
+        return web.json_response({
+            "id": rid, "object": "text_completion", "created": created, "model": self.model,
+            "choices": [{"index": i, "text": (prompts[i] if body.get("echo") else "") + r["text"],
+                         "logprobs": None, "finish_reason": r["finish_reason"]} for i, r in enumerate(results)],
+            "usage": usage, "speculation": _sum_speculation(results)})
+
+    async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise FrontError(400, "messages must be a non-empty list of message objects", "invalid_request_error")
+        try:
+            prompt = self.tokenizer.chat_prompt(messages)
+        except ValueError as error:
+            raise FrontError(400, str(error), "invalid_request_error") from None
+        max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
+        result = await self._triton_one(prompt, body, max_tokens)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.get("stream"):
+            chunks = [{"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
+                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": result["text"]},
+                                    "finish_reason": result["finish_reason"]}]}]
+            return await self._sse(request, chunks, result["usage"], body, rid, created, "chat.completion.chunk",
+                                   started)
+        return web.json_response({
+            "id": rid, "object": "chat.completion", "created": created, "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
+                         "finish_reason": result["finish_reason"]}],
+            "usage": result["usage"], "speculation": result["speculation"]})
+
+    async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        self.metrics.ttft.observe(time.monotonic() - started)
+        for chunk in chunks:
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        if (body.get("stream_options") or {}).get("include_usage") and usage:
+            await response.write(f"data: {json.dumps({'id': rid, 'object': kind, 'created': created, 'model': self.model, 'choices': [], 'usage': usage})}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    # --- trtllm-serve (OpenAI proxy) ------------------------------------------------------------------
+
+    def _record_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            self.metrics.prompt_tokens.inc(max(int(usage.get("prompt_tokens") or 0), 0))
+            self.metrics.completion_tokens.inc(max(int(usage.get("completion_tokens") or 0), 0))
+
+    async def _proxy(self, request: web.Request, path: str, body: dict[str, Any], started: float):
+        assert self.session is not None
+        body.setdefault("model", self.model)
+        rd = self.config.redrafter
+        if rd is not None and rd.temperature is not None and body.get("temperature") is None:
+            body["temperature"] = rd.temperature
+        stream = bool(body.get("stream"))
+        options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        client_usage = bool(options.get("include_usage"))
+        if stream and not client_usage:
+            body["stream_options"] = {**options, "include_usage": True}  # for the token counters
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=self.request_timeout)
+        try:
+            upstream = await self.session.post(self.backend.url + path, json=body, timeout=timeout)
+        except aiohttp.ClientConnectorError:
+            raise FrontError(503, "trtllm-serve is not reachable (starting or stopped)", "backend_unavailable") from None
+        except asyncio.TimeoutError:
+            raise FrontError(504, f"trtllm-serve did not answer within {self.request_timeout:g}s", "backend_timeout") from None
+        except aiohttp.ClientError as error:
+            raise FrontError(502, f"the connection to trtllm-serve failed: {type(error).__name__}: {error}") from None
+        try:
+            if upstream.status != 200:
+                raw = await upstream.read()
+                if 400 <= upstream.status < 500:  # the client's mistake: pass it on as trtllm-serve said it
+                    return web.Response(body=raw, status=upstream.status,
+                                        content_type=upstream.content_type or "application/json")
+                raise FrontError(502, f"trtllm-serve answered HTTP {upstream.status}: "
+                                      f"{raw[:500].decode(errors='replace')}")
+            if not stream or not upstream.content_type.startswith("text/event-stream"):
+                try:
+                    data = await upstream.json(content_type=None)
+                except (aiohttp.ClientError, ValueError, asyncio.TimeoutError) as error:
+                    raise FrontError(502, f"trtllm-serve's answer could not be read: {type(error).__name__}") from None
+                if isinstance(data, dict):
+                    data["model"] = self.model
+                    self._record_usage(data.get("usage"))
+                return web.json_response(data)
+            return await self._relay_stream(request, upstream, client_usage, started)
+        finally:
+            upstream.close()  # a client that left must not keep the backend generating
+
+    async def _relay_stream(self, request, upstream, client_usage: bool, started: float) -> web.StreamResponse:
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        first = True
+        try:
+            async for raw_line in upstream.content:
+                line = raw_line.decode(errors="replace").rstrip("\r\n")
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    await response.write(b"data: [DONE]\n\n")
+                    continue
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    await response.write(f"data: {payload}\n\n".encode())
+                    continue
+                if isinstance(chunk, dict):
+                    if chunk.get("usage") and not chunk.get("choices"):
+                        self._record_usage(chunk["usage"])
+                        if not client_usage:
+                            continue
+                    elif not client_usage:
+                        chunk.pop("usage", None)
+                    if "model" in chunk:
+                        chunk["model"] = self.model
+                if first:
+                    self.metrics.ttft.observe(time.monotonic() - started)
+                    first = False
+                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, asyncio.TimeoutError) as error:
+            # Headers are gone already: say it in the stream, and count it as a backend failure.
+            message = f"trtllm-serve's stream broke off: {type(error).__name__}"
+            log.warning("%s", message)
+            self.metrics.backend_errors.inc(kind="stream_broken")
+            await response.write(f"data: {json.dumps({'error': {'message': message, 'type': 'backend_error', 'code': 502}})}\n\n".encode())
+            await response.write_eof()
+            raise StreamBroken(response) from None
+        await response.write_eof()
+        return response
+
+
+def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
+    if not usages or any(u is None for u in usages):
+        return None
+    return {k: sum(u[k] for u in usages) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+
+
+def _sum_speculation(results: list[dict[str, Any]]) -> dict[str, Any]:
+    draft = sum(r["speculation"]["draft_tokens"] for r in results)
+    accepted = sum(r["speculation"]["accepted_draft_tokens"] for r in results)
+    return {"acceptance_rate": accepted / draft if draft else None, "accepted_draft_tokens": accepted,
+            "draft_tokens": draft}

@@ -1,0 +1,83 @@
+"""Routes served by `trtllm-serve`: the engine path with one engine (modes none and redrafter) and the
+PyTorch path (modes none and draftTarget).
+
+Flags are the ones present in every `tensorrt_llm/commands/serve.py` read (1.0/1.1 and the newest):
+`--backend`, `--host`, `--port`, `--tokenizer`, `--tp_size`, `--kv_cache_free_gpu_memory_fraction`,
+`--extra_llm_api_options`, `--log_level`; `--revision` only when a hub revision is pinned. KV-cache
+settings and speculation go in the `--extra_llm_api_options` YAML (keys of `llm_args.py`: kv_cache_config,
+speculative_config, ...). tests/runtime/data/trtllm_serve.json keeps what was read and where.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from specdec.api.runtime_config import RuntimeConfig
+from specdec.runtime import config as cfg
+
+TRTLLM_SERVE = "trtllm-serve"
+HOST = "127.0.0.1"  # only the front listens on the pod's network
+# speculative_config.decoding_type for draft-target in TensorRT-LLM 1.0-1.2 (`DecodingBaseConfig.from_dict`).
+DRAFT_TARGET_DECODING_TYPE = "DraftTarget"
+
+
+def extra_options(config: RuntimeConfig) -> dict[str, Any]:
+    """The --extra_llm_api_options YAML: applied by trtllm-serve over its own arguments."""
+    options: dict[str, Any] = {
+        "kv_cache_config": {
+            "free_gpu_memory_fraction": float(config.kv_cache.free_gpu_memory_fraction),
+            "enable_block_reuse": config.kv_cache.enable_block_reuse,
+        },
+    }
+    if config.backend == "pytorch":
+        # Iteration statistics (GET /metrics of trtllm-serve, with specDecodingStats) are opt-in on the
+        # PyTorch backend; the TensorRT backend always keeps them. The front reads them for /metrics.
+        options["enable_iter_perf_stats"] = True
+        if config.draft_target is not None:
+            dt = config.draft_target
+            options["speculative_config"] = {
+                "decoding_type": DRAFT_TARGET_DECODING_TYPE,
+                # No engine here: the draft proposes draftLen tokens per step.
+                "max_draft_len": dt.draft_len,
+                "speculative_model_dir": dt.draft.checkpoint,
+            }
+    return options
+
+
+def extra_options_yaml(config: RuntimeConfig) -> str:
+    return yaml.safe_dump(extra_options(config), sort_keys=True, default_flow_style=False)
+
+
+def warnings(config: RuntimeConfig) -> list[str]:
+    """Settings the chosen route cannot honour; logged at start-up."""
+    notes = []
+    if config.backend == "pytorch" and config.draft_target is not None:
+        if config.draft_target.use_logits:
+            notes.append("useLogits is not available with trtllm-serve's PyTorch DraftTarget; tokens are "
+                         "accepted by comparison")
+        if config.draft_target.draft.revision:
+            notes.append("draftTarget.draft.revision is ignored: speculative_model_dir takes a path or hub id")
+    return notes
+
+
+def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[str, str]]:
+    target = config.target
+    if config.backend == "pytorch":
+        argv = [TRTLLM_SERVE, target.checkpoint, "--backend", "pytorch"]
+    else:
+        if config.mode == "draftTarget":
+            raise cfg.ConfigError("engine-path draftTarget is served by Triton, not trtllm-serve")
+        # An engine directory holds no tokenizer: it comes from the checkpoint.
+        argv = [TRTLLM_SERVE, target.engine_dir or "", "--backend", "tensorrt", "--tokenizer", target.checkpoint]
+    argv += ["--host", HOST, "--port", str(cfg.TRTLLM_SERVE_PORT),
+             "--tp_size", str(target.tensor_parallel_size),
+             "--kv_cache_free_gpu_memory_fraction", repr(float(config.kv_cache.free_gpu_memory_fraction)),
+             "--extra_llm_api_options", options_path, "--log_level", "info"]
+    if config.backend == "pytorch" and target.revision:
+        argv += ["--revision", target.revision]
+    env: dict[str, str] = {}
+    if config.backend == "tensorrt":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in target.devices)
+    return argv, env
