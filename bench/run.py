@@ -151,6 +151,7 @@ def latency(api: client.ApiClient, observer: Observer, reps: int) -> dict[str, l
         out["jobs_done_to_deployment"].append(deployment - done if done else float("nan"))
         available = observer.wait(ns, "deployment-available")
         out["available_to_ready"].append(observer.wait(ns, "ready:lat") - available)
+        core.delete_namespace(ns)  # frees its GPUs for the scale run
     return out
 
 
@@ -241,7 +242,8 @@ def main() -> int:
     policy = local.workdir / "bench-audit-policy.yaml"
     policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_text(AUDIT_POLICY)
-    gpu_nodes = math.ceil(args.scale * 2 / 8) + 2  # each runtime pod of the example takes 2 GPUs
+    # Each runtime pod of the example takes 2 GPUs; latency namespaces are deleted after each rep.
+    gpu_nodes = math.ceil(args.scale * 2 / 8) + 4
     dev.up(local, gpu_nodes=gpu_nodes, audit_policy=policy)
     local.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(render_crds().values()))
     local.kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specdec.io",

@@ -88,6 +88,8 @@ def _operator(args: argparse.Namespace) -> int:
     import specdec.handlers  # noqa: F401  (registers the handlers)
 
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "DEBUG":  # kopf logs every handled watch event at INFO: noise at any scale
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     namespaces = args.namespace or []
     kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
              liveness_endpoint=args.liveness, memo=kopf.Memo(namespaces=namespaces))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import queue
+import threading
 import time
 from typing import Any
 from urllib.parse import quote
@@ -79,6 +81,8 @@ def contains(actual: Any, desired: Any) -> bool:
 class Kube:
     def __init__(self, api: client.ApiClient):
         self.api = api
+        self._events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._post_events, daemon=True, name="specdec-events").start()
 
     @classmethod
     def from_environment(cls) -> "Kube":
@@ -176,6 +180,14 @@ class Kube:
                 raise
 
     def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """Post an Event from a background thread: it informs people, it must not slow a reconcile."""
+        self._events.put((obj, reason, message, warning))
+
+    def _post_events(self) -> None:
+        while True:
+            self._post_event(*self._events.get())
+
+    def _post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool) -> None:
         meta = obj["metadata"]
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {

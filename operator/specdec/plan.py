@@ -121,9 +121,19 @@ def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
     return None
 
 
+def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
+    dt = spec.speculation.draft_target
+    if spec.backend == "pytorch" and dt and dt.acceptance == "logits":
+        return Problem("LogitsAcceptanceUnsupported",
+                       "trtllm-serve's PyTorch backend accepts draft tokens by comparing tokens; use "
+                       "acceptance: tokens, or backend: tensorrt for logits-based acceptance")
+    return None
+
+
 CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec], Problem | None], ...] = (
     _check_revisions,
     _check_pytorch_devices,
+    _check_pytorch_acceptance,
     _check_devices_contiguous,
 )
 
@@ -232,6 +242,7 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
         served_name = served_name.rstrip("/").rsplit("/", 1)[-1]
     config = RuntimeConfig(
         backend=spec.backend, mode=spec.speculation.mode, served_model_name=served_name,
+        max_batch_size=spec.engine.max_batch_size,
         port=spec.runtime.port, target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
         draft_target=draft_target, redrafter=redrafter)

@@ -61,6 +61,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
      spec(cache={"claimName": "engines", "storageClassName": "fast"}), "claimName"),
     ("max-input-len-not-below-max-seq-len", spec(engine={"maxInputLen": 4096, "maxSeqLen": 4096}), "maxInputLen"),
     ("pytorch-redrafter", spec(backend="pytorch", speculation=redrafter()), "mode"),
+    ("port-reserved-by-the-backend", spec(runtime={"port": 8001}), "port"),
     # --- list-type set (API server) / pydantic validator ----------------------------------------------
     ("duplicate-devices", spec(target={"model": TARGET, "tensorParallelSize": 2, "devices": [0, 0]}), "devices"),
 ]
@@ -69,7 +70,7 @@ CROSS_FIELD: frozenset[str] = frozenset({
     "devices-longer-than-tp", "draft-target-without-block", "draft-target-and-redrafter-blocks",
     "draft-len-above-max-draft-len", "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
-    "pytorch-redrafter",
+    "pytorch-redrafter", "port-reserved-by-the-backend",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})

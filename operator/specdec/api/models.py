@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from specdec.api.ports import RESERVED_PORTS
+
 GROUP = "specdec.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -210,6 +212,11 @@ class KvCacheSpec(ApiModel):
 
 
 class RuntimeSpec(ApiModel):
+    model_config = _validations(
+        cel(f"!(self.port in {RESERVED_PORTS})",
+            f"port is taken inside the runtime pod by the serving backend; use another than {RESERVED_PORTS}", ".port"),
+    )
+
     replicas: int = Field(1, ge=0, le=1000, description="Runtime pods.")
     kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec, description="KV-cache settings.")
     image: str | None = Field(None, min_length=1, description="Runtime image. Default: the operator's --runtime-image.")
@@ -219,6 +226,12 @@ class RuntimeSpec(ApiModel):
     affinity: dict[str, Any] | None = Field(None, description="Pod affinity, as in a Pod spec.",
                                             json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RuntimeSpec":
+        if self.port in RESERVED_PORTS:
+            raise ValueError(f"port: port is taken inside the runtime pod by the serving backend; use another than {RESERVED_PORTS}")
+        return self
 
 
 class BuildSpec(ApiModel):

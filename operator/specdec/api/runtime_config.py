@@ -46,6 +46,7 @@ class RuntimeReDrafter(ApiModel):
 
 class RuntimeConfig(ApiModel):
     backend: Literal["tensorrt", "pytorch"]
+    max_batch_size: int | None = Field(None, description="The engines' --max_batch_size, when the spec sets it.")
     mode: Literal["none", "draftTarget", "redrafter"]
     served_model_name: str
     port: int = 8000

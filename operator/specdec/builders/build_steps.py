@@ -17,6 +17,7 @@ from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.plan import model_dir
 
 EXAMPLES = "${TRTLLM_EXAMPLES_DIR}"
+RECIPE_FILE = "specdec-recipe.json"  # written last into a finished engine: what it was built from
 
 # step name -> the EngineBuild phase while it runs and the reason prefix when it fails
 STEP_PHASES = {"fetch": "Fetching", "convert": "Converting", "quantize": "Quantizing",
@@ -122,8 +123,12 @@ def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> lis
     steps.append(Step("build", "\n".join([
         f"rm -rf {shlex.quote(partial)}",
         _cmd(*trtllm_build_args(recipe, checkpoint, partial)),
-        f"printf '%s\\n' {shlex.quote(recipe_json)} > {shlex.quote(partial + '/specdec-recipe.json')}",
+        f"printf '%s\\n' {shlex.quote(recipe_json)} > {shlex.quote(partial + '/' + RECIPE_FILE)}",
         f"rm -rf {shlex.quote(engine)} && mv {shlex.quote(partial)} {shlex.quote(engine)}",
         f"rm -rf {shlex.quote(work)}",
     ]), uses_gpus=True))
-    return steps
+    # An engine of this very recipe already in the cache (its EngineBuild was collected, the bytes were
+    # kept) is reused: every step sees it and does nothing.
+    done = (f"if [ \"$(cat {shlex.quote(engine + '/' + RECIPE_FILE)} 2>/dev/null)\" = {shlex.quote(recipe_json)} ]; "
+            f"then echo 'engine already in the cache'; exit 0; fi")
+    return [dataclasses.replace(step, script=f"{done}\n{step.script}") for step in steps]

@@ -13,6 +13,7 @@ from specdec.settings import GPU_RESOURCE, Settings
 # Bump when the pod template's shape changes in a way that must restart pods; anything else that
 # changes (e.g. a new operator version with the same template) leaves running pods alone.
 POD_TEMPLATE_VERSION = 1
+TERMINATION_GRACE_SECONDS = 40
 
 
 def runtime_name(plan: Plan) -> str:
@@ -60,10 +61,12 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     spec = plan.spec
     runtime = spec.runtime
     mounts = [{"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}]
+              {"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": config_map_name(plan)}},
         {"name": "tmp", "emptyDir": {}},
+        # Triton's Python backend and NCCL need far more shared memory than the default 64 MiB.
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
     ]
     if spec.backend == "tensorrt":
         mounts.append({"name": "cache", "mountPath": CACHE_MOUNT, "readOnly": True})
@@ -88,6 +91,8 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
+        # specdec-runtime gives the server 25 s to drain after SIGTERM; keep the kubelet's kill later.
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": common.pod_security_context(),
         "nodeSelector": {**dict(settings.gpu_node_selector), **(runtime.node_selector or {})},
         "tolerations": common.tolerations(settings.gpu_tolerations, runtime.tolerations),

@@ -57,16 +57,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _report_progress(front: Front, supervisor: Supervisor, interval: float, port: int) -> None:
+async def _report_progress(front: Front, supervisor: Supervisor, interval: float) -> None:
     """Start-up progress in the log: engines take minutes to load."""
     started = time.monotonic()
     last = started
-    while not supervisor.exited:
+    while not supervisor.exited and not front.ready_announced:
         ok, detail = await front.backend_ready()
         front.metrics.backend_up.set(1 if ok else 0)
         now = time.monotonic()
         if ok:
-            log.info("backend ready after %.1fs; serving %r on port %d", now - started, front.model, port)
+            front.mark_ready()
             return
         if now - last >= interval:
             log.info("waiting for the backend (%.0fs so far): %s", now - started, detail)
@@ -104,7 +104,7 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
         log.error("%s", error)
         await runner.cleanup()
         return 127
-    progress = loop.create_task(_report_progress(front, supervisor, args.progress_interval, config.port))
+    progress = loop.create_task(_report_progress(front, supervisor, args.progress_interval))
     stop_wait = loop.create_task(stop.wait())
     exit_wait = loop.create_task(supervisor.wait())
     await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)

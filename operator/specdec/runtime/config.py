@@ -12,15 +12,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from specdec.api.ports import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import RuntimeConfig
-
-# Ports the backends listen on inside the pod (loopback only). Triton's BLS model asks the local gRPC
-# endpoint for the models' configuration at "localhost:8001" (hard-coded in tensorrt_llm_bls/1/model.py),
-# so Triton's gRPC port cannot move.
-TRITON_GRPC_PORT = 8001
-TRITON_HTTP_PORT = 18000
-TRITON_METRICS_PORT = 18002
-TRTLLM_SERVE_PORT = 18000
 
 
 class ConfigError(Exception):

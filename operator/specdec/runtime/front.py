@@ -47,6 +47,21 @@ class StreamBroken(Exception):
         self.response = response
 
 
+class ClientGone(Exception):
+    """The client closed the connection while its response was being written."""
+
+    def __init__(self, response: web.StreamResponse):
+        super().__init__("client gone")
+        self.response = response
+
+
+async def _write(response: web.StreamResponse, data: bytes) -> None:
+    try:
+        await response.write(data)
+    except ConnectionResetError:
+        raise ClientGone(response) from None
+
+
 class FrontError(Exception):
     def __init__(self, status: int, message: str, kind: str = "backend_error"):
         super().__init__(message)
@@ -93,6 +108,8 @@ class Front:
         self.metrics = RuntimeMetrics(mode=config.mode, backend=config.backend, model=self.model,
                                       route=route or backend.kind)
         self.session: aiohttp.ClientSession | None = None
+        self.ready_announced = False
+        self.created = int(time.time())
         self._poller: asyncio.Task | None = None
         self.app = web.Application(client_max_size=64 * 1024 * 1024)
         self.app.router.add_post("/v1/completions", self.completions)
@@ -137,21 +154,28 @@ class Front:
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             return False, f"{url} not reachable: {type(error).__name__}"
 
+    def mark_ready(self) -> None:
+        """Log (once) that the backend answers: the end of start-up."""
+        if not self.ready_announced:
+            self.ready_announced = True
+            since = f" after {time.monotonic() - self.supervisor.started_at:.1f}s" if self.supervisor else ""
+            log.info("backend ready%s; serving %r on port %d", since, self.model, self.config.port)
+
     async def health(self, _request: web.Request) -> web.Response:
         ok, detail = await self.backend_ready()
         self.metrics.backend_up.set(1 if ok else 0)
         if ok:
+            self.mark_ready()
             return web.json_response({"status": "ok", "model": self.model})
         return web.json_response({"status": "unavailable", "detail": detail}, status=503)
 
     async def prometheus(self, _request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render(), content_type="text/plain",
-                            headers={"X-Content-Type-Version": "0.0.4"})
+        return web.Response(body=self.metrics.render().encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def models(self, _request: web.Request) -> web.Response:
-        started = int(self.supervisor.started_at) if self.supervisor else 0
         return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": started, "owned_by": "specdec"}]})
+            {"id": self.model, "object": "model", "created": self.created, "owned_by": "specdec"}]})
 
     async def _poll_iteration_stats(self) -> None:
         """trtllm-serve's GET /metrics hands out (and forgets) the iteration statistics since the last call."""
@@ -200,6 +224,9 @@ class Front:
         except StreamBroken as broken:
             status = "502"  # the client saw 200 and then an error event
             return broken.response
+        except ClientGone as gone:
+            status = "499"
+            return gone.response
         except FrontError as error:
             status = str(error.status)
             if error.status >= 500:
@@ -360,10 +387,10 @@ class Front:
         await response.prepare(request)
         self.metrics.ttft.observe(time.monotonic() - started)
         for chunk in chunks:
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await _write(response, f"data: {json.dumps(chunk)}\n\n".encode())
         if (body.get("stream_options") or {}).get("include_usage") and usage:
-            await response.write(f"data: {json.dumps({'id': rid, 'object': kind, 'created': created, 'model': self.model, 'choices': [], 'usage': usage})}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
+            await _write(response, f"data: {json.dumps({'id': rid, 'object': kind, 'created': created, 'model': self.model, 'choices': [], 'usage': usage})}\n\n".encode())
+        await _write(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
@@ -413,7 +440,10 @@ class Front:
                 return web.json_response(data)
             return await self._relay_stream(request, upstream, client_usage, started)
         finally:
-            upstream.close()  # a client that left must not keep the backend generating
+            if upstream.content.at_eof():
+                upstream.release()
+            else:
+                upstream.close()  # a client that left must not keep the backend generating
 
     async def _relay_stream(self, request, upstream, client_usage: bool, started: float) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
@@ -426,12 +456,12 @@ class Front:
                     continue
                 payload = line[5:].strip()
                 if payload == "[DONE]":
-                    await response.write(b"data: [DONE]\n\n")
+                    await _write(response, b"data: [DONE]\n\n")
                     continue
                 try:
                     chunk = json.loads(payload)
                 except ValueError:
-                    await response.write(f"data: {payload}\n\n".encode())
+                    await _write(response, f"data: {payload}\n\n".encode())
                     continue
                 if isinstance(chunk, dict):
                     if chunk.get("usage") and not chunk.get("choices"):
@@ -445,13 +475,13 @@ class Front:
                 if first:
                     self.metrics.ttft.observe(time.monotonic() - started)
                     first = False
-                await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                await _write(response, f"data: {json.dumps(chunk)}\n\n".encode())
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, asyncio.TimeoutError) as error:
             # Headers are gone already: say it in the stream, and count it as a backend failure.
             message = f"trtllm-serve's stream broke off: {type(error).__name__}"
             log.warning("%s", message)
             self.metrics.backend_errors.inc(kind="stream_broken")
-            await response.write(f"data: {json.dumps({'error': {'message': message, 'type': 'backend_error', 'code': 502}})}\n\n".encode())
+            await _write(response, f"data: {json.dumps({'error': {'message': message, 'type': 'backend_error', 'code': 502}})}\n\n".encode())
             await response.write_eof()
             raise StreamBroken(response) from None
         await response.write_eof()

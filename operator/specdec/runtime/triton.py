@@ -83,6 +83,8 @@ def render_repository(config: RuntimeConfig, max_batch_size: int | None = None) 
     if dt is None:
         raise cfg.ConfigError("the Triton route serves mode draftTarget only")
     source = "engine config.json"
+    if max_batch_size is None and config.max_batch_size is not None:
+        max_batch_size, source = config.max_batch_size, "runtime config (spec.engine.maxBatchSize)"
     if max_batch_size is None:
         max_batch_size, source = DEFAULT_MAX_BATCH_SIZE, "default (target engine config.json not readable)"
     tokenizer = config.target.checkpoint

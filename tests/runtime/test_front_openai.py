@@ -1,0 +1,220 @@
+"""The front over real HTTP against a stand-in speaking trtllm-serve's OpenAI API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+
+import aiohttp
+
+from specdec.runtime import launch
+from specdec.runtime.front import Front
+from tests.runtime.helpers import eventually, free_port, parse_prometheus, scenario_configs, serving
+from tests.runtime.standins import OpenAIState, openai_app
+
+CONFIGS = scenario_configs()
+PYTORCH = CONFIGS["pytorch-llama-3.1-8b-draft-1b"]
+REDRAFTER = CONFIGS["vicuna-7b-redrafter"]
+
+
+@contextlib.asynccontextmanager
+async def stack(state: OpenAIState, config=PYTORCH, **front_args):
+    async with serving(openai_app(state), handler_cancellation=True) as backend_url:
+        backend = dataclasses.replace(launch.plan(config).backend, url=backend_url)
+        front_args.setdefault("stats_interval", 0)
+        front = Front(config, backend, **front_args)
+        async with serving(front.app, handler_cancellation=True) as url:
+            async with aiohttp.ClientSession() as client:
+                yield front, url, client
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def data_lines(text: str) -> list:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            payload = line[6:]
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def test_completion_is_proxied_with_the_served_model_name():
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}) as resp:
+                assert resp.status == 200
+                body = await resp.json()
+            async with client.post(f"{url}/v1/chat/completions", json={
+                    "model": "anything", "messages": [{"role": "user", "content": "Hi"}]}) as resp:
+                chat = await resp.json()
+            async with client.get(f"{url}/metrics") as resp:
+                return body, chat, parse_prometheus(await resp.text())
+
+    body, chat, metrics = run(scenario())
+    assert state.requests[0] == {"prompt": "Hi", "max_tokens": 4, "model": "meta-llama/Llama-3.1-8B-Instruct"}
+    assert body["model"] == chat["model"] == "meta-llama/Llama-3.1-8B-Instruct"  # not trtllm-serve's name
+    assert body["choices"][0]["text"] == "Hello, world"
+    assert chat["choices"][0]["message"]["content"] == "Hello, world"
+    assert metrics["specdec_prompt_tokens_total"] == 10 and metrics["specdec_completion_tokens_total"] == 6
+    assert metrics['specdec_requests_total{endpoint="/v1/chat/completions",status="200"}'] == 1
+
+
+def test_streaming_passes_chunks_through_as_they_come():
+    state = OpenAIState(pieces=("a", "b", "c", "d"), chunk_delay=0.15)
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "stream": True}) as resp:
+                assert resp.headers["Content-Type"].startswith("text/event-stream")
+                first = await resp.content.readline()
+                while not first.strip():
+                    first = await resp.content.readline()
+                sent_when_first_arrived = state.chunks_sent
+                rest = (await resp.read()).decode()
+            async with client.get(f"{url}/metrics") as resp:
+                return first.decode(), sent_when_first_arrived, rest, parse_prometheus(await resp.text())
+
+    first, sent, rest, metrics = run(scenario())
+    assert json.loads(first[6:])["choices"][0]["text"] == "a"
+    assert sent < 4  # the first chunk reached the client before the backend had written them all
+    events = data_lines(rest)
+    assert [e["choices"][0]["text"] for e in events if e != "[DONE]"] == ["b", "c", "d"]
+    assert events[-1] == "[DONE]"
+    assert all(e == "[DONE]" or e["model"] == "meta-llama/Llama-3.1-8B-Instruct" for e in events)
+    # The front asked for usage (for its token counters) but the client did not: no usage chunk for it.
+    assert state.requests[0]["stream_options"] == {"include_usage": True}
+    assert all(e == "[DONE]" or "usage" not in e for e in events)
+    assert metrics["specdec_prompt_tokens_total"] == 5 and metrics["specdec_completion_tokens_total"] == 3
+    assert metrics["specdec_time_to_first_token_seconds_count"] == 1
+
+
+def test_a_client_that_asks_for_usage_gets_the_usage_chunk():
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                    "stream_options": {"include_usage": True}}) as resp:
+                return data_lines((await resp.read()).decode())
+
+    events = run(scenario())
+    assert [e["choices"][0]["delta"]["content"] for e in events[:3]] == ["Hello", ",", " world"]
+    assert events[3]["choices"] == [] and events[3]["usage"]["total_tokens"] == 8
+    assert events[4] == "[DONE]"
+
+
+def test_client_errors_pass_through_and_server_errors_become_502():
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "bogus": 1}) as resp:
+                client_error = resp.status, await resp.json()
+            state.fail_status = 500
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi"}) as resp:
+                server_error = resp.status, await resp.json()
+            return client_error, server_error, front.metrics
+
+    client_error, server_error, metrics = run(scenario())
+    assert client_error[0] == 400 and "extra fields not permitted" in client_error[1]["message"]
+    assert server_error[0] == 502
+    assert "trtllm-serve answered HTTP 500" in server_error[1]["error"]["message"]
+    assert "engine failure" in server_error[1]["error"]["message"]
+    assert metrics.requests.value(endpoint="/v1/completions", status="400") == 1
+    assert metrics.requests.value(endpoint="/v1/completions", status="502") == 1
+
+
+def test_a_stream_that_breaks_off_ends_with_an_error_event():
+    state = OpenAIState(break_stream=True)
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "stream": True}) as resp:
+                events = data_lines((await resp.read()).decode())
+            return events, front.metrics
+
+    events, metrics = run(scenario())
+    assert events[0]["choices"][0]["text"] == "Hello"
+    assert events[-1]["error"]["code"] == 502 and "broke off" in events[-1]["error"]["message"]
+    assert metrics.requests.value(endpoint="/v1/completions", status="502") == 1
+    assert metrics.backend_errors.value(kind="stream_broken") == 1
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_backend_stream():
+    state = OpenAIState(pieces=tuple("abcdefghij"), chunk_delay=0.2)
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            resp = await client.post(f"{url}/v1/completions", json={"prompt": "Hi", "stream": True})
+            line = await resp.content.readline()
+            assert line.startswith(b"data: ")
+            resp.close()  # the client goes away
+            await eventually(lambda: state.cancelled == 1, "the stand-in's stream to be cancelled")
+            await eventually(lambda: front.metrics.in_flight.value() == 0, "no request in flight")
+            return state.chunks_sent, front.metrics.requests.value(endpoint="/v1/completions", status="499")
+
+    sent, closed = run(scenario())
+    assert sent < 10 and closed == 1
+
+
+def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
+    state = OpenAIState(iteration_stats=[
+        {"iter": 1, "specDecodingStats": {"numDraftTokens": 8, "numAcceptedTokens": 6,
+                                          "numRequestsWithDraftTokens": 2, "acceptanceLength": 4.0}},
+        {"iter": 2, "specDecodingStats": {"numDraftTokens": 0, "numAcceptedTokens": 0}},
+        json.dumps({"iter": 3, "specDecodingStats": {"numDraftTokens": 4, "numAcceptedTokens": 1}}),
+        {"iter": 4},
+    ])
+
+    async def scenario():
+        async with stack(state, stats_interval=0.05) as (front, url, client):
+            await eventually(lambda: front.metrics.draft_tokens.total() == 12, "the iteration stats to be read")
+            async with client.get(f"{url}/metrics") as resp:
+                return parse_prometheus(await resp.text())
+
+    metrics = run(scenario())
+    assert metrics["specdec_draft_tokens_total"] == 12 and metrics["specdec_accepted_draft_tokens_total"] == 7
+    assert abs(metrics["specdec_acceptance_rate"] - 7 / 12) < 1e-9
+
+
+def test_redrafter_default_temperature_applies_when_the_client_sets_none():
+    config = REDRAFTER.model_copy(update={"redrafter": REDRAFTER.redrafter.model_copy(
+        update={"greedy": False, "temperature": 0.7})})
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state, config=config) as (front, url, client):
+            for body in ({"prompt": "Hi"}, {"prompt": "Hi", "temperature": 0.1}):
+                async with client.post(f"{url}/v1/completions", json=body) as resp:
+                    assert resp.status == 200
+
+    run(scenario())
+    assert [r["temperature"] for r in state.requests] == [0.7, 0.1]
+
+
+def test_health_is_200_only_when_trtllm_serve_answers():
+    state = OpenAIState(ready=False)
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.get(f"{url}/health") as resp:
+                not_ready = resp.status
+            state.ready = True
+            async with client.get(f"{url}/health") as resp:
+                ready = resp.status
+            front.backend = dataclasses.replace(front.backend, url=dead)
+            async with client.get(f"{url}/health") as resp:
+                gone = resp.status
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi"}) as resp:
+                return not_ready, ready, gone, resp.status
+
+    assert run(scenario()) == (503, 200, 503, 503)
