@@ -47,7 +47,11 @@ def _dev(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace) -> int:
     from specdec.render import render_stream
 
-    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as error:
+        print(f"specdec render: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return 2
     try:
         documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as error:

@@ -95,8 +95,9 @@ class LocalCluster:
         return pid
 
     def exports(self) -> str:
+        """Shell lines that give kubectl/helm (our builds) and this specdec (e.g. in .venv) the cluster."""
         return (f"export KUBECONFIG={self.kubeconfig}\n"
-                f"export PATH={toolchain.bin_dir()}:$PATH")
+                f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH")
 
 
 def kwokctl_config(bins: Path, audit_policy: Path | None = None) -> str:

@@ -1,0 +1,84 @@
+"""The local control plane's configuration, without starting it (the cluster tests start it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdec.dev import cluster, nodes, toolchain
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_kwokctl_config_binds_loopback_with_rbac_admission_and_local_binaries(tmp_path: Path):
+    docs = _docs(cluster.kwokctl_config(tmp_path))
+    options = docs[0]["options"]
+    assert docs[0]["kind"] == "KwokctlConfiguration"
+    assert options["runtime"] == "binary" and options["bindAddress"] == "127.0.0.1"
+    assert options["kubeAuthorization"] is True and options["kubeAdmission"] is True
+    binaries = [k for k in options if k.endswith("Binary")]
+    assert len(binaries) == 6 and all(options[k].startswith(str(tmp_path)) for k in binaries)  # never a URL
+    assert "kubeAuditPolicy" not in options
+    patches = {p["name"]: p["extraArgs"] for p in docs[0]["componentsPatches"]}
+    assert {"key": "service-cluster-ip-range", "value": cluster.SERVICE_CIDR} in patches["kube-apiserver"]
+
+
+def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
+    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path)) if d["kind"] == "Stage"}
+    assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
+                           "pod-container-running-failed", "pvc-provision", "pv-bind", "pv-delete", "pvc-delete"}
+    delay = stages["pod-complete"]["spec"]["delay"]["durationFrom"]["expressionFrom"]
+    assert "pod-complete.stage.kwok.x-k8s.io/delay" in delay
+
+
+def test_audit_policy_is_passed_on(tmp_path: Path):
+    policy = tmp_path / "policy.yaml"
+    options = _docs(cluster.kwokctl_config(tmp_path, policy))[0]["options"]
+    assert options["kubeAuditPolicy"] == str(policy)
+
+
+def test_gpu_nodes_look_like_the_nvidia_gpu_operator_made_them():
+    node = nodes.gpu_node(0)
+    assert node["status"]["allocatable"][nodes.GPU_RESOURCE] == "8"
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.present"] == "true" and labels["nvidia.com/gpu.product"] == nodes.GPU_PRODUCT
+    assert labels["nvidia.com/gpu.memory"] == nodes.GPU_MEMORY_MIB
+    assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert nodes.GPU_RESOURCE not in nodes.cpu_node(0)["status"]["allocatable"]
+    names = [n["metadata"]["name"] for n in nodes.dev_nodes(2, 3)]
+    assert names == ["cpu-0", "cpu-1", "gpu-0", "gpu-1", "gpu-2"]
+
+
+def test_cluster_objects_include_a_default_storage_class():
+    storage = cluster.cluster_objects(1, 1)[0]
+    assert storage["kind"] == "StorageClass"
+    assert storage["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
+
+
+def test_pinned_versions_meet_what_the_control_plane_needs():
+    etcd = tuple(int(x) for x in toolchain.ETCD_VERSION.lstrip("v").split("."))
+    assert etcd >= (3, 5, 13)  # watch progress requests
+    versions = {g.name: g.version for g in toolchain.GROUPS}
+    assert versions == {"etcd": toolchain.ETCD_VERSION, "kubernetes": toolchain.KUBERNETES_VERSION,
+                        "kwok": toolchain.KWOK_VERSION, "helm": toolchain.HELM_VERSION}
+    binaries = {b for g in toolchain.GROUPS for b in g.binaries}
+    assert binaries == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+                        "kwok", "kwokctl", "helm"}
+
+
+def test_kubernetes_binaries_get_their_version_stamped():
+    flags = " ".join(toolchain._k8s_version_ldflags("v1.36.3"))
+    assert "k8s.io/component-base/version.gitVersion=v1.36.3" in flags
+    assert "k8s.io/component-base/version.gitMinor=36" in flags
+
+
+def test_a_missing_go_toolchain_is_a_clear_error(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(toolchain.ToolchainError, match="Go toolchain is not on PATH"):
+        toolchain.ensure_tools()
