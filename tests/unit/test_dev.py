@@ -82,3 +82,11 @@ def test_a_missing_go_toolchain_is_a_clear_error(monkeypatch, tmp_path: Path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     with pytest.raises(toolchain.ToolchainError, match="Go toolchain is not on PATH"):
         toolchain.ensure_tools()
+
+
+def test_an_unreachable_module_proxy_is_a_clear_error(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modcache"))  # nothing cached: go must ask the proxy
+    monkeypatch.setenv("GOPROXY", "off")
+    with pytest.raises(toolchain.ToolchainError, match=r"module proxy \(GOPROXY=off\) is not reachable or disabled"):
+        toolchain.build_group(toolchain.GROUPS[0])

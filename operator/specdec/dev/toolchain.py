@@ -143,8 +143,10 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str], label: str, log: Pa
     if result.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-25:]
         hint = ""
-        if any(s in line for line in tail for s in ("dial tcp", "proxy.golang.org", "no such host")):
-            hint = f"\nThe Go module proxy ({env.get('GOPROXY') or 'GOPROXY'}) is not reachable."
+        if any(s in line for line in tail for s in ("dial tcp", "proxy.golang.org", "no such host", "GOPROXY")):
+            proxy = subprocess.run([args[0], "env", "GOPROXY"], env=env, capture_output=True, text=True).stdout.strip()
+            hint = (f"\nThe Go module proxy (GOPROXY={proxy}) is not reachable or disabled; the control plane "
+                    "is built from modules it serves.")
         raise ToolchainError(
             f"{label} failed (exit {result.returncode}); full log: {log}\n" + "\n".join(tail) + hint
         )
