@@ -60,29 +60,37 @@ class Reconciler:
             eb = self.kube.get("EngineBuild", namespace, name)
             if eb is None or eb["metadata"].get("deletionTimestamp"):
                 return None
-            job = self.kube.get("Job", namespace, job_name(name))
-            if job is None:
-                job = self.kube.create(build_job(eb, self.settings))
-                self.kube.event(eb, "BuildStarted", f"created Job {job_name(name)}")
-            pods = self.kube.list("Pod", namespace, f"{common.LABEL_ENGINE_BUILD}={name}")
-            state = evaluate_build(job, pods)
-            status = eb.get("status") or {}
-            ready = conditions.Cond("Ready", state.succeeded, state.reason, state.message)
-            desired = {
-                "observedGeneration": eb["metadata"].get("generation"),
-                "phase": state.phase,
-                "jobName": job_name(name),
-                "failedStep": state.failed_step,
-                "attempts": state.attempts,
-                "message": state.message,
-                "conditions": conditions.merge(status.get("conditions"), [ready],
-                                               eb["metadata"].get("generation"), conditions.now()),
-            }
-            if _status_changed(status, desired):
-                self.kube.patch("EngineBuild", namespace, name, {"status": desired}, subresource="status")
-                if status.get("phase") != state.phase:
-                    self.kube.event(eb, state.reason, state.message, warning=state.failed)
-            return state
+            try:
+                return self._reconcile_engine_build(eb)
+            except ApiException as error:  # retries are spent; the next event or resync tries again
+                log.warning("reconciling EngineBuild %s/%s failed: %s", namespace, name, api_error_message(error))
+                return None
+
+    def _reconcile_engine_build(self, eb: dict[str, Any]) -> BuildState:
+        namespace, name = eb["metadata"]["namespace"], eb["metadata"]["name"]
+        job = self.kube.get("Job", namespace, job_name(name))
+        if job is None:
+            job = self.kube.create(build_job(eb, self.settings))
+            self.kube.event(eb, "BuildStarted", f"created Job {job_name(name)}")
+        pods = self.kube.list("Pod", namespace, f"{common.LABEL_ENGINE_BUILD}={name}")
+        state = evaluate_build(job, pods)
+        status = eb.get("status") or {}
+        ready = conditions.Cond("Ready", state.succeeded, state.reason, state.message)
+        desired = {
+            "observedGeneration": eb["metadata"].get("generation"),
+            "phase": state.phase,
+            "jobName": job_name(name),
+            "failedStep": state.failed_step,
+            "attempts": state.attempts,
+            "message": state.message,
+            "conditions": conditions.merge(status.get("conditions"), [ready],
+                                           eb["metadata"].get("generation"), conditions.now()),
+        }
+        if _status_changed(status, desired):
+            self.kube.patch("EngineBuild", namespace, name, {"status": desired}, subresource="status")
+            if status.get("phase") != state.phase:
+                self.kube.event(eb, state.reason, state.message, warning=state.failed)
+        return state
 
     # -- SpeculativeDeployment --------------------------------------------------------------------
 
