@@ -16,6 +16,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -235,6 +236,8 @@ def main() -> int:
     parser.add_argument("--models", type=int, default=10)
     parser.add_argument("--idle-seconds", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the bench cluster afterwards")
+    parser.add_argument("--profile", type=Path, help="record the operator with py-spy into this file "
+                        "(collapsed stacks; `pip install py-spy`)")
     args = parser.parse_args()
 
     local = dev.LocalCluster(name="specdec-bench", operator_port=18090)
@@ -249,10 +252,20 @@ def main() -> int:
     local.kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specdec.io",
                   "crd/enginebuilds.specdec.io")
     try:
-        dev.start_operator(local)
-        pid = local.operator_pid()
         api = config.new_client_from_config(config_file=str(local.kubeconfig))
         api.configuration.connection_pool_maxsize = 16
+        # The floor first, before the operator runs: it would otherwise act on the floor's EngineBuilds.
+        print(f"floor: {args.reps} repetitions", file=sys.stderr)
+        floor_times = floor(api, args.reps)
+        core = client.CoreV1Api(api)
+        for i in range(args.reps):
+            core.delete_namespace(f"bench-floor-{i}")
+        dev.start_operator(local)
+        pid = local.operator_pid()
+        if args.profile:
+            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+                                         "--output", str(args.profile), "--threads"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         observer = Observer(api)
         observer.start()
         time.sleep(1)  # let the watches connect before the first measurement
@@ -260,7 +273,6 @@ def main() -> int:
                          "machine": f"{os.cpu_count()} cores, {os.uname().machine}", "args": vars(args)}
         print(f"latency: {args.reps} repetitions", file=sys.stderr)
         operator_times = latency(api, observer, args.reps)
-        floor_times = floor(api, args.reps)
         results["latency"] = {}
         for stage, values in operator_times.items():
             p50, p95, f50 = statistics.median(values), percentile(values, 0.95), statistics.median(floor_times[stage])
@@ -284,7 +296,7 @@ def main() -> int:
             dev.down(local)
     out = ROOT / "bench" / "results" / f"{results['date'].replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(render_table(results))
     print(f"\nwritten: {out}")
     return 0

@@ -1,13 +1,15 @@
-"""kopf wiring: thin adapters from watch events to the Reconciler.
+"""kopf wiring: thin adapters from watch events to the cache and the Reconciler.
 
 Only `on.event` handlers: they keep no state on the objects (kopf's create/update handlers would
 write progress annotations), so reconciliation stays level-triggered and an idle operator writes
-nothing. Children are watched with server-side label selectors, so the operator never lists every
-pod of the cluster. A background loop resyncs everything and collects unused engines.
+nothing. Every watched object lands in the Store first; reconciles read from it. Children are
+watched with server-side label selectors, so the operator never lists every pod of the cluster.
+A background loop re-lists (in case a watch missed something), resyncs and collects unused engines.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 
@@ -18,8 +20,33 @@ from specdec.builders.common import LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_
 from specdec.kube import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
+from specdec.store import Store
 
 log = logging.getLogger("specdec")
+
+MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Watched:
+    """A kind the operator caches: how kopf names it and which objects of it we watch."""
+
+    kind: str
+    group_version: tuple[str, str]  # kopf's (group, version) or ("v1",) style first arguments
+    plural: str
+    label_selector: str | None = None
+
+
+WATCHED = (
+    Watched("SpeculativeDeployment", (GROUP, VERSION), "speculativedeployments"),
+    Watched("EngineBuild", (GROUP, VERSION), "enginebuilds"),
+    Watched("Job", ("batch", "v1"), "jobs", LABEL_ENGINE_BUILD),
+    Watched("Pod", ("", "v1"), "pods", LABEL_ENGINE_BUILD),
+    Watched("Deployment", ("apps", "v1"), "deployments", MANAGED),
+    Watched("ConfigMap", ("", "v1"), "configmaps", MANAGED),
+    Watched("Service", ("", "v1"), "services", MANAGED),
+    Watched("PersistentVolumeClaim", ("", "v1"), "persistentvolumeclaims", MANAGED),
+)
 
 _state: dict[str, object] = {}
 
@@ -28,15 +55,21 @@ def reconciler() -> Reconciler:
     return _state["reconciler"]  # type: ignore[return-value]
 
 
+def _observe(kind: str, event) -> None:
+    reconciler().kube.store.observe(kind, event)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     ours = Settings.from_env()
     settings.posting.enabled = False  # we post our own Events, only when something changes
     settings.execution.max_workers = 16
-    settings.watching.label_selectors["batch", "jobs"] = LABEL_ENGINE_BUILD
-    settings.watching.label_selectors["v1", "pods"] = LABEL_ENGINE_BUILD
-    settings.watching.label_selectors["apps", "deployments"] = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-    _state["reconciler"] = Reconciler(Kube.from_environment(), ours)
+    for watched in WATCHED:
+        if watched.label_selector:
+            group, version = watched.group_version
+            settings.watching.label_selectors[group or version, watched.plural] = watched.label_selector
+    store = Store(w.kind for w in WATCHED)
+    _state["reconciler"] = Reconciler(Kube.from_environment(store), ours)
     stop = threading.Event()
     _state["stop"] = stop
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
@@ -58,6 +91,8 @@ def _resync_loop(stop: threading.Event, interval: float, namespaces: list[str | 
         for namespace in namespaces:
             try:
                 r = reconciler()
+                for watched in WATCHED:
+                    r.kube.refresh(watched.kind, namespace, watched.label_selector)
                 for eb in r.kube.list("EngineBuild", namespace):
                     r.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
                 for sd in r.kube.list("SpeculativeDeployment", namespace):
@@ -69,6 +104,7 @@ def _resync_loop(stop: threading.Event, interval: float, namespaces: list[str | 
 
 @kopf.on.event(GROUP, VERSION, "speculativedeployments")
 def speculative_deployment_event(event, namespace, name, **_) -> None:
+    _observe("SpeculativeDeployment", event)
     if event.get("type") == "DELETED":
         reconciler().forget(namespace, name)
         return
@@ -77,6 +113,7 @@ def speculative_deployment_event(event, namespace, name, **_) -> None:
 
 @kopf.on.event(GROUP, VERSION, "enginebuilds")
 def engine_build_event(event, namespace, name, **_) -> None:
+    _observe("EngineBuild", event)
     if event.get("type") == "DELETED":
         return
     _engine_build_changed(namespace, name)
@@ -90,15 +127,27 @@ def _engine_build_changed(namespace: str, name: str) -> None:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
-def build_job_event(namespace, labels, **_) -> None:
+def build_job_event(event, namespace, labels, **_) -> None:
+    _observe("Job", event)
     _engine_build_changed(namespace, labels[LABEL_ENGINE_BUILD])
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
-def build_pod_event(namespace, labels, **_) -> None:
+def build_pod_event(event, namespace, labels, **_) -> None:
+    _observe("Pod", event)
     reconciler().engine_build(namespace, labels[LABEL_ENGINE_BUILD])
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={LABEL_DEPLOYMENT: kopf.PRESENT})
-def runtime_deployment_event(namespace, labels, **_) -> None:
-    reconciler().deployment(namespace, labels[LABEL_DEPLOYMENT])
+@kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def runtime_deployment_event(event, namespace, labels, **_) -> None:
+    _observe("Deployment", event)
+    if LABEL_DEPLOYMENT in labels:
+        reconciler().deployment(namespace, labels[LABEL_DEPLOYMENT])
+
+
+@kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})
+@kopf.on.event("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY})
+@kopf.on.event("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def child_event(event, resource, **_) -> None:
+    """Only cached: their owner reconciles when its own watch tells it to."""
+    _observe(resource.kind, event)

@@ -20,6 +20,8 @@ from urllib.parse import quote
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from specdec.store import Store
+
 FIELD_MANAGER = "specdec-operator"
 USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
 RETRIES = 5
@@ -79,13 +81,16 @@ def contains(actual: Any, desired: Any) -> bool:
 
 
 class Kube:
-    def __init__(self, api: client.ApiClient):
+    """API access; reads of the kinds in `store` come from that cache (kept fresh by the watches)."""
+
+    def __init__(self, api: client.ApiClient, store: Store | None = None):
         self.api = api
+        self.store = store or Store(())
         self._events: queue.Queue = queue.Queue()
         threading.Thread(target=self._post_events, daemon=True, name="specdec-events").start()
 
     @classmethod
-    def from_environment(cls) -> "Kube":
+    def from_environment(cls, store: Store | None = None) -> "Kube":
         try:
             config.load_incluster_config()
             configuration = client.Configuration.get_default_copy()
@@ -95,7 +100,7 @@ class Kube:
         configuration.connection_pool_maxsize = 32
         api = client.ApiClient(configuration)
         api.user_agent = USER_AGENT
-        return cls(api)
+        return cls(api, store)
 
     # -- transport --------------------------------------------------------------------------------
 
@@ -128,6 +133,11 @@ class Kube:
     # -- reads ------------------------------------------------------------------------------------
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if self.store.caches(kind):
+            return self.store.get(kind, namespace, name)
+        return self.get_live(kind, namespace, name)
+
+    def get_live(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
             return self._call("GET", KINDS[kind].path(namespace, name))
         except ApiException as error:
@@ -136,8 +146,22 @@ class Kube:
             raise
 
     def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
+        if self.store.caches(kind):
+            return self.store.list(kind, namespace, label_selector)
+        return self.list_live(kind, namespace, label_selector)
+
+    def list_live(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
         query = [("labelSelector", label_selector)] if label_selector else []
-        return self._call("GET", KINDS[kind].path(namespace), query=query).get("items", [])
+        result = self._call("GET", KINDS[kind].path(namespace), query=query)
+        items = result.get("items", [])
+        for item in items:  # items of a List carry no kind of their own
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", KINDS[kind].api_version)
+        return items
+
+    def refresh(self, kind: str, namespace: str | None, label_selector: str | None = None) -> None:
+        """Re-read a cached kind from the API server, in case a watch missed something."""
+        self.store.replace(kind, namespace, label_selector, self.list_live(kind, namespace, label_selector))
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -145,14 +169,18 @@ class Kube:
         """Create, or return what is there already (names are deterministic)."""
         meta = obj["metadata"]
         try:
-            return self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
+            return self._remember(self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj))
         except ApiException as error:
             if error.status != 409:
                 raise
-        existing = self.get(obj["kind"], meta.get("namespace"), meta["name"])
+        existing = self.get_live(obj["kind"], meta.get("namespace"), meta["name"])  # the cache lags: ask
         if existing is None:  # deleted between our create and get: try once more
-            return self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
-        return existing
+            existing = self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
+        return self._remember(existing)
+
+    def _remember(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.store.put(obj)
+        return obj
 
     def apply(self, obj: dict[str, Any], existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
         """Server-side apply `obj` unless the API server already has it; returns (object, written)."""
@@ -164,12 +192,12 @@ class Kube:
         applied = self._call("PATCH", KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]),
                              body=obj, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                              content_type="application/apply-patch+yaml")
-        return applied, True
+        return self._remember(applied), True
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any],
               subresource: str | None = None) -> dict[str, Any]:
-        return self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
-                          content_type="application/merge-patch+json")
+        return self._remember(self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
+                                         content_type="application/merge-patch+json"))
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         try:
@@ -178,6 +206,7 @@ class Kube:
         except ApiException as error:
             if error.status != 404:
                 raise
+        self.store.remove(kind, namespace, name)
 
     def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """Post an Event from a background thread: it informs people, it must not slow a reconcile."""

@@ -191,6 +191,7 @@ def test_pytorch_backend_needs_no_build(kube: Kube, namespace: str, operator):
     body = example(DRAFT_TARGET)
     body["metadata"]["name"] = "torch"
     body["spec"]["backend"] = "pytorch"
+    body["spec"]["speculation"]["draftTarget"]["acceptance"] = "tokens"  # logits: engine path only
     for source in (body["spec"]["target"], body["spec"]["speculation"]["draftTarget"]["draft"]):
         del source["devices"]
     sd = SD(kube, namespace, body)

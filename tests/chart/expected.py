@@ -1,0 +1,45 @@
+"""What the operator's credentials must allow: exactly the API calls of operator/specdec/kube.py and the
+watches of operator/specdec/handlers.py (kopf runs standalone, its event posting disabled)."""
+
+# (apiGroup, resource) -> verbs
+OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
+    ("specdec.io", "speculativedeployments"): {"get", "list", "watch"},
+    ("specdec.io", "speculativedeployments/status"): {"patch"},
+    ("specdec.io", "enginebuilds"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("specdec.io", "enginebuilds/status"): {"patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "create"},
+    ("", "pods"): {"get", "list", "watch"},
+    ("apps", "deployments"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
+    ("", "events"): {"create"},
+}
+
+# The resources kopf watches (list + watch): what a cluster-wide install must allow at cluster scope.
+WATCHED = [("specdec.io", "speculativedeployments"), ("specdec.io", "enginebuilds"), ("batch", "jobs"),
+           ("", "pods"), ("apps", "deployments"), ("", "configmaps"), ("", "services"),
+           ("", "persistentvolumeclaims")]
+
+# Rights the operator must never have (the issue: no wildcard, no secret or pod/exec rights).
+FORBIDDEN = [
+    ("", "secrets", "get"), ("", "secrets", "list"), ("", "pods", "create"), ("", "pods/exec", "create"),
+    ("", "pods/log", "get"), ("", "pods/attach", "create"), ("", "pods/portforward", "create"),
+    ("", "serviceaccounts/token", "create"), ("", "namespaces", "list"), ("", "nodes", "list"),
+    ("apps", "deployments", "delete"), ("batch", "jobs", "delete"), ("", "configmaps", "delete"),
+    ("specdec.io", "speculativedeployments", "patch"), ("specdec.io", "speculativedeployments", "delete"),
+    ("rbac.authorization.k8s.io", "roles", "create"), ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+]
+
+
+def flatten(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
+    """RBAC rules -> {(group, resource): verbs}, refusing wildcards and resourceNames."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in (group, resource) and "*" not in rule["verbs"], rule
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out

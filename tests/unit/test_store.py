@@ -1,0 +1,50 @@
+"""The watch cache: what reconciles read instead of the API server."""
+
+from __future__ import annotations
+
+from specdec.store import Store, matches
+
+
+def obj(kind: str, name: str, rv: str, labels: dict | None = None, ns: str = "a") -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "labels": labels or {}}}
+
+
+def test_selectors_we_use():
+    assert matches({"a": "1", "b": "2"}, "a=1,b")
+    assert not matches({"a": "1"}, "a=2")
+    assert not matches({}, "a")
+    assert matches(None, None)
+
+
+def test_a_late_watch_event_does_not_undo_our_write():
+    store = Store(["Job"])
+    store.put(obj("Job", "j", "10"))
+    store.observe("Job", {"type": "MODIFIED", "object": obj("Job", "j", "9")})
+    assert store.get("Job", "a", "j")["metadata"]["resourceVersion"] == "10"
+    store.observe("Job", {"type": "MODIFIED", "object": obj("Job", "j", "11")})
+    assert store.get("Job", "a", "j")["metadata"]["resourceVersion"] == "11"
+
+
+def test_listed_objects_without_a_kind_are_cached_and_deletions_forget():
+    store = Store(["Pod"])
+    listed = obj("Pod", "p", "1")
+    del listed["kind"]
+    store.observe("Pod", {"type": None, "object": listed})
+    assert store.list("Pod", "a") and store.get("Pod", "a", "p")["kind"] == "Pod"
+    store.observe("Pod", {"type": "DELETED", "object": listed})
+    assert store.get("Pod", "a", "p") is None
+
+
+def test_uncached_kinds_are_ignored():
+    store = Store(["Pod"])
+    store.put(obj("Secret", "s", "1"))
+    assert not store.caches("Secret") and store.list("Secret", None) == []
+
+
+def test_replace_drops_what_a_list_no_longer_returns_in_its_scope_only():
+    store = Store(["Job"])
+    store.put(obj("Job", "gone", "1", {"x": "1"}))
+    store.put(obj("Job", "other-ns", "1", {"x": "1"}, ns="b"))
+    store.put(obj("Job", "unlabelled", "1"))
+    store.replace("Job", "a", "x", [obj("Job", "new", "2", {"x": "1"})])
+    assert {o["metadata"]["name"] for o in store.list("Job", None)} == {"other-ns", "unlabelled", "new"}
