@@ -301,13 +301,18 @@ class Condition(ApiModel):
     last_transition_time: str | None = None
 
 
-class SpeculativeDeploymentStatus(ApiModel):
+class StatusBase(ApiModel):
+    """What every status of ours has; written by the operator only."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     observed_generation: int | None = None
-    phase: str | None = Field(None, description="Pending, Building, RollingOut, Ready or Failed.")
     conditions: list[Condition] | None = Field(None, json_schema_extra={
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+
+
+class SpeculativeDeploymentStatus(StatusBase):
+    phase: str | None = Field(None, description="Building, RollingOut, Ready, Failed or Invalid.")
     engine_builds: list[str] | None = Field(None, description="EngineBuilds this deployment uses.")
     replicas: int | None = None
     ready_replicas: int | None = None
@@ -366,13 +371,8 @@ class EngineBuildSpec(ApiModel):
     pod: BuildPodSpec = Field(default_factory=BuildPodSpec, description="Build pod placement.")
 
 
-class EngineBuildStatus(ApiModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    observed_generation: int | None = None
+class EngineBuildStatus(StatusBase):
     phase: str | None = Field(None, description="Pending, Fetching, Converting, Quantizing, Building, Succeeded or Failed.")
-    conditions: list[Condition] | None = Field(None, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     job_name: str | None = None
     failed_step: str | None = None
     attempts: int | None = None

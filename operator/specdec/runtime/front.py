@@ -17,11 +17,12 @@ hangs; a client that goes away cancels its backend request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
 from aiohttp import web
@@ -66,6 +67,19 @@ class FrontError(Exception):
     def __init__(self, status: int, message: str, kind: str = "backend_error"):
         super().__init__(message)
         self.status, self.message, self.kind = status, message, kind
+
+
+@contextlib.contextmanager
+def backend_errors(server: str, timeout: float) -> Iterator[None]:
+    """What reaching the server can go wrong with, as the front's 503/504/502 answers."""
+    try:
+        yield
+    except aiohttp.ClientConnectorError:
+        raise FrontError(503, f"{server} is not reachable (starting or stopped)", "backend_unavailable") from None
+    except asyncio.TimeoutError:
+        raise FrontError(504, f"{server} did not answer within {timeout:g}s", "backend_timeout") from None
+    except aiohttp.ClientError as error:
+        raise FrontError(502, f"the connection to {server} failed: {type(error).__name__}: {error}") from None
 
 
 def error_response(status: int, message: str, kind: str) -> web.Response:
@@ -282,17 +296,11 @@ class Front:
                    "num_draft_tokens": self.backend.draft_len, "use_draft_logits": self.backend.use_draft_logits,
                    "return_perf_metrics": True, **sampling}
         url = f"{self.backend.url}/v2/models/{triton.BLS_MODEL}/generate"
-        try:
+        with backend_errors("the Triton server", self.request_timeout):
             async with self.session.post(url, json=payload,
                                          timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as resp:
                 raw = await resp.read()
                 status = resp.status
-        except aiohttp.ClientConnectorError:
-            raise FrontError(503, "the Triton server is not reachable (starting or stopped)", "backend_unavailable") from None
-        except asyncio.TimeoutError:
-            raise FrontError(504, f"Triton did not answer within {self.request_timeout:g}s", "backend_timeout") from None
-        except aiohttp.ClientError as error:
-            raise FrontError(502, f"the connection to Triton failed: {type(error).__name__}: {error}") from None
         try:
             data = json.loads(raw)
         except ValueError:
@@ -413,14 +421,8 @@ class Front:
         if stream and not client_usage:
             body["stream_options"] = {**options, "include_usage": True}  # for the token counters
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=self.request_timeout)
-        try:
+        with backend_errors("trtllm-serve", self.request_timeout):
             upstream = await self.session.post(self.backend.url + path, json=body, timeout=timeout)
-        except aiohttp.ClientConnectorError:
-            raise FrontError(503, "trtllm-serve is not reachable (starting or stopped)", "backend_unavailable") from None
-        except asyncio.TimeoutError:
-            raise FrontError(504, f"trtllm-serve did not answer within {self.request_timeout:g}s", "backend_timeout") from None
-        except aiohttp.ClientError as error:
-            raise FrontError(502, f"the connection to trtllm-serve failed: {type(error).__name__}: {error}") from None
         try:
             if upstream.status != 200:
                 raw = await upstream.read()
