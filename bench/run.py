@@ -262,8 +262,8 @@ def main() -> int:
             core.delete_namespace(f"bench-floor-{i}")
         dev.start_operator(local)
         pid = local.operator_pid()
-        if args.profile:
-            profiler = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+        if args.profile:  # py-spy stops and writes the file when the operator exits
+            subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
                                          "--output", str(args.profile), "--threads"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         observer = Observer(api)

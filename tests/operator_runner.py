@@ -16,22 +16,33 @@ from pathlib import Path
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, port: int,
-                 env: dict[str, str] | None = None):
+    """`specdec <args>`; `port` is where its --liveness endpoint answers once it is up.
+
+    With `isolated`, no SPECDEC_* setting of the test environment leaks in: only `env` counts."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, port: int, args: list[str],
+                 env: dict[str, str] | None = None, isolated: bool = False):
         self.kubeconfig = kubeconfig
-        self.namespace = namespace
         self.log_path = log_path
         self.port = port
+        self.args = args
         self.env = env or {}
+        self.isolated = isolated
         self.process: subprocess.Popen | None = None
 
+    @classmethod
+    def watching(cls, namespace: str, kubeconfig: Path, log_path: Path, port: int,
+                 env: dict[str, str] | None = None) -> "OperatorProcess":
+        return cls(kubeconfig, log_path, port, ["operator", "--namespace", namespace,
+                                                "--liveness", f"http://127.0.0.1:{port}/healthz"], env)
+
     def start(self, timeout: float = 60.0) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
+        base = {k: v for k, v in os.environ.items()
+                if not (self.isolated and (k.startswith("SPECDEC_") or k == "KUBECONFIG"))}
+        env = {**base, "KUBECONFIG": str(self.kubeconfig), **self.env}
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "specdec.cli", "operator", "--namespace", self.namespace,
-             "--liveness", f"http://127.0.0.1:{self.port}/healthz"],
-            env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen([sys.executable, "-m", "specdec.cli", *self.args],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -12,6 +12,9 @@ from specdec.dev import cluster, toolchain
 from specdec.settings import Settings
 
 
+# The CRDs live in crds/ and, for `helm install`, in the chart (a copy: charts must not link out).
+CRD_DIRS = ("crds", "charts/specdec-operator/files/crds")
+
 NEXT_STEPS = """
 Next (after running the two export lines above):
   kubectl get nodes                                  # simulated GPU nodes, nvidia.com/gpu: 8
@@ -67,17 +70,17 @@ def _render(args: argparse.Namespace) -> int:
 def _crds(args: argparse.Namespace) -> int:
     from specdec.api.crd import render_crds
 
-    directory = Path(args.output)
     stale = []
-    for name, text in render_crds().items():
-        path = directory / name
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            directory.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(path)
+    for directory in map(Path, args.output or CRD_DIRS):
+        for name, text in render_crds().items():
+            path = directory / name
+            if args.check:
+                if not path.is_file() or path.read_text() != text:
+                    stale.append(str(path))
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                print(path)
     if stale:
         print(f"out of date (run `specdec crds`): {', '.join(stale)}", file=sys.stderr)
         return 1
@@ -124,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=_render)
 
     crds = commands.add_parser("crds", help="generate crds/ from the API models")
-    crds.add_argument("-o", "--output", default="crds")
+    crds.add_argument("-o", "--output", action="append",
+                      help=f"directory to write (repeatable; default: {' and '.join(CRD_DIRS)})")
     crds.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     crds.set_defaults(func=_crds)
 

@@ -63,6 +63,9 @@ def _observe(kind: str, event) -> None:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     ours = Settings.from_env()
     settings.posting.enabled = False  # we post our own Events, only when something changes
+    # No namespace or CRD scanning: it needs cluster-wide list/watch rights a namespaced install does not
+    # have (kopf retries for a minute before watching). The namespaces and resources are known.
+    settings.scanning.disabled = True
     settings.execution.max_workers = 16
     for watched in WATCHED:
         if watched.label_selector:

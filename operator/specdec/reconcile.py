@@ -119,7 +119,7 @@ class Reconciler:
 
     def _reconcile_deployment(self, sd: dict[str, Any]) -> None:
         meta = sd["metadata"]
-        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        namespace, name = meta["namespace"], meta["name"]
         result = plan(sd, self.settings)
         states: dict[str, BuildState] = {}
         deployment = None

@@ -11,7 +11,7 @@ from typing import Any
 from specdec import yamlio
 from specdec.builders.engine import build_engine_build, build_job
 from specdec.builders.runtime import build_cache_claim, build_config_map, build_deployment, build_service
-from specdec.plan import Plan, Problem, plan
+from specdec.plan import Problem, plan
 from specdec.settings import Settings
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.cluster
 # Ready needs the build Jobs, the runtime rollout and kopf's watches (no resync pass within this time
 # with the chart's default resyncSeconds: 300). kopf first retries its refused namespace listing for
 # about a minute (see ChartOperator.forbidden), hence the margin.
-READY_TIMEOUT = 240
+READY_TIMEOUT = 120
 CRD_NAMES = ["enginebuilds.specdec.io", "speculativedeployments.specdec.io"]
 
 

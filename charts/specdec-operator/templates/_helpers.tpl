@@ -1,0 +1,131 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "specdec-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "specdec-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "specdec-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels
+*/}}
+{{- define "specdec-operator.labels" -}}
+helm.sh/chart: {{ include "specdec-operator.chart" . }}
+{{ include "specdec-operator.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: specdec-operator
+{{- end }}
+
+{{/*
+Selector labels
+*/}}
+{{- define "specdec-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdec-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Create the name of the service account to use
+*/}}
+{{- define "specdec-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specdec-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator image: repository:tag, the tag defaulting to the chart's appVersion.
+*/}}
+{{- define "specdec-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+The RBAC rules of the operator, shared by the ClusterRole (cluster-wide) and the per-namespace
+Roles (watchNamespaces). Exactly the API calls of operator/specdec/kube.py and the watches of
+operator/specdec/handlers.py; nothing else. kopf runs `standalone` (no peering objects) with its own
+event posting disabled, so it needs no rights beyond the watches (list + watch) below.
+Not granted on purpose: secrets (a gated model's token Secret is mounted by the build pod, never read
+by the operator), pods/log and pods/exec (failures are read from the pods' termination messages),
+namespaces and customresourcedefinitions (kopf's optional discovery watches; it falls back to the
+namespaces it is given and the resources served at start-up, and logs a warning).
+*/}}
+{{- define "specdec-operator.rules" -}}
+# The user's API: read and watch every SpeculativeDeployment (kopf watch + the resync pass) ...
+- apiGroups: ["specdec.io"]
+  resources: ["speculativedeployments"]
+  verbs: ["get", "list", "watch"]
+# ... and write only their status (conditions, phase, replicas; merge patch on /status).
+- apiGroups: ["specdec.io"]
+  resources: ["speculativedeployments/status"]
+  verbs: ["patch"]
+# EngineBuilds are the operator's own objects: created per distinct engine recipe, watched,
+# annotated while unused (patch), and deleted after engineRetentionSeconds.
+- apiGroups: ["specdec.io"]
+  resources: ["enginebuilds"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# EngineBuild status (phase, failed step, conditions).
+- apiGroups: ["specdec.io"]
+  resources: ["enginebuilds/status"]
+  verbs: ["patch"]
+# Engine-build Jobs: created once per EngineBuild (never changed; deleted by garbage collection
+# through their owner reference), read and watched for progress (label-selected watch).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create"]
+# Build pods (label-selected list + watch) for the failed step, exit code and termination message.
+# Read-only: no create, no pods/log, no pods/exec.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+# Runtime Deployments: server-side apply (PATCH; the API server also checks `create` when an apply
+# creates the object), replica changes (merge patch), and the label-selected watch (list + watch) for
+# rollouts.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# The runtime's Service and ConfigMap: cached from a label-selected watch (list + watch, only the
+# operator's own: app.kubernetes.io/managed-by=specdec-operator), then server-side apply (PATCH;
+# `create` when it creates the object). Never deleted by the operator (owner references do that).
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# The shared engine-cache claim: cached from a label-selected watch, created once if missing; never
+# changed or deleted by the operator.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "watch", "create"]
+# The operator's own Events on SpeculativeDeployments and EngineBuilds (kopf's are disabled).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
