@@ -49,7 +49,7 @@ class Reconciler:
         return sorted(self._users.get((namespace, engine_build), ()))
 
     def forget(self, namespace: str, name: str) -> None:
-        for (ns, _), users in self._users.items():
+        for (ns, _), users in list(self._users.items()):  # other threads may add keys meanwhile
             if ns == namespace:
                 users.discard(name)
 
