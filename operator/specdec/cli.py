@@ -98,8 +98,17 @@ def _operator(args: argparse.Namespace) -> int:
     if args.log_level != "DEBUG":  # kopf logs every handled watch event at INFO: noise at any scale
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     namespaces = args.namespace or []
-    kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-             liveness_endpoint=args.liveness, memo=kopf.Memo(namespaces=namespaces))
+    try:
+        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
+                 liveness_endpoint=args.liveness, memo=kopf.Memo(namespaces=namespaces))
+    except Exception as error:
+        cause = error
+        while cause is not None and not isinstance(cause, kopf.PermanentError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        print(f"specdec operator: {cause}", file=sys.stderr)  # a start-up check: it says what to do
+        return 1
     return 0
 
 

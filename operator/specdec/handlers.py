@@ -72,7 +72,15 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
             group, version = watched.group_version
             settings.watching.label_selectors[group or version, watched.plural] = watched.label_selector
     store = Store(w.kind for w in WATCHED)
-    _state["reconciler"] = Reconciler(Kube.from_environment(store), ours)
+    kube = Kube.from_environment(store)
+    # With scanning off, kopf would wait silently for CRDs that appear later: say what is missing instead.
+    missing = {w.plural for w in WATCHED if w.group_version == (GROUP, VERSION)} - kube.served_resources(
+        f"{GROUP}/{VERSION}")
+    if missing:
+        raise kopf.PermanentError(
+            f"the API server does not serve {', '.join(sorted(missing))} ({GROUP}/{VERSION}): install the CRDs "
+            "first (kubectl apply -f crds/, or the Helm chart)")
+    _state["reconciler"] = Reconciler(kube, ours)
     stop = threading.Event()
     _state["stop"] = stop
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).

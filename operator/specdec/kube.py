@@ -130,6 +130,15 @@ class Kube:
             raise ApiException.from_response(http_resp=response, body=data.decode(errors="replace"), data=None)
         return json.loads(data) if data else {}
 
+    def served_resources(self, group_version: str) -> set[str]:
+        """Plural names the API server serves in `group_version` (discovery; empty if none)."""
+        try:
+            return {r["name"] for r in self._call("GET", f"/apis/{group_version}").get("resources", [])}
+        except ApiException as error:
+            if error.status == 404:
+                return set()
+            raise
+
     # -- reads ------------------------------------------------------------------------------------
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
