@@ -21,6 +21,8 @@ class Settings:
     trtllm_examples_dir: str = "/app/tensorrt_llm/examples"
     gpu_tolerations: tuple[dict, ...] = ({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},)
     gpu_node_selector: tuple[tuple[str, str], ...] = ((f"{GPU_RESOURCE}.present", "true"),)
+    # Secrets (in each deployment's namespace) for pulling the build and runtime images.
+    image_pull_secrets: tuple[str, ...] = ()
     engine_retention_seconds: int = 24 * 3600
     resync_seconds: float = 300.0
     calib_size: int = 512
@@ -31,12 +33,14 @@ class Settings:
         base = cls()
         tolerations = env.get("SPECDEC_GPU_TOLERATIONS")
         selector = env.get("SPECDEC_GPU_NODE_SELECTOR")
+        pull_secrets = env.get("SPECDEC_IMAGE_PULL_SECRETS")
         return cls(
             runtime_image=env.get("SPECDEC_RUNTIME_IMAGE", base.runtime_image),
             build_image=env.get("SPECDEC_BUILD_IMAGE", env.get("SPECDEC_RUNTIME_IMAGE", base.build_image)),
             trtllm_examples_dir=env.get("SPECDEC_TRTLLM_EXAMPLES_DIR", base.trtllm_examples_dir),
             gpu_tolerations=tuple(json.loads(tolerations)) if tolerations else base.gpu_tolerations,
             gpu_node_selector=tuple(json.loads(selector).items()) if selector else base.gpu_node_selector,
+            image_pull_secrets=tuple(json.loads(pull_secrets)) if pull_secrets else base.image_pull_secrets,
             engine_retention_seconds=int(env.get("SPECDEC_ENGINE_RETENTION_SECONDS", base.engine_retention_seconds)),
             resync_seconds=float(env.get("SPECDEC_RESYNC_SECONDS", base.resync_seconds)),
             calib_size=int(env.get("SPECDEC_CALIB_SIZE", base.calib_size)),

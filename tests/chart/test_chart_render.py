@@ -21,6 +21,7 @@ CUSTOM_IMAGES = {
     "runtimeImage": "registry.example.com/ml/specdec-runtime:24.10",
     "buildImage": "registry.example.com/ml/trtllm-build:24.10",
     "imagePullSecrets": [{"name": "regcred"}],
+    "workloadImagePullSecrets": ["team-registry"],
 }
 CUSTOM_GPU = {
     "gpu": {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}],
@@ -192,6 +193,7 @@ def test_custom_images_reach_the_operator():
     settings = Settings.from_env(env_of(container))
     assert settings.runtime_image == "registry.example.com/ml/specdec-runtime:24.10"
     assert settings.build_image == "registry.example.com/ml/trtllm-build:24.10"
+    assert settings.image_pull_secrets == ("team-registry",)
 
 
 def test_build_image_defaults_to_the_runtime_image():

@@ -80,3 +80,8 @@ def hf_env() -> list[dict[str, Any]]:
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
                                                             "optional": True}}},
     ]
+
+
+def image_pull_secrets(names: tuple[str, ...]) -> dict[str, Any]:
+    """The pod spec field, only when there are secrets (an empty list would still be a diff)."""
+    return {"imagePullSecrets": [{"name": n} for n in names]} if names else {}

@@ -62,6 +62,7 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "securityContext": common.pod_security_context(),
+                **common.image_pull_secrets(settings.image_pull_secrets),
                 "nodeSelector": {**dict(settings.gpu_node_selector), **(pod.node_selector or {})},
                 "tolerations": common.tolerations(settings.gpu_tolerations, pod.tolerations),
                 "initContainers": containers[:-1],

@@ -94,6 +94,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         # specdec-runtime gives the server 25 s to drain after SIGTERM; keep the kubelet's kill later.
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": common.pod_security_context(),
+        **common.image_pull_secrets(settings.image_pull_secrets),
         "nodeSelector": {**dict(settings.gpu_node_selector), **(runtime.node_selector or {})},
         "tolerations": common.tolerations(settings.gpu_tolerations, runtime.tolerations),
         "containers": [container],
