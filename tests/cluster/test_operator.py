@@ -273,3 +273,21 @@ def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, nam
                      "Ready=False with reason ReconcileFailed")
     assert "HTTP 403" in ready["message"] and "exceeded quota" in ready["message"], ready["message"]
     assert operator.process.poll() is None  # the operator keeps running
+
+
+def test_a_failing_build_is_retried_up_to_the_backoff_limit(kube: Kube, namespace: str, operator):
+    body = example(DRAFT_TARGET)
+    body["spec"]["build"] = {
+        "backoffLimit": 1,
+        "podLabels": {FAIL_LABEL: "true"},
+        "podAnnotations": {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": "1",
+                           f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"},
+    }
+    sd = SD(kube, namespace, body)
+    wait_for(lambda: sd.condition("Ready").get("reason") == "BuildFailed", "Ready=False/BuildFailed", timeout=120)
+    failed = [b for b in engine_builds(kube, namespace) if b["status"].get("phase") == "Failed"]
+    assert failed
+    for build in failed:
+        job = kube.batch.read_namespaced_job(build["status"]["jobName"], namespace)
+        assert job.status.failed == 2  # the first try and one retry
+        assert "after 2 attempt(s)" in build["status"]["message"]
