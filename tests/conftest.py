@@ -102,7 +102,7 @@ def crds(kube: Kube) -> list[str]:
     return names
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -124,7 +124,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def operator(kubeconfig: Path, crds, namespace: str, operator_env, tmp_path, request) -> OperatorProcess:
     """The operator as a process watching this test's namespace; its log is shown when a test fails."""
-    runner = OperatorProcess.watching(namespace, kubeconfig, tmp_path / "operator.log", _free_port(), operator_env)
+    runner = OperatorProcess.watching(namespace, kubeconfig, tmp_path / "operator.log", free_port(), operator_env)
     runner.start()
     yield runner
     runner.stop()

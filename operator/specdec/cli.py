@@ -100,7 +100,8 @@ def _operator(args: argparse.Namespace) -> int:
     namespaces = args.namespace or []
     try:
         kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-                 liveness_endpoint=args.liveness, memo=kopf.Memo(namespaces=namespaces))
+                 liveness_endpoint=args.liveness,
+                 memo=kopf.Memo(namespaces=namespaces, metrics_port=args.metrics_port))
     except Exception as error:
         cause = error
         while cause is not None and not isinstance(cause, kopf.PermanentError):
@@ -146,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="watch only this namespace (repeatable); default: all namespaces")
     operator.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
                           help="liveness endpoint URL (default: %(default)s)")
+    operator.add_argument("--metrics-port", type=int, default=0,
+                          help="serve Prometheus /metrics on this port (default: 0, off)")
     operator.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     operator.set_defaults(func=_operator)
     return parser

@@ -15,6 +15,7 @@ import threading
 
 import kopf
 
+from specdec import metrics
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_MANAGED_BY, MANAGED_BY
 from specdec.kube import Kube
@@ -81,6 +82,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
             f"the API server does not serve {', '.join(sorted(missing))} ({GROUP}/{VERSION}): install the CRDs "
             "first (kubectl apply -f crds/, or the Helm chart)")
     _state["reconciler"] = Reconciler(kube, ours)
+    if memo.get("metrics_port"):
+        metrics.serve(memo["metrics_port"], store)
     stop = threading.Event()
     _state["stop"] = stop
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).

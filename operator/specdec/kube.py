@@ -20,6 +20,7 @@ from urllib.parse import quote
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from specdec.metrics import API_REQUESTS
 from specdec.store import Store
 
 FIELD_MANAGER = "specdec-operator"
@@ -125,6 +126,7 @@ class Kube:
             header_params={"Accept": "application/json", "Content-Type": content_type},
             auth_settings=["BearerToken"])
         response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        API_REQUESTS.labels(method, f"{response.status // 100}xx").inc()
         data = response.read()
         if not 200 <= response.status < 300:
             raise ApiException.from_response(http_resp=response, body=data.decode(errors="replace"), data=None)

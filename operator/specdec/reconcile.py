@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from specdec import conditions
+from specdec import conditions, metrics
 from specdec.builders import common
 from specdec.builders.engine import build_engine_build, build_job, job_name
 from specdec.builders.runtime import (build_cache_claim, build_config_map, build_deployment, build_service,
@@ -61,7 +61,8 @@ class Reconciler:
             if eb is None or eb["metadata"].get("deletionTimestamp"):
                 return None
             try:
-                return self._reconcile_engine_build(eb)
+                with metrics.reconciling("EngineBuild"):
+                    return self._reconcile_engine_build(eb)
             except ApiException as error:  # retries are spent; the next event or resync tries again
                 log.warning("reconciling EngineBuild %s/%s failed: %s", namespace, name, api_error_message(error))
                 return None
@@ -101,7 +102,8 @@ class Reconciler:
                 self.forget(namespace, name)
                 return
             try:
-                self._reconcile_deployment(sd)
+                with metrics.reconciling("SpeculativeDeployment"):
+                    self._reconcile_deployment(sd)
             except ApiException as error:  # retries are spent: tell the user, retry at the next event
                 log.warning("reconciling %s/%s failed: %s", namespace, name, api_error_message(error))
                 self._report_failure(sd, api_error_message(error))

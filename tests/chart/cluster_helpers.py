@@ -17,6 +17,7 @@ from kubernetes import client, config
 from specdec.api.models import GROUP, VERSION
 from tests.chart.tools import CHART, EXAMPLES, helm, kubectl, set_args
 from tests.kube_helpers import Kube, wait_for
+from tests.conftest import free_port
 from tests.operator_runner import OperatorProcess
 
 EXAMPLE = "llama-2-13b-draft-7b-logits.yaml"
@@ -127,6 +128,7 @@ class ChartOperator(OperatorProcess):
         args = list(container.args)
         liveness = args.index("--liveness") + 1
         args[liveness] = re.sub(r"//0\.0\.0\.0:\d+/", f"//127.0.0.1:{port}/", args[liveness])
+        args[args.index("--metrics-port") + 1] = str(free_port())  # several may run on this machine
         env = {e.name: e.value for e in container.env or []}
         # `specdec` (the chart's command) is this package's console script for specdec.cli:main
         super().__init__(kubeconfig, log_path, port, args + (extra_args or []), env, isolated=True)

@@ -16,7 +16,6 @@ with SelfSubjectAccessReviews made with its token.
 from __future__ import annotations
 
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from tests.chart.cluster_helpers import (SD, ChartOperator, allowed, can_i_list,
                                          service_account_kubeconfig)
 from tests.chart.expected import FORBIDDEN, OPERATOR_RULES, WATCHED
 from tests.chart.tools import CHART, CRDS, kubectl
+from tests.conftest import free_port
 from tests.kube_helpers import Kube, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -37,12 +37,6 @@ pytestmark = pytest.mark.cluster
 # about a minute (see ChartOperator.forbidden), hence the margin.
 READY_TIMEOUT = 120
 CRD_NAMES = ["enginebuilds.specdec.io", "speculativedeployments.specdec.io"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fullname(release: str) -> str:
@@ -56,7 +50,7 @@ def start_operator(kube: Kube, kubeconfig: Path, release: str, namespace: str, t
     sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, namespace,
                                                deployment.spec.template.spec.service_account_name,
                                                tmp_path / f"{name}-kubeconfig.yaml")
-    runner = ChartOperator(deployment, sa_kubeconfig, tmp_path / f"{name}.log", _free_port(), extra_args)
+    runner = ChartOperator(deployment, sa_kubeconfig, tmp_path / f"{name}.log", free_port(), extra_args)
     chart_operators.append(runner)
     runner.start()
     return runner

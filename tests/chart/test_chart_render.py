@@ -66,8 +66,10 @@ def test_defaults_render_cluster_wide_operator():
     container = operator_container(docs)
     assert container["image"] == "ghcr.io/specdec-io/specdec-operator:0.1.0"  # appVersion
     assert container["command"] == ["specdec"]
-    assert container["args"] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz", "--log-level", "INFO"]
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["args"] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz", "--metrics-port", "9090",
+                                 "--log-level", "INFO"]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
@@ -123,10 +125,10 @@ def test_metrics_service_selects_the_operator_pod_only():
     service = only(docs, "Service")
     pod_labels = only(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
-    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
     monitor = only(docs, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
                                              "scrapeTimeout": "10s"}]
     assert monitor["metadata"]["labels"]["release"] == "prom"
     test_pod = only(docs, "Job")["spec"]["template"]["metadata"]["labels"]
@@ -171,7 +173,7 @@ def test_namespaced_mode_has_roles_per_namespace_and_no_cluster_rights():
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator",
                                         "namespace": "ops"}]
     assert operator_container(docs)["args"] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz",
-                                                "--log-level", "INFO",
+                                                "--metrics-port", "9090", "--log-level", "INFO",
                                                 "--namespace", "team-a", "--namespace", "team-b"]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,9 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
+from tests.conftest import free_port
 from tests.kube_helpers import Kube, wait_for
+from tests.operator_runner import OperatorProcess
 from tests.unit.invalid_specs import INVALID_SPECS
 
 pytestmark = pytest.mark.cluster
@@ -291,3 +295,26 @@ def test_a_failing_build_is_retried_up_to_the_backoff_limit(kube: Kube, namespac
         job = kube.batch.read_namespaced_job(build["status"]["jobName"], namespace)
         assert job.status.failed == 2  # the first try and one retry
         assert "after 2 attempt(s)" in build["status"]["message"]
+
+
+def test_operator_metrics(kube: Kube, kubeconfig, crds, namespace: str, tmp_path):
+    health, port = free_port(), free_port()
+    runner = OperatorProcess(kubeconfig, tmp_path / "operator.log", health,
+                             ["operator", "--namespace", namespace, "--liveness", f"http://127.0.0.1:{health}/healthz",
+                              "--metrics-port", str(port)])
+    runner.start()
+    try:
+        SD(kube, namespace, example(DRAFT_TARGET)).wait_ready()
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                return response.read().decode()
+        text = wait_for(lambda: (t := scrape()) and 'specdec_speculative_deployments{phase="Ready"} 1.0' in t and t,
+                        "the Ready deployment in the metrics")
+        assert 'specdec_engine_builds{phase="Succeeded"} 2.0' in text
+        ok = re.search(r'specdec_reconcile_total\{kind="SpeculativeDeployment",result="ok"\} (\d+)', text)
+        assert ok and int(ok.group(1)) >= 1
+        assert re.search(r'specdec_api_requests_total\{code="2xx",verb="POST"\} \d+', text)
+        assert "specdec_reconcile_duration_seconds_bucket" in text
+    finally:
+        runner.stop()

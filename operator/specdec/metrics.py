@@ -1,0 +1,63 @@
+"""The operator's Prometheus metrics (`specdec operator --metrics-port`).
+
+Reconcile counts and durations, API requests by verb and outcome, and gauges of the watched
+SpeculativeDeployments and EngineBuilds by phase, read from the watch cache at scrape time.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from specdec.store import Store
+
+REGISTRY = CollectorRegistry()
+
+RECONCILES = Counter("specdec_reconcile", "Reconciles by kind and result (ok, error).",
+                     ["kind", "result"], registry=REGISTRY)
+RECONCILE_SECONDS = Histogram("specdec_reconcile_duration_seconds", "Time one reconcile takes.", ["kind"],
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                              registry=REGISTRY)
+API_REQUESTS = Counter("specdec_api_requests", "Requests to the API server by verb and HTTP status class.",
+                       ["verb", "code"], registry=REGISTRY)
+
+
+@contextmanager
+def reconciling(kind: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    except Exception:
+        RECONCILES.labels(kind, "error").inc()
+        raise
+    else:
+        RECONCILES.labels(kind, "ok").inc()
+    finally:
+        RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - start)
+
+
+class PhaseCollector:
+    """specdec_speculative_deployments / specdec_engine_builds by phase, from the cache."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def collect(self):
+        for kind, name in (("SpeculativeDeployment", "specdec_speculative_deployments"),
+                           ("EngineBuild", "specdec_engine_builds")):
+            family = GaugeMetricFamily(name, f"{kind}s by status.phase.", labels=["phase"])
+            phases = collections.Counter((o.get("status") or {}).get("phase") or "Unknown"
+                                         for o in self.store.list(kind, None))
+            for phase, count in sorted(phases.items()):
+                family.add_metric([phase], count)
+            yield family
+
+
+def serve(port: int, store: Store) -> None:
+    REGISTRY.register(PhaseCollector(store))
+    start_http_server(port, registry=REGISTRY)
