@@ -6,18 +6,10 @@ ARG PYTHON_IMAGE=python:3.12.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operator ./operator
-# Direct dependencies pinned (the versions the tests ran with).
-RUN cat > /constraints.txt <<'PINS'
-jinja2==3.1.6
-kopf==1.45.2
-kubernetes==37.0.2
-pydantic==2.14.3
-pyyaml==6.0.3
-PINS
 RUN python -m venv /venv \
- && /venv/bin/pip install --no-cache-dir --constraint /constraints.txt . \
+ && /venv/bin/pip install --no-cache-dir --constraint constraints.txt . \
  && /venv/bin/specdec --help >/dev/null
 
 FROM ${PYTHON_IMAGE}
@@ -28,6 +20,6 @@ ENV PATH=/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER 1000:1000
 WORKDIR /tmp
-EXPOSE 8080
+EXPOSE 8080 9090
 ENTRYPOINT ["specdec"]
 CMD ["operator"]
