@@ -31,6 +31,15 @@ def example(name: str) -> dict:
 DRAFT_TARGET = "llama-2-13b-draft-7b-logits.yaml"
 
 
+def failing_build(backoff_limit: int, exit_code: int, message: str | None = None) -> dict:
+    """spec.build whose pods' `build` step fails at once (kwok's chaos stage, driven by pod labels)."""
+    annotations = {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": str(exit_code),
+                   f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"}
+    if message:
+        annotations[f"{FAIL_LABEL}/message"] = message
+    return {"backoffLimit": backoff_limit, "podLabels": {FAIL_LABEL: "true"}, "podAnnotations": annotations}
+
+
 class SD:
     """A SpeculativeDeployment in a test namespace, read and written through the API server."""
 
@@ -160,13 +169,7 @@ def test_scale_subresource_drives_replicas(kube: Kube, namespace: str, operator)
 
 def test_failing_build_reports_the_step(kube: Kube, namespace: str, operator):
     body = example(DRAFT_TARGET)
-    body["spec"]["build"] = {
-        "backoffLimit": 0,
-        "podLabels": {FAIL_LABEL: "true"},
-        "podAnnotations": {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": "3",
-                           f"{FAIL_LABEL}/message": "simulated-trtllm-build-error",
-                           f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"},
-    }
+    body["spec"]["build"] = failing_build(backoff_limit=0, exit_code=3, message="simulated-trtllm-build-error")
     sd = SD(kube, namespace, body)
     ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "BuildFailed" and c,
                      "Ready=False with reason BuildFailed")
@@ -281,12 +284,7 @@ def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, nam
 
 def test_a_failing_build_is_retried_up_to_the_backoff_limit(kube: Kube, namespace: str, operator):
     body = example(DRAFT_TARGET)
-    body["spec"]["build"] = {
-        "backoffLimit": 1,
-        "podLabels": {FAIL_LABEL: "true"},
-        "podAnnotations": {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": "1",
-                           f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"},
-    }
+    body["spec"]["build"] = failing_build(backoff_limit=1, exit_code=1)
     sd = SD(kube, namespace, body)
     wait_for(lambda: sd.condition("Ready").get("reason") == "BuildFailed", "Ready=False/BuildFailed", timeout=120)
     failed = [b for b in engine_builds(kube, namespace) if b["status"].get("phase") == "Failed"]
