@@ -377,4 +377,3 @@ class EngineBuildStatus(StatusBase):
     failed_step: str | None = None
     attempts: int | None = None
     message: str | None = None
-    last_used_time: str | None = Field(None, description="When a deployment last needed this engine.")
