@@ -67,10 +67,6 @@ class Tokenizer:
             except Exception as error:  # noqa: BLE001 - a broken file only costs the counts
                 log.warning("cannot load %s for token counts: %s", tokenizer_json, error)
 
-    @property
-    def can_count(self) -> bool:
-        return self._tokenizer is not None
-
     def count(self, text: str) -> int | None:
         if self._tokenizer is None:
             return None
