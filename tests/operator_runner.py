@@ -10,9 +10,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from specdec.dev.cluster import wait_healthy
 
 
 class OperatorProcess:
@@ -43,16 +43,9 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen([sys.executable, "-m", "specdec.cli", *self.args],
                                         env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"operator exited with {self.process.returncode}:\n{self.logs()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError(f"operator not healthy after {timeout}s:\n{self.logs()}")
+        problem = wait_healthy(self.process, self.port, timeout)
+        if problem:
+            raise AssertionError(f"{problem}:\n{self.logs()}")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup handlers run, as when a node dies."""

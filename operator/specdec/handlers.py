@@ -33,7 +33,7 @@ class Watched:
     """A kind the operator caches: how kopf names it and which objects of it we watch."""
 
     kind: str
-    group_version: tuple[str, str]  # kopf's (group, version) or ("v1",) style first arguments
+    group_version: tuple[str, str]  # (group, version); the core group is ""
     plural: str
     label_selector: str | None = None
 

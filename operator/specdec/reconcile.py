@@ -1,7 +1,7 @@
 """Reconcile = observe -> decide (pure: plan, builders, status) -> apply -> write status.
 
-Level-triggered: every entry point re-reads what it needs and the outcome depends only on the
-observed state, never on which event woke us. One lock per object serializes concurrent triggers.
+Level-triggered: every entry point re-reads what it needs (from the watch cache, see store.py) and
+the outcome depends only on the observed state, never on which event woke us. One lock per object serializes concurrent triggers.
 """
 
 from __future__ import annotations

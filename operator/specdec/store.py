@@ -72,9 +72,7 @@ class Store:
                 objects: list[dict[str, Any]]) -> None:
         """What a LIST returned is all there is (of that kind, namespace and selector)."""
         with self._lock:
-            for key in [k for k, o in self._objects.items()
-                        if k[0] == kind and (namespace is None or k[1] == namespace)
-                        and matches(o["metadata"].get("labels"), label_selector)]:
+            for key in self._matching(kind, namespace, label_selector):
                 del self._objects[key]
             for obj in objects:
                 self._objects[_key(obj)] = obj
@@ -85,6 +83,10 @@ class Store:
 
     def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
-            return [o for (k, ns, _), o in self._objects.items()
-                    if k == kind and (namespace is None or ns == namespace)
-                    and matches(o["metadata"].get("labels"), label_selector)]
+            return [self._objects[key] for key in self._matching(kind, namespace, label_selector)]
+
+    def _matching(self, kind: str, namespace: str | None, label_selector: str | None) -> list[Key]:
+        """Keys of the cached objects in scope (the caller holds the lock)."""
+        return [key for key, obj in self._objects.items()
+                if key[0] == kind and (namespace is None or key[1] == namespace)
+                and matches(obj["metadata"].get("labels"), label_selector)]

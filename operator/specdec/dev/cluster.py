@@ -191,17 +191,24 @@ def start_operator(cluster: LocalCluster) -> None:
          "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz"],
         env=cluster.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     cluster.operator_pid_file.write_text(str(process.pid))
-    deadline = time.monotonic() + 60
+    problem = wait_healthy(process, cluster.operator_port)
+    if problem:
+        raise ClusterError(f"{problem}; see {cluster.operator_log}")
+    _log(f"operator running (pid {process.pid}, log {cluster.operator_log})")
+
+
+def wait_healthy(process: subprocess.Popen, port: int, timeout: float = 60.0) -> str | None:
+    """Wait until a started operator answers on its liveness port; else say why it did not."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ClusterError(f"the operator exited with {process.returncode}; see {cluster.operator_log}")
+            return f"the operator exited with {process.returncode}"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{cluster.operator_port}/healthz", timeout=1):
-                _log(f"operator running (pid {process.pid}, log {cluster.operator_log})")
-                return
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return None
         except OSError:
             time.sleep(0.2)
-    raise ClusterError(f"the operator did not become healthy in 60s; see {cluster.operator_log}")
+    return f"the operator did not become healthy in {timeout:.0f}s"
 
 
 def stop_operator(cluster: LocalCluster) -> None:
