@@ -98,7 +98,9 @@ def test_a_server_that_fails_takes_the_runtime_down_with_its_status(tmp_path):
 def test_print_config_via_the_console_script(tmp_path):
     config = tmp_path / "runtime.json"
     config.write_text(config_json(CONFIG))
-    result = subprocess.run(["specdec-runtime", "--config", str(config), "--print-config"],
+    # The console script of the venv running the tests: PATH may hold another install, or none.
+    script = os.path.join(os.path.dirname(sys.executable), "specdec-runtime")
+    result = subprocess.run([script, "--config", str(config), "--print-config"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert "trtllm-serve meta-llama/Llama-3.1-8B-Instruct --backend pytorch" in result.stdout
