@@ -1,7 +1,9 @@
 """Every API side effect of the operator, in one place.
 
 Objects are plain dicts in their wire form, so the pure builders' output goes out unchanged.
-Retries on 429 and 5xx (honouring Retry-After); a 409 on create means "already there".
+Transient failures (429, 5xx, resets, refused connections, timeouts) are retried with jittered
+back-off, honouring Retry-After; what is still failing after that is an `ApiException` whose
+`permanent(error)` says whether retrying soon can help. A 409 on create means "already there".
 Writes happen only when what we want is not already what the API server has (`contains`), so an
 idle operator writes nothing.
 """
@@ -12,20 +14,28 @@ import dataclasses
 import json
 import logging
 import queue
+import random
 import threading
 import time
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from specdec.metrics import API_REQUESTS
+from specdec.metrics import API_REQUESTS, EVENTS_DROPPED
 from specdec.store import Store
 
 FIELD_MANAGER = "specdec-operator"
 USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
-RETRIES = 5
+RETRIES = 6
+BACKOFF_BASE = 0.2
+BACKOFF_MAX = 5.0
+RETRY_AFTER_MAX = 30.0
+TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
+CONNECTION_FAILED = 0  # the status of an ApiException for a request that got no HTTP answer
+EVENT_QUEUE_SIZE = 1000
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +71,35 @@ KINDS = {
 }
 
 
-def api_error_message(error: ApiException) -> str:
-    """`HTTP 500 InternalError: <the API server's message>` from a failed request."""
+def _body_message(error: ApiException) -> str:
     try:
         body = json.loads(error.body or "{}")
     except ValueError:
         body = {}
-    detail = body.get("message") or (error.body or "").strip() or error.reason
-    return f"HTTP {error.status} {body.get('reason') or error.reason}: {detail}"
+    return (body.get("message") if isinstance(body, dict) else None) or (error.body or "").strip() or error.reason
+
+
+def api_error_message(error: ApiException) -> str:
+    """`HTTP 500 InternalError: <the API server's message>` from a failed request."""
+    if error.status == CONNECTION_FAILED:
+        return f"no answer from the API server: {error.reason}"
+    try:
+        reason = (json.loads(error.body or "{}") or {}).get("reason")
+    except (ValueError, AttributeError):
+        reason = None
+    return f"HTTP {error.status} {reason or error.reason}: {_body_message(error)}"
+
+
+def permanent(error: ApiException) -> bool:
+    """Retrying the same request soon cannot help: the request itself is refused (400, 403, 404,
+    422, ...) or the server answered 500 with the same message every time (`_call` marks those)."""
+    return getattr(error, "permanent", False) or (
+        error.status not in TRANSIENT_STATUSES and error.status != CONNECTION_FAILED)
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential, with full jitter so that many clients retrying at once spread out."""
+    return random.uniform(0.5, 1.0) * min(BACKOFF_MAX, BACKOFF_BASE * 2 ** attempt)
 
 
 def contains(actual: Any, desired: Any) -> bool:
@@ -107,16 +138,32 @@ class Kube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
               content_type: str = "application/json") -> dict[str, Any]:
+        """One request, retried while the failure is transient. Writes are safe to repeat: creates
+        answer 409 (handled by the callers), applies and merge patches are idempotent."""
+        previous_500 = None
         for attempt in range(RETRIES):
             try:
                 return self._request(method, path, body, query, content_type)
             except ApiException as error:
-                if error.status not in (429, 500, 502, 503, 504) or attempt == RETRIES - 1:
+                if error.status == 500:  # the same 500 twice is a verdict, not an outage
+                    message = _body_message(error)
+                    if message == previous_500:
+                        error.permanent = True
+                        raise
+                    previous_500 = message
+                if error.status not in TRANSIENT_STATUSES or attempt == RETRIES - 1:
                     raise
                 retry_after = (error.headers or {}).get("Retry-After")
-                delay = float(retry_after) if retry_after and retry_after.isdigit() else 0.2 * 2 ** attempt
+                delay = (min(float(retry_after), RETRY_AFTER_MAX) if retry_after and retry_after.isdigit()
+                         else _backoff(attempt))
                 log.warning("%s %s: HTTP %s, retrying in %.1fs", method, path, error.status, delay)
-                time.sleep(delay)
+            except (urllib3.exceptions.HTTPError, OSError) as error:  # reset, refused, timed out
+                API_REQUESTS.labels(method, "error").inc()
+                if attempt == RETRIES - 1:
+                    raise ApiException(status=CONNECTION_FAILED, reason=f"{type(error).__name__}: {error}") from error
+                delay = _backoff(attempt)
+                log.warning("%s %s: %s, retrying in %.1fs", method, path, type(error).__name__, delay)
+            time.sleep(delay)
         raise AssertionError("unreachable")
 
     def _request(self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None,

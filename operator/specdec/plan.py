@@ -191,21 +191,28 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
 
 
 def engine_name(recipe: models.EngineRecipe, cache_claim: str) -> str:
+    """Names the engine's bytes: its directory in the cache (and its EngineBuild, by default)."""
     model = recipe.model.split("://", 1)[1].rsplit("/", 1)[-1]
     return f"{slug(model)}-{content_hash([recipe.model_dump(mode='json'), cache_claim])}"
 
 
 def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec,
             cache: CachePlan, settings: Settings) -> EnginePlan:
+    """An EngineBuild's identity is the recipe plus how its pods are placed (spec.build): one
+    deployment's build settings (a node selector nothing matches, a memory limit too small) must
+    never decide whether another deployment's engine gets built. Deployments with the same build
+    settings (most set none) share the build; builds of one recipe with different settings write the
+    same engine directory, and whichever finishes second finds it there and reuses it."""
     recipe = _recipe(source, spec, spec.build.image or settings.build_image, role)
-    name = engine_name(recipe, cache.claim_name)
+    engine = engine_name(recipe, cache.claim_name)
     build = spec.build
     pod = models.BuildPodSpec(
         node_selector=build.node_selector, tolerations=build.tolerations, resources=build.resources,
         backoff_limit=build.backoff_limit, active_deadline_seconds=build.active_deadline_seconds,
         pod_labels=build.pod_labels, pod_annotations=build.pod_annotations)
+    name = engine if pod == models.BuildPodSpec() else f"{engine}-{content_hash(pod.model_dump(mode='json'), 6)}"
     return EnginePlan(role, name, models.EngineBuildSpec(
-        recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{name}", pod=pod))
+        recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod))
 
 
 def _served(source: models.ModelSource, engine: EnginePlan | None, backend: str) -> ServedModel:

@@ -285,7 +285,19 @@ def test_build_publishes_the_engine_atomically():
     engine = engines(spec())["target"]
     script = step(engine, "build").script
     final = f"/cache/{engine.spec.engine_path}"
+    partial = f"/cache/.work/{engine.name}/engine"
     build = command(step(engine, "build"), "trtllm-build")
-    assert flag(build, "--output_dir") == f"{final}.partial"
-    assert script.rstrip().splitlines()[-2] == f"rm -rf {final} && mv {final}.partial {final}"
-    assert f"{final}.partial/specdec-recipe.json" in script
+    assert flag(build, "--output_dir") == partial
+    assert f"{partial}/specdec-recipe.json" in script
+    publish = script.rstrip().splitlines()[-2]
+    assert publish.startswith("(flock 9 && if [ ") and publish.endswith(f") 9>{final}.lock")
+    assert f"else rm -rf {final} && mv {partial} {final}; fi" in publish
+
+
+def test_builds_of_one_recipe_with_other_placement_share_the_engine_directory():
+    plain = engines(spec())["target"]
+    picky = engines(spec(build={"nodeSelector": {"pool": "a100"}}))["target"]
+    assert picky.name != plain.name and picky.name.startswith(plain.name + "-")
+    assert picky.spec.engine_path == plain.spec.engine_path == f"engines/{plain.name}"
+    # the second to finish keeps the first's engine (same recipe check under the lock)
+    assert f"/cache/.work/{picky.name}/engine" in step(picky, "build").script

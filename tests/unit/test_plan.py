@@ -78,12 +78,26 @@ def test_target_engine_name_changes_with_the_recipe(path, value):
     ("runtime.kvCache.freeGpuMemoryFraction", 0.5),
     ("runtime.port", 9000),
     ("runtime.image", "example.com/runtime:2"),
-    ("build.nodeSelector", {"gpu": "h100"}),
-    ("build.backoffLimit", 5),
     ("speculation.draftTarget.draftLen", 7),
 ])
-def test_engine_names_ignore_serving_and_placement(path, value):
+def test_engine_names_ignore_serving(path, value):
     assert names(edited(path, value)) == names(base())
+
+
+@pytest.mark.parametrize("path,value", [
+    ("build.nodeSelector", {"gpu": "h100"}),
+    ("build.backoffLimit", 5),
+    ("build.podLabels", {"team": "ml"}),
+    ("build.resources", {"limits": {"memory": "64Gi"}}),
+])
+def test_placement_gives_a_build_of_its_own_with_the_same_engine_directory(path, value):
+    """One deployment's build settings never decide another's build (README: engine builds)."""
+    plain = {e.role: e for e in make_plan(base()).engines}
+    placed = {e.role: e for e in make_plan(edited(path, value)).engines}
+    for role in plain:
+        assert placed[role].name != plain[role].name
+        assert placed[role].spec.engine_path == plain[role].spec.engine_path
+        assert placed[role].spec.recipe == plain[role].spec.recipe
 
 
 def test_draft_engine_name_changes_with_the_draft_recipe_only():
@@ -96,7 +110,7 @@ def test_engine_build_spec_carries_placement_and_path():
     raw = edited("build.nodeSelector", {"gpu": "h100"})
     target = next(e for e in make_plan(raw).engines if e.role == "target")
     assert target.spec.pod.node_selector == {"gpu": "h100"}
-    assert target.spec.engine_path == f"engines/{target.name}"
+    assert target.spec.engine_path == f"engines/{target.name.rsplit('-', 1)[0]}"
     assert target.spec.cache_claim == "specdec-engine-cache"
     assert target.spec.recipe.image == SETTINGS.build_image
 

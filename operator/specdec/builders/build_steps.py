@@ -118,17 +118,20 @@ def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> lis
     if recipe.redrafter:
         steps.append(_redrafter_step(recipe, checkpoint, f"{work}/redrafter"))
         checkpoint = f"{work}/redrafter"
-    partial = f"{engine}.partial"
+    partial = f"{work}/engine"  # per EngineBuild: builds of one recipe with different placement run apart
     recipe_json = json.dumps(recipe.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+    # An engine of this very recipe already in the cache (built by another EngineBuild of the same
+    # recipe, or kept after its EngineBuild was collected) is reused: every step sees it and does nothing.
+    built = f"[ \"$(cat {shlex.quote(engine + '/' + RECIPE_FILE)} 2>/dev/null)\" = {shlex.quote(recipe_json)} ]"
+    done = f"if {built}; then echo 'engine already in the cache'; exit 0; fi"
+    lock = shlex.quote(f"{engine}.lock")
     steps.append(Step("build", "\n".join([
         f"rm -rf {shlex.quote(partial)}",
         _cmd(*trtllm_build_args(recipe, checkpoint, partial)),
         f"printf '%s\\n' {shlex.quote(recipe_json)} > {shlex.quote(partial + '/' + RECIPE_FILE)}",
-        f"rm -rf {shlex.quote(engine)} && mv {shlex.quote(partial)} {shlex.quote(engine)}",
+        # Publish under a lock: the first finished build of a recipe wins, the others keep it.
+        f"(flock 9 && if {built}; then rm -rf {shlex.quote(partial)}; else rm -rf {shlex.quote(engine)} "
+        f"&& mv {shlex.quote(partial)} {shlex.quote(engine)}; fi) 9>{lock}",
         f"rm -rf {shlex.quote(work)}",
     ]), uses_gpus=True))
-    # An engine of this very recipe already in the cache (its EngineBuild was collected, the bytes were
-    # kept) is reused: every step sees it and does nothing.
-    done = (f"if [ \"$(cat {shlex.quote(engine + '/' + RECIPE_FILE)} 2>/dev/null)\" = {shlex.quote(recipe_json)} ]; "
-            f"then echo 'engine already in the cache'; exit 0; fi")
     return [dataclasses.replace(step, script=f"{done}\n{step.script}") for step in steps]
