@@ -130,6 +130,7 @@ def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> lis
         _cmd(*trtllm_build_args(recipe, checkpoint, partial)),
         f"printf '%s\\n' {shlex.quote(recipe_json)} > {shlex.quote(partial + '/' + RECIPE_FILE)}",
         # Publish under a lock: the first finished build of a recipe wins, the others keep it.
+        f"mkdir -p {shlex.quote(engine.rsplit('/', 1)[0])}",
         f"(flock 9 && if {built}; then rm -rf {shlex.quote(partial)}; else rm -rf {shlex.quote(engine)} "
         f"&& mv {shlex.quote(partial)} {shlex.quote(engine)}; fi) 9>{lock}",
         f"rm -rf {shlex.quote(work)}",
