@@ -15,7 +15,7 @@ import threading
 
 import kopf
 
-from specdec import metrics
+from specdec import metrics, watch_resilience
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_MANAGED_BY, MANAGED_BY
 from specdec.kube import Kube
@@ -68,6 +68,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # have (kopf retries for a minute before watching). The namespaces and resources are known.
     settings.scanning.disabled = True
     settings.execution.max_workers = 16
+    watch_resilience.install()
     for watched in WATCHED:
         if watched.label_selector:
             group, version = watched.group_version
@@ -88,8 +89,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     _state["stop"] = stop
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
-    threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds, namespaces), daemon=True,
-                     name="specdec-resync").start()
+    resync = threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds, namespaces), daemon=True,
+                              name="specdec-resync")
+    resync.start()
+    _state["resync"] = resync
 
 
 @kopf.on.cleanup()
@@ -101,19 +104,27 @@ def shutdown(**_) -> None:
 
 def _resync_loop(stop: threading.Event, interval: float, namespaces: list[str | None]) -> None:
     """Periodic level-triggered pass: catches anything a lost watch event would have missed."""
+    refreshes = [(w.kind, w.label_selector) for w in WATCHED]
     while not stop.wait(interval):
         for namespace in namespaces:
             try:
-                r = reconciler()
-                for watched in WATCHED:
-                    r.kube.refresh(watched.kind, namespace, watched.label_selector)
-                for eb in r.kube.list("EngineBuild", namespace):
-                    r.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
-                for sd in r.kube.list("SpeculativeDeployment", namespace):
-                    r.deployment(sd["metadata"]["namespace"], sd["metadata"]["name"])
-                r.collect_unused_engines(namespace)
-            except Exception:  # a failed pass is retried at the next interval
+                reconciler().resync(namespace, refreshes)
+            except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
                 log.exception("resync pass failed (namespace %s)", namespace or "all")
+
+
+@kopf.on.probe(id="workers")
+def workers_alive(**_) -> str:
+    """Liveness: kopf's own /healthz answers while its loop runs; our threads must be alive too."""
+    r = _state.get("reconciler")
+    dead = [name for name, alive in (
+        ("event poster", r is None or r.kube.event_poster_alive),
+        ("delayed reconciles", r is None or r.requeue.alive),
+        ("resync", "resync" not in _state or _state["resync"].is_alive()),
+    ) if not alive]
+    if dead:
+        raise kopf.PermanentError(f"worker thread(s) died: {', '.join(dead)}")
+    return "ok"
 
 
 @kopf.on.event(GROUP, VERSION, "speculativedeployments")
@@ -130,20 +141,13 @@ def engine_build_event(event, namespace, name, **_) -> None:
     _observe("EngineBuild", event)
     if event.get("type") == "DELETED":
         return
-    _engine_build_changed(namespace, name)
-
-
-def _engine_build_changed(namespace: str, name: str) -> None:
-    r = reconciler()
-    r.engine_build(namespace, name)
-    for user in r.users_of(namespace, name):
-        r.deployment(namespace, user)
+    reconciler().engine_build_and_users(namespace, name)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
 def build_job_event(event, namespace, labels, **_) -> None:
     _observe("Job", event)
-    _engine_build_changed(namespace, labels[LABEL_ENGINE_BUILD])
+    reconciler().engine_build_and_users(namespace, labels[LABEL_ENGINE_BUILD])
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})

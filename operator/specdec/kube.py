@@ -118,8 +118,9 @@ class Kube:
     def __init__(self, api: client.ApiClient, store: Store | None = None):
         self.api = api
         self.store = store or Store(())
-        self._events: queue.Queue = queue.Queue()
-        threading.Thread(target=self._post_events, daemon=True, name="specdec-events").start()
+        self._events: queue.Queue = queue.Queue(EVENT_QUEUE_SIZE)
+        self._poster = threading.Thread(target=self._post_events, daemon=True, name="specdec-events")
+        self._poster.start()
 
     @classmethod
     def from_environment(cls, store: Store | None = None) -> "Kube":
@@ -208,8 +209,9 @@ class Kube:
             return self.store.list(kind, namespace, label_selector)
         return self.list_live(kind, namespace, label_selector)
 
-    def list_live(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
-        query = [("labelSelector", label_selector)] if label_selector else []
+    def list_live(self, kind: str, namespace: str | None, label_selector: str | None = None,
+                  field_selector: str | None = None) -> list[dict[str, Any]]:
+        query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
         result = self._call("GET", KINDS[kind].path(namespace), query=query)
         items = result.get("items", [])
         for item in items:  # items of a List carry no kind of their own
@@ -223,28 +225,29 @@ class Kube:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create, or return what is there already (names are deterministic)."""
+    def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create; returns (object, True), or (what has that name already, False) — names are
+        deterministic, so the caller decides whether the object found there is its own."""
         meta = obj["metadata"]
+        path = KINDS[obj["kind"]].path(meta.get("namespace"))
         try:
-            return self._remember(self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj))
+            return self._remember(self._call("POST", path, body=obj)), True
         except ApiException as error:
             if error.status != 409:
                 raise
         existing = self.get_live(obj["kind"], meta.get("namespace"), meta["name"])  # the cache lags: ask
         if existing is None:  # deleted between our create and get: try once more
-            existing = self._call("POST", KINDS[obj["kind"]].path(meta.get("namespace")), body=obj)
-        return self._remember(existing)
+            return self._remember(self._call("POST", path, body=obj)), True
+        return self._remember(existing), False
 
     def _remember(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.store.put(obj)
         return obj
 
-    def apply(self, obj: dict[str, Any], existing: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
-        """Server-side apply `obj` unless the API server already has it; returns (object, written)."""
+    def apply(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+        """Server-side apply `obj` unless `existing` (what the API server has; the caller has checked
+        it is ours) already has it; returns (object, written)."""
         meta = obj["metadata"]
-        if existing is None:
-            existing = self.get(obj["kind"], meta.get("namespace"), meta["name"])
         if existing is not None and contains(existing, obj):
             return existing, False
         applied = self._call("PATCH", KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]),
@@ -267,12 +270,31 @@ class Kube:
         self.store.remove(kind, namespace, name)
 
     def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """Post an Event from a background thread: it informs people, it must not slow a reconcile."""
-        self._events.put((obj, reason, message, warning))
+        """Post an Event from a background thread: it informs people, it must not slow a reconcile.
+        The queue is bounded: when the API server is unreachable for long, the oldest Events go."""
+        item = (obj, reason, message, warning)
+        while True:
+            try:
+                self._events.put_nowait(item)
+                return
+            except queue.Full:
+                try:
+                    self._events.get_nowait()
+                    EVENTS_DROPPED.inc()
+                except queue.Empty:
+                    pass
+
+    @property
+    def event_poster_alive(self) -> bool:
+        return self._poster.is_alive()
 
     def _post_events(self) -> None:
         while True:
-            self._post_event(*self._events.get())
+            item = self._events.get()
+            try:
+                self._post_event(*item)
+            except Exception:  # an Event is never worth the poster: log it and go on with the next
+                log.exception("could not post event %s", item[1])
 
     def _post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool) -> None:
         meta = obj["metadata"]
@@ -288,5 +310,5 @@ class Kube:
         }
         try:
             self._call("POST", KINDS["Event"].path(meta["namespace"]), body=event)
-        except ApiException as error:  # an event is never worth failing a reconcile for
-            log.warning("could not post event %s on %s: HTTP %s", reason, meta["name"], error.status)
+        except ApiException as error:  # retries are spent: an event is never worth more
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], api_error_message(error))

@@ -23,6 +23,8 @@ RECONCILES = Counter("specdec_reconcile", "Reconciles by kind and result (ok, er
 RECONCILE_SECONDS = Histogram("specdec_reconcile_duration_seconds", "Time one reconcile takes.", ["kind"],
                               buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
                               registry=REGISTRY)
+EVENTS_DROPPED = Counter("specdec_events_dropped", "Events not posted because the queue was full.",
+                         registry=REGISTRY)
 API_REQUESTS = Counter("specdec_api_requests", "Requests to the API server by verb and HTTP status class.",
                        ["verb", "code"], registry=REGISTRY)
 

@@ -1,7 +1,14 @@
 """Reconcile = observe -> decide (pure: plan, builders, status) -> apply -> write status.
 
 Level-triggered: every entry point re-reads what it needs (from the watch cache, see store.py) and
-the outcome depends only on the observed state, never on which event woke us. One lock per object serializes concurrent triggers.
+the outcome depends only on the observed state, never on which event woke us. One lock per object
+serializes concurrent triggers. Entry points never raise: whatever goes wrong is written to the
+object's status (reason and message) and the object is reconciled again after a back-off.
+
+Ownership: the operator writes only objects it controls. A child of a deployment must carry that
+deployment's controller ownerReference (UID); an EngineBuild must carry our label and the spec we
+want; a Job our EngineBuild's ownerReference; the managed cache claim our label. A name taken by
+anything else is a `NameConflict` in status, and the object is left untouched.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import collections
 import datetime
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
 
@@ -18,15 +25,59 @@ from specdec import conditions, metrics
 from specdec.builders import common
 from specdec.builders.engine import build_engine_build, build_job, job_name
 from specdec.builders.runtime import (build_cache_claim, build_config_map, build_deployment, build_service,
-                                      endpoint, runtime_name, selector_labels)
-from specdec.kube import Kube, api_error_message
+                                      config_map_name, endpoint, runtime_name, selector_labels)
+from specdec.kube import Kube, api_error_message, contains, permanent
 from specdec.plan import Plan, Problem, plan
+from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
-from specdec.status import BuildState, build_state_from_status, deployment_conditions, evaluate_build
+from specdec.status import (STUCK_REASONS, BuildState, build_state_from_status, deployment_conditions,
+                            evaluate_build)
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild no deployment needs
+# A Job without pods this long may have pods the API server refuses: look at its FailedCreate Events.
+POD_CREATION_GRACE_SECONDS = 10.0
+
+
+class NameConflict(Exception):
+    """A name the operator needs is taken by an object it does not control."""
+
+    def __init__(self, kind: str, name: str, why: str, owner: str):
+        super().__init__(f"{kind} {name} already exists and {why}; the operator leaves it untouched: "
+                         f"delete or rename it, or give this {owner} another name")
+
+
+def controlled_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("controller") and ref.get("uid") == uid
+               for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def _ours(obj: dict[str, Any]) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(common.LABEL_MANAGED_BY) == common.MANAGED_BY
+
+
+def _age_seconds(obj: dict[str, Any]) -> float:
+    created = obj["metadata"].get("creationTimestamp")
+    if not created:
+        return 0.0
+    then = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
+
+
+def _failure(error: Exception) -> conditions.Cond:
+    """Ready=False for a reconcile that could not finish, with a reason a person can act on."""
+    if isinstance(error, NameConflict):
+        return conditions.Cond("Ready", False, "NameConflict", str(error))
+    if isinstance(error, ApiException):
+        if permanent(error):
+            return conditions.Cond("Ready", False, "RequestRejected",
+                                   f"the API server refused a request: {api_error_message(error)}; "
+                                   "retried with back-off")
+        return conditions.Cond("Ready", False, "ApiUnavailable",
+                               f"{api_error_message(error)}; retried with back-off")
+    return conditions.Cond("Ready", False, "InternalError",
+                           f"{type(error).__name__}: {error} (an operator bug: please report it)")
 
 
 def _status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
@@ -34,12 +85,14 @@ def _status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> 
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: Settings):
+    def __init__(self, kube: Kube, settings: Settings, requeue: DelayQueue | None = None):
         self.kube = kube
         self.settings = settings
+        self.requeue = requeue or DelayQueue()
         self._locks: dict[tuple, threading.Lock] = collections.defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
         self._users: dict[tuple[str, str], set[str]] = collections.defaultdict(set)  # (ns, eb) -> sds
+        self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
 
     def _lock(self, *key: str) -> threading.Lock:
         with self._locks_guard:
@@ -52,29 +105,45 @@ class Reconciler:
         for (ns, _), users in list(self._users.items()):  # other threads may add keys meanwhile
             if ns == namespace:
                 users.discard(name)
+        self._failures.pop(("SpeculativeDeployment", namespace, name), None)
+
+    def _retry_later(self, key: tuple[str, str, str], call: Callable[[], None]) -> None:
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        self.requeue.after(backoff(failures), key, call)
+
+    def _settled(self, key: tuple[str, str, str]) -> None:
+        self._failures.pop(key, None)
+
+    def engine_build_and_users(self, namespace: str, name: str) -> None:
+        """An EngineBuild changed: it and every deployment that uses it may need to act."""
+        self.engine_build(namespace, name)
+        for user in self.users_of(namespace, name):
+            self.deployment(namespace, user)
 
     # -- EngineBuild ------------------------------------------------------------------------------
 
     def engine_build(self, namespace: str, name: str) -> BuildState | None:
-        with self._lock("EngineBuild", namespace, name):
+        key = ("EngineBuild", namespace, name)
+        with self._lock(*key):
             eb = self.kube.get("EngineBuild", namespace, name)
-            if eb is None or eb["metadata"].get("deletionTimestamp"):
+            if eb is None or eb["metadata"].get("deletionTimestamp") or not _ours(eb):
                 return None
             try:
                 with metrics.reconciling("EngineBuild"):
-                    return self._reconcile_engine_build(eb)
-            except ApiException as error:  # retries are spent; the next event or resync tries again
-                log.warning("reconciling EngineBuild %s/%s failed: %s", namespace, name, api_error_message(error))
+                    state, look_again = self._reconcile_engine_build(eb)
+            except Exception as error:  # noqa: BLE001 — whatever it is, log it and retry later
+                self._log_failure("EngineBuild", namespace, name, error)
+                self._retry_later(key, lambda: self.engine_build(namespace, name))
                 return None
+            self._settled(key)
+            if look_again:
+                self.requeue.after(POD_CREATION_GRACE_SECONDS, key, lambda: self.engine_build(namespace, name))
+            return state
 
-    def _reconcile_engine_build(self, eb: dict[str, Any]) -> BuildState:
+    def _reconcile_engine_build(self, eb: dict[str, Any]) -> tuple[BuildState, bool]:
+        """(state, look again later): a Job without pods is watched for FailedCreate Events."""
         namespace, name = eb["metadata"]["namespace"], eb["metadata"]["name"]
-        job = self.kube.get("Job", namespace, job_name(name))
-        if job is None:
-            job = self.kube.create(build_job(eb, self.settings))
-            self.kube.event(eb, "BuildStarted", f"created Job {job_name(name)}")
-        pods = self.kube.list("Pod", namespace, f"{common.LABEL_ENGINE_BUILD}={name}")
-        state = evaluate_build(job, pods)
+        state, look_again = self._observe_build(eb)
         status = eb.get("status") or {}
         ready = conditions.Cond("Ready", state.succeeded, state.reason, state.message)
         desired = {
@@ -89,77 +158,151 @@ class Reconciler:
         }
         if _status_changed(status, desired):
             self.kube.patch("EngineBuild", namespace, name, {"status": desired}, subresource="status")
-            if status.get("phase") != state.phase:
-                self.kube.event(eb, state.reason, state.message, warning=state.failed)
-        return state
+            old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            if status.get("phase") != state.phase or old_ready.get("reason") != state.reason:
+                self.kube.event(eb, state.reason, state.message,
+                                warning=state.failed or state.reason in STUCK_REASONS)
+        return state, look_again
+
+    def _observe_build(self, eb: dict[str, Any]) -> tuple[BuildState, bool]:
+        namespace, name, uid = eb["metadata"]["namespace"], eb["metadata"]["name"], eb["metadata"]["uid"]
+        job = self.kube.get("Job", namespace, job_name(name))
+        if job is None:
+            try:
+                job, created = self.kube.create(build_job(eb, self.settings))
+            except ApiException as error:
+                if not permanent(error):
+                    raise
+                return BuildState("Failed", "JobRejected", f"the API server refused the build Job "
+                                  f"{job_name(name)}: {api_error_message(error)}"), False
+            if created:
+                self.kube.event(eb, "BuildStarted", f"created Job {job_name(name)}")
+        if not controlled_by(job, uid):
+            return BuildState("Failed", "NameConflict", str(NameConflict(
+                "Job", job_name(name), "is not controlled by this EngineBuild", "EngineBuild"))), False
+        pods = self.kube.list("Pod", namespace, f"{common.LABEL_ENGINE_BUILD}={name}")
+        state = evaluate_build(job, pods)
+        if state.reason != "JobPending":
+            return state, False
+        if _age_seconds(job) >= POD_CREATION_GRACE_SECONDS:
+            refused = self.kube.list_live("Event", namespace, field_selector=(
+                f"involvedObject.uid={job['metadata']['uid']},reason=FailedCreate"))
+            if refused:
+                latest = max(refused, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+                state = evaluate_build(job, pods, latest.get("message") or "FailedCreate")
+        return state, True
 
     # -- SpeculativeDeployment --------------------------------------------------------------------
 
     def deployment(self, namespace: str, name: str) -> None:
-        with self._lock("SpeculativeDeployment", namespace, name):
+        key = ("SpeculativeDeployment", namespace, name)
+        with self._lock(*key):
             sd = self.kube.get("SpeculativeDeployment", namespace, name)
             if sd is None or sd["metadata"].get("deletionTimestamp"):
                 self.forget(namespace, name)
                 return
             try:
                 with metrics.reconciling("SpeculativeDeployment"):
-                    self._reconcile_deployment(sd)
-            except ApiException as error:  # retries are spent: tell the user, retry at the next event
-                log.warning("reconciling %s/%s failed: %s", namespace, name, api_error_message(error))
-                self._report_failure(sd, api_error_message(error))
+                    failed = self._reconcile_deployment(sd)
+            except Exception as error:  # noqa: BLE001 — the status write itself failed: retry later
+                self._log_failure("SpeculativeDeployment", namespace, name, error)
+                failed = True
+            if failed:
+                self._retry_later(key, lambda: self.deployment(namespace, name))
+            else:
+                self._settled(key)
 
-    def _report_failure(self, sd: dict[str, Any], message: str) -> None:
-        """Ready=False/ReconcileFailed; the other conditions stay as they were."""
-        meta = sd["metadata"]
-        old = (sd.get("status") or {}).get("conditions") or []
-        ready = conditions.merge(old, [conditions.Cond("Ready", False, "ReconcileFailed", message)],
-                                 meta.get("generation"), conditions.now())
-        merged = [c for c in old if c.get("type") != "Ready"] + ready
-        if merged != old:
-            self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"],
-                            {"status": {"conditions": merged}}, subresource="status")
+    @staticmethod
+    def _log_failure(kind: str, namespace: str, name: str, error: Exception) -> None:
+        if isinstance(error, (ApiException, NameConflict)):
+            log.warning("reconciling %s %s/%s: %s", kind, namespace, name,
+                        api_error_message(error) if isinstance(error, ApiException) else error)
+        else:
+            log.exception("reconciling %s %s/%s failed", kind, namespace, name)
 
-    def _reconcile_deployment(self, sd: dict[str, Any]) -> None:
+    def _reconcile_deployment(self, sd: dict[str, Any]) -> bool:
+        """Act on the plan and write the full status; True when something failed (retry later)."""
         meta = sd["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         result = plan(sd, self.settings)
         states: dict[str, BuildState] = {}
         deployment = None
         current = False
+        failure = None
         in_use: list[str] = []
         if isinstance(result, Plan):
-            if result.cache.managed:
-                if self.kube.get("PersistentVolumeClaim", namespace, result.cache.claim_name) is None:
-                    self.kube.create(build_cache_claim(result))
-            for engine in result.engines:
-                self._users[(namespace, engine.name)].add(name)
-                eb = self.kube.get("EngineBuild", namespace, engine.name)
-                if eb is None:
-                    eb = self.kube.create(build_engine_build(namespace, engine))
-                    self.kube.event(sd, "EngineBuildCreated", f"{engine.role} engine {engine.name}")
-                states[engine.name] = build_state_from_status(eb)
-            deployment, current = self._runtime(sd, result, states)
-            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(common.ANNOTATION_ENGINE_BUILDS, "")
-            in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n})
+            try:
+                self._ensure_cache_claim(result)
+                for engine in result.engines:
+                    self._users[(namespace, engine.name)].add(name)
+                    states[engine.name] = build_state_from_status(self._ensure_engine_build(sd, engine))
+                deployment, current = self._runtime(sd, result, states)
+            except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
+                self._log_failure("SpeculativeDeployment", namespace, name, error)
+                failure = _failure(error)
+            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(
+                common.ANNOTATION_ENGINE_BUILDS, "")
+            previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
+            in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n} | set(previous))
         phase, conds = deployment_conditions(result, states, deployment, current,
-                                             endpoint(result) if isinstance(result, Plan) else None)
+                                             endpoint(result) if isinstance(result, Plan) else None, failure)
         self._write_status(sd, result, phase, conds, deployment, in_use)
+        return failure is not None
+
+    def _ensure_cache_claim(self, p: Plan) -> None:
+        if not p.cache.managed:
+            return
+        claim = self.kube.get("PersistentVolumeClaim", p.namespace, p.cache.claim_name)  # cached: ours only
+        if claim is None:
+            claim, _ = self.kube.create(build_cache_claim(p))
+        if not _ours(claim):
+            raise NameConflict("PersistentVolumeClaim", p.cache.claim_name,
+                               "was not created by specdec-operator (to use it as the engine cache, set "
+                               "spec.cache.claimName)", "claim")
+
+    def _ensure_engine_build(self, sd: dict[str, Any], engine) -> dict[str, Any]:
+        desired = build_engine_build(sd["metadata"]["namespace"], engine)
+        eb = self.kube.get("EngineBuild", desired["metadata"]["namespace"], engine.name)
+        if eb is None:
+            eb, created = self.kube.create(desired)
+            if created:
+                self.kube.event(sd, "EngineBuildCreated", f"{engine.role} engine {engine.name}")
+        if not (_ours(eb) and contains(eb.get("spec"), desired["spec"])):
+            raise NameConflict("EngineBuild", engine.name, "was not created by specdec-operator for this "
+                               "recipe", "SpeculativeDeployment")
+        return eb
+
+    def _owned(self, kind: str, namespace: str, name: str, uid: str, live: bool) -> dict[str, Any] | None:
+        """The child `name` if this deployment controls it, None if the name is free.
+
+        The cache holds only objects with our label; before a first write (`live`), ask the API
+        server whether something else has the name."""
+        obj = self.kube.get(kind, namespace, name)
+        if obj is None and live:
+            obj = self.kube.get_live(kind, namespace, name)
+        if obj is not None and not controlled_by(obj, uid):
+            raise NameConflict(kind, name, "is not controlled by this SpeculativeDeployment",
+                               "SpeculativeDeployment")
+        return obj
 
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState]) -> tuple[dict | None, bool]:
         """Apply the runtime once every engine is built; until then, touch only the replica count."""
         uid = sd["metadata"]["uid"]
-        existing = self.kube.get("Deployment", p.namespace, runtime_name(p))
         if not all(s.succeeded for s in states.values()):
+            existing = self._owned("Deployment", p.namespace, runtime_name(p), uid, live=False)
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
             return existing, False
-        self.kube.apply(build_config_map(p, uid))
+        # Every name is checked before anything is written: a conflict leaves nothing half-made.
+        config_map, existing, service = (self._owned(kind, p.namespace, name, uid, live=True) for kind, name in (
+            ("ConfigMap", config_map_name(p)), ("Deployment", runtime_name(p)), ("Service", runtime_name(p))))
+        self.kube.apply(build_config_map(p, uid), config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
-        self.kube.apply(build_service(p, uid))
+        self.kube.apply(build_service(p, uid), service)
         return deployment, True
 
     def _write_status(self, sd: dict[str, Any], result: Plan | Problem, phase: str,
@@ -183,8 +326,13 @@ class Reconciler:
                 endpoint=endpoint(result))
         if not _status_changed(status, desired):
             return
-        self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired},
-                        subresource="status")
+        try:
+            self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired},
+                            subresource="status")
+        except ApiException as error:
+            if error.status == 404:  # deleted meanwhile (or its namespace is going): nothing to tell
+                return
+            raise
         ready = next(c for c in conds if c.type == "Ready")
         old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if old_ready.get("reason") != ready.reason or status.get("phase") != phase:
@@ -192,6 +340,20 @@ class Reconciler:
                             warning=phase in ("Failed", "Invalid"))
 
     # -- garbage collection of unused engines -----------------------------------------------------
+
+    def resync(self, namespace: str | None, refreshes: list[tuple[str, str | None]]) -> None:
+        """A full level-triggered pass: re-list the cached kinds (`refreshes`: kind and label selector),
+        reconcile every object, collect unused engines. One object's failure never skips the rest."""
+        for kind, selector in refreshes:
+            try:
+                self.kube.refresh(kind, namespace, selector)
+            except ApiException as error:  # the watch keeps the cache; the next pass re-lists
+                log.warning("resync: listing %s failed: %s", kind, api_error_message(error))
+        for eb in self.kube.list("EngineBuild", namespace):
+            self.engine_build(eb["metadata"]["namespace"], eb["metadata"]["name"])
+        for sd in self.kube.list("SpeculativeDeployment", namespace):
+            self.deployment(sd["metadata"]["namespace"], sd["metadata"]["name"])
+        self.collect_unused_engines(namespace)
 
     def collect_unused_engines(self, namespace: str | None, now: datetime.datetime | None = None) -> list[str]:
         """Mark EngineBuilds no deployment uses; delete those unused for longer than the retention."""
@@ -208,18 +370,31 @@ class Reconciler:
         for eb in self.kube.list("EngineBuild", namespace):
             meta = eb["metadata"]
             key = (meta["namespace"], meta["name"])
-            since = (meta.get("annotations") or {}).get(ANNOTATION_UNUSED_SINCE)
-            if key in used:
-                if since:
-                    self.kube.patch("EngineBuild", *key, {"metadata": {"annotations": {ANNOTATION_UNUSED_SINCE: None}}})
+            if not _ours(eb):
                 continue
-            if not since:
-                stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-                self.kube.patch("EngineBuild", *key, {"metadata": {"annotations": {ANNOTATION_UNUSED_SINCE: stamp}}})
-                continue
-            unused_for = now - datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))
-            if unused_for.total_seconds() >= self.settings.engine_retention_seconds:
-                self.kube.delete("EngineBuild", *key)
-                deleted.append(meta["name"])
-                log.info("deleted EngineBuild %s/%s, unused for %s", key[0], key[1], unused_for)
+            try:
+                if self._collect(eb, key in used, now):
+                    deleted.append(meta["name"])
+            except ApiException as error:  # the next pass tries again
+                log.warning("collecting EngineBuild %s/%s: %s", *key, api_error_message(error))
         return deleted
+
+    def _collect(self, eb: dict[str, Any], used: bool, now: datetime.datetime) -> bool:
+        """Mark, unmark or delete one EngineBuild; True when deleted."""
+        meta = eb["metadata"]
+        key = (meta["namespace"], meta["name"])
+        since = (meta.get("annotations") or {}).get(ANNOTATION_UNUSED_SINCE)
+        if used:
+            if since:
+                self.kube.patch("EngineBuild", *key, {"metadata": {"annotations": {ANNOTATION_UNUSED_SINCE: None}}})
+            return False
+        if not since:
+            stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+            self.kube.patch("EngineBuild", *key, {"metadata": {"annotations": {ANNOTATION_UNUSED_SINCE: stamp}}})
+            return False
+        unused_for = now - datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))
+        if unused_for.total_seconds() < self.settings.engine_retention_seconds:
+            return False
+        self.kube.delete("EngineBuild", *key)
+        log.info("deleted EngineBuild %s/%s, unused for %s", key[0], key[1], unused_for)
+        return True

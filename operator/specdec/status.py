@@ -10,6 +10,9 @@ from specdec.conditions import Cond, aggregate_ready
 from specdec.plan import Plan, Problem
 
 MESSAGE_TAIL_CHARS = 600
+# A pending build that may wait forever (for capacity, or for pods the API server refuses to create):
+# its reason on the deployment's EnginesReady condition.
+STUCK_REASONS = {"Unschedulable": "BuildUnschedulable", "PodCreationFailed": "BuildPodCreationFailed"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +93,10 @@ def _by_age(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
 
 
-def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> BuildState:
-    """The phase of an EngineBuild, from its Job and the Job's pods."""
+def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
+                   pod_creation_failure: str | None = None) -> BuildState:
+    """The phase of an EngineBuild, from its Job, the Job's pods, and the message of the Job
+    controller's latest FailedCreate Event (the only place a pod the API server refuses shows up)."""
     if job is None:
         return BuildState("Pending", "JobPending", "creating the build Job")
     status = job.get("status") or {}
@@ -116,6 +121,10 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> Bu
         retry_note = f"; retrying after: {failures[-1][2]}"
     live = [p for p in _by_age(pods) if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
     if not live:
+        if pod_creation_failure:
+            return BuildState("Pending", "PodCreationFailed",
+                              f"the Job controller cannot create the build pod: {pod_creation_failure}",
+                              attempts=attempts)
         return BuildState("Pending", "JobPending", "waiting for the build pod" + retry_note, attempts=attempts)
     pod = live[-1]
     scheduled = _condition(pod, "PodScheduled")
@@ -147,8 +156,8 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState]) -> Cond:
         if state.failed:
             return Cond("EnginesReady", False, state.reason,
                         f"{engine.role} engine {engine.name}: {state.message}")
-        if state.reason == "Unschedulable":  # waits for capacity that may never come: say so
-            return Cond("EnginesReady", False, "BuildUnschedulable",
+        if state.reason in STUCK_REASONS:  # waits for something that may never come: say so
+            return Cond("EnginesReady", False, STUCK_REASONS[state.reason],
                         f"{engine.role} engine {engine.name}: {state.message}")
         described.append(f"{engine.role} {engine.name}: {state.phase}")
     if all(states.get(e.name) and states[e.name].succeeded for e in plan.engines):
@@ -182,8 +191,11 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
 
 def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
                           deployment: dict[str, Any] | None, runtime_current: bool,
-                          endpoint: str | None) -> tuple[str, list[Cond]]:
-    """(phase, conditions) of a SpeculativeDeployment; sub-conditions appear only where they apply."""
+                          endpoint: str | None, failure: Cond | None = None) -> tuple[str, list[Cond]]:
+    """(phase, conditions) of a SpeculativeDeployment; sub-conditions appear only where they apply.
+
+    `failure`: why this reconcile could not finish (an API error, a name taken by a foreign object).
+    The sub-conditions still say what was observed; Ready carries the failure."""
     if isinstance(plan, Problem):
         valid = Cond("SpecValid", False, plan.reason, plan.message)
         return "Invalid", [valid, aggregate_ready([valid], "")]
@@ -192,6 +204,8 @@ def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
         parts.append(_engines_condition(plan, states))
     parts.append(_runtime_condition(plan, deployment, runtime_current))
     ready = aggregate_ready(parts, f"serving at {endpoint}")
+    if failure is not None:
+        return "Failed", parts + [Cond("Ready", False, failure.reason, failure.message)]
     if ready.status:
         phase = "Ready"
     elif any(states[e.name].failed for e in plan.engines if e.name in states):

@@ -276,9 +276,16 @@ def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, nam
     wait_for(lambda: (kube.core.read_namespaced_resource_quota("no-services", namespace).status.hard or {})
              .get("services") == "0", "quota observed")
     sd = SD(kube, namespace, example(DRAFT_TARGET))
-    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "ReconcileFailed" and c,
-                     "Ready=False with reason ReconcileFailed")
+    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "RequestRejected" and c,
+                     "Ready=False with reason RequestRejected")
     assert "HTTP 403" in ready["message"] and "exceeded quota" in ready["message"], ready["message"]
+    # The failure path writes the whole status, not only Ready.
+    obj = sd.get()
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert obj["status"]["phase"] == "Failed"
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+    assert conditions["SpecValid"] == ("True", "Valid") and conditions["EnginesReady"][0] == "True"
+    assert kube.apps.read_namespaced_deployment(sd.name, namespace)  # written before the Service
     assert operator.process.poll() is None  # the operator keeps running
 
 

@@ -1,0 +1,128 @@
+"""kube.Kube's request retries against a local HTTP server that answers from a script: what is
+retried (429, 5xx, dropped connections), what is not (4xx, the same 500 twice), and the Event poster
+surviving every failure."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from specdec import kube as kube_module
+from specdec.kube import CONNECTION_FAILED, Kube, api_error_message, permanent
+from specdec.requeue import DelayQueue
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers each request with the next entry of `script`: (status, headers, body) or "reset"."""
+
+    script: list = []
+    seen: list = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.seen.append((self.command, self.path, self.rfile.read(length)))
+        step = self.script.pop(0) if self.script else (200, {}, {})
+        if step == "reset":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        status, headers, body = step
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", **headers}.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setattr(kube_module, "BACKOFF_BASE", 0.01)
+    Scripted.script, Scripted.seen = [], []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    configuration = client.Configuration(host=f"http://127.0.0.1:{httpd.server_port}")
+    configuration.retries = False  # urllib3's own retries would hide the resets from Kube
+    yield Kube(client.ApiClient(configuration))
+    httpd.shutdown()
+
+
+def status(code: int, message: str, reason: str = "Failure") -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason,
+            "code": code}
+
+
+CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns"}}
+
+
+def test_dropped_connections_and_5xx_are_retried(server: Kube):
+    Scripted.script = ["reset", (503, {}, status(503, "unavailable")), "reset", (201, {}, CM)]
+    obj, created = server.create(CM)
+    assert created and obj["metadata"]["name"] == "x"
+    assert [s[0] for s in Scripted.seen] == ["POST"] * 4
+
+
+def test_retry_after_is_honoured(server: Kube):
+    Scripted.script = [(429, {"Retry-After": "1"}, status(429, "slow down")), (200, {}, CM)]
+    start = time.monotonic()
+    assert server.get_live("ConfigMap", "ns", "x")["metadata"]["name"] == "x"
+    assert time.monotonic() - start >= 1.0
+
+
+def test_client_errors_are_permanent_and_not_retried(server: Kube):
+    Scripted.script = [(422, {}, status(422, "spec.x: Invalid value", "Invalid"))]
+    with pytest.raises(ApiException) as raised:
+        server.apply(CM, None)
+    assert permanent(raised.value) and len(Scripted.seen) == 1
+    assert api_error_message(raised.value) == "HTTP 422 Invalid: spec.x: Invalid value"
+
+
+def test_the_same_500_twice_is_permanent(server: Kube):
+    Scripted.script = [(500, {}, status(500, ".spec.x: field not declared in schema"))] * 3
+    with pytest.raises(ApiException) as raised:
+        server.apply(CM, None)
+    assert permanent(raised.value) and len(Scripted.seen) == 2
+
+
+def test_an_unreachable_server_is_transient(server: Kube):
+    Scripted.script = ["reset"] * kube_module.RETRIES
+    with pytest.raises(ApiException) as raised:
+        server.get_live("ConfigMap", "ns", "x")
+    assert raised.value.status == CONNECTION_FAILED and not permanent(raised.value)
+    assert "no answer from the API server" in api_error_message(raised.value)
+
+
+def test_the_event_poster_survives_failures(server: Kube):
+    Scripted.script = ["reset"] * kube_module.RETRIES + [(201, {}, {})]
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
+    server.event(owner, "First", "lost: the server is down")
+    server.event(owner, "Second", "posted")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(b"Second" in s[2] for s in Scripted.seen):
+        time.sleep(0.05)
+    assert any(b"Second" in s[2] for s in Scripted.seen) and server.event_poster_alive
+
+
+def test_delay_queue_runs_the_earliest_entry_per_key_and_survives_errors():
+    queue = DelayQueue(workers=1)
+    ran: list[str] = []
+    done = threading.Event()
+    queue.after(0.3, "k", lambda: ran.append("late"))
+    queue.after(0.05, "k", lambda: ran.append("early"))  # supersedes the later one
+    queue.after(0.1, "boom", lambda: 1 / 0)
+    queue.after(0.2, "other", lambda: (ran.append("other"), done.set()))
+    assert done.wait(5)
+    time.sleep(0.3)  # the superseded entry's due time passes without running it
+    assert ran == ["early", "other"] and queue.alive
