@@ -17,7 +17,8 @@ import kopf
 
 from specdec import metrics, watch_resilience
 from specdec.api.models import GROUP, VERSION
-from specdec.builders.common import LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_MANAGED_BY, MANAGED_BY
+from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_INSTANCE,
+                                     LABEL_MANAGED_BY, MANAGED_BY)
 from specdec.kube import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
@@ -42,7 +43,7 @@ WATCHED = (
     Watched("SpeculativeDeployment", (GROUP, VERSION), "speculativedeployments"),
     Watched("EngineBuild", (GROUP, VERSION), "enginebuilds"),
     Watched("Job", ("batch", "v1"), "jobs", LABEL_ENGINE_BUILD),
-    Watched("Pod", ("", "v1"), "pods", LABEL_ENGINE_BUILD),
+    Watched("Pod", ("", "v1"), "pods", MANAGED),  # build pods and runtime pods
     Watched("Deployment", ("apps", "v1"), "deployments", MANAGED),
     Watched("ConfigMap", ("", "v1"), "configmaps", MANAGED),
     Watched("Service", ("", "v1"), "services", MANAGED),
@@ -150,10 +151,13 @@ def build_job_event(event, namespace, labels, **_) -> None:
     reconciler().engine_build_and_users(namespace, labels[LABEL_ENGINE_BUILD])
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
-def build_pod_event(event, namespace, labels, **_) -> None:
+@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def pod_event(event, namespace, labels, **_) -> None:
     _observe("Pod", event)
-    reconciler().engine_build(namespace, labels[LABEL_ENGINE_BUILD])
+    if LABEL_ENGINE_BUILD in labels:
+        reconciler().engine_build(namespace, labels[LABEL_ENGINE_BUILD])
+    elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
+        reconciler().deployment(namespace, labels[LABEL_INSTANCE])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})

@@ -244,8 +244,11 @@ class Reconciler:
                 common.ANNOTATION_ENGINE_BUILDS, "")
             previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
             in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n} | set(previous))
+        pods = []
+        if deployment is not None and isinstance(result, Plan):
+            pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector_labels(result).items()))
         phase, conds = deployment_conditions(result, states, deployment, current,
-                                             endpoint(result) if isinstance(result, Plan) else None, failure)
+                                             endpoint(result) if isinstance(result, Plan) else None, failure, pods)
         self._write_status(sd, result, phase, conds, deployment, in_use)
         return failure is not None
 

@@ -165,7 +165,23 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState]) -> Cond:
     return Cond("EnginesReady", False, "EnginesBuilding", "; ".join(described))
 
 
-def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: bool) -> Cond:
+def _runtime_blocked(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> Cond | None:
+    """A rollout that waits for something that may never come: pods the API server refuses to
+    create (the Deployment's ReplicaFailure), or pods no node can take."""
+    failure = _condition(deployment, "ReplicaFailure")
+    if failure and failure.get("status") == "True":
+        return Cond("RuntimeAvailable", False, "PodCreationFailed",
+                    f"runtime pods cannot be created: {failure.get('message', '')}")
+    for pod in _by_age(pods):
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            return Cond("RuntimeAvailable", False, "PodsUnschedulable",
+                        f"runtime pod {pod['metadata']['name']} cannot be scheduled: {scheduled.get('message', '')}")
+    return None
+
+
+def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: bool,
+                       pods: list[dict[str, Any]]) -> Cond:
     if deployment is None:
         return Cond("RuntimeAvailable", False, "WaitingForEngines", "the runtime starts when every engine is built")
     want = plan.spec.runtime.replicas
@@ -182,6 +198,9 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
         return Cond("RuntimeAvailable", True, "ScaledToZero", "replicas is 0")
     if updated == want and ready >= want and total == want and _is_true(deployment, "Available"):
         return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready")
+    blocked = _runtime_blocked(deployment, pods)
+    if blocked:
+        return blocked
     progressing = _condition(deployment, "Progressing") or {}
     if progressing.get("reason") == "ProgressDeadlineExceeded":
         return Cond("RuntimeAvailable", False, "ProgressDeadlineExceeded", progressing.get("message", ""))
@@ -191,18 +210,19 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
 
 def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
                           deployment: dict[str, Any] | None, runtime_current: bool,
-                          endpoint: str | None, failure: Cond | None = None) -> tuple[str, list[Cond]]:
+                          endpoint: str | None, failure: Cond | None = None,
+                          pods: list[dict[str, Any]] | None = None) -> tuple[str, list[Cond]]:
     """(phase, conditions) of a SpeculativeDeployment; sub-conditions appear only where they apply.
 
     `failure`: why this reconcile could not finish (an API error, a name taken by a foreign object).
-    The sub-conditions still say what was observed; Ready carries the failure."""
+    The sub-conditions still say what was observed; Ready carries the failure. `pods`: the runtime's."""
     if isinstance(plan, Problem):
         valid = Cond("SpecValid", False, plan.reason, plan.message)
         return "Invalid", [valid, aggregate_ready([valid], "")]
     parts = [Cond("SpecValid", True, "Valid", "spec accepted")]
     if plan.engines:
         parts.append(_engines_condition(plan, states))
-    parts.append(_runtime_condition(plan, deployment, runtime_current))
+    parts.append(_runtime_condition(plan, deployment, runtime_current, pods or []))
     ready = aggregate_ready(parts, f"serving at {endpoint}")
     if failure is not None:
         return "Failed", parts + [Cond("Ready", False, failure.reason, failure.message)]

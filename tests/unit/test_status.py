@@ -262,3 +262,40 @@ def test_an_unschedulable_build_is_named_in_the_deployment_condition():
     ready = conds[-1]
     assert (ready.type, ready.status, ready.reason) == ("Ready", False, "BuildUnschedulable")
     assert "Insufficient nvidia.com/gpu" in ready.message and p.engines[0].name in ready.message
+
+
+def test_build_pods_the_api_server_refuses_are_named():
+    state = evaluate_build(job(active=0), [], "pods \"eb-build-x\" is forbidden: exceeded quota: no-pods")
+    assert (state.phase, state.reason) == ("Pending", "PodCreationFailed")
+    assert "exceeded quota" in state.message
+    assert evaluate_build(job(active=0), []).reason == "JobPending"  # no FailedCreate seen: still waiting
+    p = plan13b()
+    _, conds = deployment_conditions(p, {p.engines[0].name: state}, None, False, None)
+    assert (conds[-1].reason, conds[-1].status) == ("BuildPodCreationFailed", False)
+
+
+def test_runtime_pods_that_cannot_be_created_or_scheduled_are_named():
+    p = plan13b()
+    refused = available_deployment()
+    refused["status"].update(readyReplicas=0, conditions=[
+        cond("ReplicaFailure", "True", "FailedCreate", "pods \"x\" is forbidden: violates PodSecurity")])
+    _, conds = deployment_conditions(p, built(p), refused, True, None)
+    assert by_type(conds)["RuntimeAvailable"].reason == "PodCreationFailed"
+    assert "violates PodSecurity" in conds[-1].message
+
+    pending = available_deployment()
+    pending["status"].update(readyReplicas=0, conditions=[])
+    unschedulable = pod(name="rt-1", phase="Pending", conds=[
+        cond("PodScheduled", "False", "Unschedulable", "0/5 nodes are available: 5 Insufficient nvidia.com/gpu")])
+    _, conds = deployment_conditions(p, built(p), pending, True, None, pods=[unschedulable])
+    assert (conds[-1].reason, conds[-1].status) == ("PodsUnschedulable", False)
+    assert "rt-1" in conds[-1].message and "Insufficient nvidia.com/gpu" in conds[-1].message
+
+
+def test_a_failed_reconcile_keeps_the_observed_conditions_and_fails_ready():
+    p = plan13b()
+    failure = Cond("Ready", False, "NameConflict", "Service x already exists")
+    phase, conds = deployment_conditions(p, built(p), None, False, None, failure)
+    c = by_type(conds)
+    assert phase == "Failed" and c["Ready"] == failure
+    assert c["SpecValid"].status and c["EnginesReady"].status and not c["RuntimeAvailable"].status

@@ -12,6 +12,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_DEPLOYMENT = "specdec.io/deployment"
 LABEL_ENGINE_BUILD = "specdec.io/engine-build"
 LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_INSTANCE = "app.kubernetes.io/instance"  # on runtime objects and pods: the deployment's name
 ANNOTATION_CONFIG_HASH = "specdec.io/config-hash"
 ANNOTATION_ENGINE_BUILDS = "specdec.io/engine-builds"  # on the Deployment: the engines its pods run
 RUNTIME_UID = 1000

@@ -25,12 +25,12 @@ def config_map_name(plan: Plan) -> str:
 
 
 def selector_labels(plan: Plan) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": plan.name, common.LABEL_COMPONENT: "runtime"}
+    return {common.LABEL_INSTANCE: plan.name, common.LABEL_COMPONENT: "runtime"}
 
 
 def _metadata(plan: Plan, name: str, owner_uid: str, component: str) -> dict[str, Any]:
     return {"name": name, "namespace": plan.namespace,
-            "labels": {**common.labels(component), "app.kubernetes.io/instance": plan.name,
+            "labels": {**common.labels(component), common.LABEL_INSTANCE: plan.name,
                        common.LABEL_DEPLOYMENT: plan.name},
             "ownerReferences": [common.owner_reference("SpeculativeDeployment", plan.name, owner_uid)]}
 
