@@ -137,9 +137,13 @@ def test_recipe_change_builds_then_rolls_without_dropping_the_old_runtime(kube: 
     after = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
     assert after.metadata.uid == before.metadata.uid  # rolled, never deleted
     assert after.spec.template.metadata.annotations["specdec.io/config-hash"] != old_hash
-    assert len(engine_builds(kube, namespace)) == 3  # old target, new target, unchanged draft
-    target_builds = [b for b in engine_builds(kube, namespace) if b["spec"]["recipe"].get("maxDraftLen")]
+    # old and new target; the draft's recipe is unchanged, but the new build annotation is placement, so
+    # the draft gets a build of its own that writes (and finds) the same engine directory
+    builds = engine_builds(kube, namespace)
+    assert len(builds) == 4
+    target_builds = [b for b in builds if b["spec"]["recipe"].get("maxDraftLen")]
     assert sorted(b["spec"]["recipe"]["maxDraftLen"] for b in target_builds) == [8, 10]
+    assert len({b["spec"]["enginePath"] for b in builds if b not in target_builds}) == 1
 
 
 def test_replicas_change_touches_only_the_deployment(kube: Kube, namespace: str, operator):
