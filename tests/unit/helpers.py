@@ -9,6 +9,7 @@ from typing import Any, Iterator
 import yaml
 
 from specdec.api.crd import crds
+from specdec.api.openapi import schema_errors  # noqa: F401  (re-exported for the tests)
 from specdec.builders.build_steps import Step, build_steps
 from specdec.plan import EnginePlan, Plan, Problem, plan
 from specdec.settings import Settings
@@ -105,47 +106,3 @@ def validations(schema: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """(node path, rule) for every x-kubernetes-validations entry in the schema."""
     return [(path, rule) for path, node in schema_nodes(schema)
             for rule in node.get("x-kubernetes-validations") or []]
-
-
-_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float)}
-
-
-def schema_errors(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
-    """A small OpenAPI-schema check (types, enums, bounds, lengths, patterns, required, unknown fields):
-    what the API server's schema validation refuses before CEL runs. Returns "path: problem" strings."""
-    import re
-
-    if node.get("x-kubernetes-int-or-string"):
-        ok = isinstance(value, (int, str)) and not isinstance(value, bool)
-        return [] if ok else [f"{path}: not int-or-string"]
-    kind = node.get("type")
-    if kind and (not isinstance(value, _TYPES[kind]) or (kind in ("integer", "number") and isinstance(value, bool))):
-        return [f"{path}: not {kind}"]
-    errors = []
-    if "enum" in node and value not in node["enum"]:
-        errors.append(f"{path}: not one of {node['enum']}")
-    if "minimum" in node and (value <= node["minimum"] if node.get("exclusiveMinimum") else value < node["minimum"]):
-        errors.append(f"{path}: below minimum")
-    if "maximum" in node and (value >= node["maximum"] if node.get("exclusiveMaximum") else value > node["maximum"]):
-        errors.append(f"{path}: above maximum")
-    if isinstance(value, str):
-        if len(value) < node.get("minLength", 0) or len(value) > node.get("maxLength", len(value)):
-            errors.append(f"{path}: length out of bounds")
-        if "pattern" in node and not re.search(node["pattern"], value):
-            errors.append(f"{path}: does not match pattern")
-    if isinstance(value, list):
-        if len(value) > node.get("maxItems", len(value)):
-            errors.append(f"{path}: too many items")
-        for i, item in enumerate(value):
-            errors += schema_errors(node.get("items") or {}, item, f"{path}[{i}]")
-    if isinstance(value, dict) and not node.get("x-kubernetes-preserve-unknown-fields"):
-        props = node.get("properties") or {}
-        errors += [f"{path}.{k}: required" for k in node.get("required") or [] if k not in value]
-        for key, item in value.items():
-            if key in props:
-                errors += schema_errors(props[key], item, f"{path}.{key}")
-            elif isinstance(node.get("additionalProperties"), dict):
-                errors += schema_errors(node["additionalProperties"], item, f"{path}.{key}")
-            else:
-                errors.append(f"{path}.{key}: unknown field")
-    return errors
