@@ -14,7 +14,7 @@ import copy
 import re
 import typing
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -45,9 +45,9 @@ MAX_ANNOTATIONS = 64
 ANNOTATION_VALUE_MAX = 3072
 MAX_MAP_ENTRIES = 64  # labels, node selectors: a bound that also keeps the CEL cost estimate small
 
-# resource.Quantity's grammar (quantity.go: <signedNumber><suffix>, the exponent an integer),
-# without '-': a Pod refuses negative quantities.
-QUANTITY = r"^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?$"
+# resource.Quantity's grammar (quantity.go: <signedNumber><suffix>, the exponent an int64 here
+# bounded to 18 digits), without '-': a Pod refuses negative quantities.
+QUANTITY = r"^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,18})?$"
 QUANTITY_MAX = 64
 
 # An image reference, registry/repo[:tag][@digest] (distribution's reference grammar, loosely: any
@@ -59,6 +59,8 @@ IMAGE_MAX = 512
 
 
 _SUFFIXES = {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# Exact for every QUANTITY (at most 64 digits); absurd exponents become 0 or Infinity, never an error.
+_WIDE = Context(prec=QUANTITY_MAX, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[])
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 
 
@@ -67,12 +69,11 @@ def parse_quantity(value: int | str) -> Decimal:
     text = str(value)
     match = re.fullmatch(r"\+?([0-9]*\.?[0-9]*)(.*)", text)
     assert match and matches(QUANTITY, text), text
-    number, suffix = Decimal(match.group(1) if match.group(1) != "." else "0"), match.group(2)
+    number, suffix = Decimal(match.group(1)), match.group(2)
     if suffix in _BINARY:
-        return number * 2 ** _BINARY[suffix]
-    if suffix in _SUFFIXES:
-        return number.scaleb(_SUFFIXES[suffix])
-    return number.scaleb(int(suffix[1:]))
+        return _WIDE.multiply(number, Decimal(2 ** _BINARY[suffix]))
+    exponent = _SUFFIXES[suffix] if suffix in _SUFFIXES else int(suffix[1:])
+    return number.scaleb(exponent, _WIDE)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 `crds/` is generated from these models (`specdec crds`), so every description, default, enum and
 bound here is what the API server enforces. Cross-field rules are written twice, on purpose and
 side by side: as CEL (`cel(...)`, enforced by the API server) and as a pydantic validator (enforced
-offline by `specdec render` and by the runtime). `tests/test_api_rules.py` runs one table of invalid
-specs through both, so the two cannot drift apart.
+offline by `specdec render` and by the runtime). `tests/unit/test_api_rules.py` runs one table of
+invalid specs through both, so the two cannot drift apart. Pod fields passed through (labels,
+images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in `specdec.api.k8s`.
 """
 
 from __future__ import annotations
