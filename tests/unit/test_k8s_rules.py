@@ -105,3 +105,13 @@ def test_affinity_unknown_fields_are_refused_offline():
 
 def test_annotation_bounds_fit_the_pod_annotation_size_limit():
     assert k8s.MAX_ANNOTATIONS * (k8s.KEY_MAX + k8s.ANNOTATION_VALUE_MAX) <= 256 * 1024
+
+
+@pytest.mark.parametrize("limit,request_,ok", [
+    ("1", "1000m", True), ("1Gi", "1073741824", True), ("1e3", "1k", True), ("1Ki", "1.024k", True), (2, "2", True),
+    ("1Gi", "1073741825", False), ("2", "2001m", False), (2, 3, False),
+])
+def test_requests_compare_with_limits_across_units(limit, request_, ok):
+    """The cases checked against the API server's CEL quantity() (Kubernetes 1.36) give the same answers."""
+    parsed = parse_spec(spec(runtime={"resources": {"limits": {"cpu": limit}, "requests": {"cpu": request_}}}))
+    assert isinstance(parsed, Problem) is not ok, parsed
