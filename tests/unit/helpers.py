@@ -9,7 +9,6 @@ from typing import Any, Iterator
 import yaml
 
 from specdec.api.crd import crds
-from specdec.api.openapi import schema_errors  # noqa: F401  (re-exported for the tests)
 from specdec.builders.build_steps import Step, build_steps
 from specdec.plan import EnginePlan, Plan, Problem, plan
 from specdec.settings import Settings
