@@ -5,9 +5,12 @@ and CEL rules).
 Each entry is `(id, spec, field)`: `spec` is the `.spec` of a SpeculativeDeployment, `field` a
 substring of the field path both validators must name in their error.
 
-`CROSS_FIELD` lists the entries that break a rule relating two or more fields (pydantic validator
-and CEL `x-kubernetes-validations`); `LIST_SET` those enforced by the API server through
-`x-kubernetes-list-type: set`. All other entries are plain bound, enum or pattern violations.
+`CEL` lists the entries that break a CEL rule (`x-kubernetes-validations`) and its pydantic twin:
+rules relating two or more fields, and rules on map keys (structural schemas have no
+propertyNames); `LIST_SET` those enforced by the API server through `x-kubernetes-list-type: set`.
+All other entries are plain bound, enum, pattern or schema (required, type) violations.
+
+`VALID_SPECS` are specs near those rules' edges that both must still accept.
 """
 
 from __future__ import annotations
@@ -64,13 +67,94 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("port-reserved-by-the-backend", spec(runtime={"port": 8001}), "port"),
     # --- list-type set (API server) / pydantic validator ----------------------------------------------
     ("duplicate-devices", spec(target={"model": TARGET, "tensorParallelSize": 2, "devices": [0, 0]}), "devices"),
+    # --- Pod fields passed through: what a Pod or Job would refuse later ------------------------------
+    ("pod-label-value-leading-dash", spec(build={"podLabels": {"team": "-lead"}}), "podLabels"),
+    ("pod-label-value-too-long", spec(build={"podLabels": {"team": "a" * 64}}), "podLabels"),
+    ("pod-label-key-with-space", spec(build={"podLabels": {"my team": "ml"}}), "podLabels"),
+    ("pod-label-key-name-too-long", spec(build={"podLabels": {"example.com/" + "a" * 64: "x"}}), "podLabels"),
+    ("pod-label-key-prefix-too-long", spec(build={"podLabels": {"a" * 254 + "/x": "x"}}), "podLabels"),
+    ("pod-annotation-key-without-name", spec(build={"podAnnotations": {"example.com/": "x"}}), "podAnnotations"),
+    ("pod-annotation-value-too-long", spec(build={"podAnnotations": {"note": "x" * 3073}}), "podAnnotations"),
+    ("build-node-selector-key-invalid", spec(build={"nodeSelector": {"gpu type": "h100"}}), "nodeSelector"),
+    ("runtime-node-selector-value-invalid", spec(runtime={"nodeSelector": {"gpu": "h100 sxm"}}), "nodeSelector"),
+    ("runtime-image-padded", spec(runtime={"image": " padded "}), "image"),
+    ("build-image-with-inner-space", spec(build={"image": "nvcr.io/nvidia/tritonserver: 26.07"}), "image"),
+    ("build-image-uppercase-repository", spec(build={"image": "nvcr.io/NVIDIA/tritonserver:26.07"}), "image"),
+    ("toleration-key-invalid", spec(runtime={"tolerations": [{"key": "bad key", "operator": "Exists"}]}), "key"),
+    ("toleration-empty-key-with-equal",
+     spec(runtime={"tolerations": [{"operator": "Equal", "value": "x", "effect": "NoSchedule"}]}), "operator"),
+    ("toleration-exists-with-value",
+     spec(build={"tolerations": [{"key": "dedicated", "operator": "Exists", "value": "ml"}]}), "value"),
+    ("toleration-seconds-without-no-execute",
+     spec(build={"tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule",
+                                  "tolerationSeconds": 30}]}), "tolerationSeconds"),
+    ("toleration-value-invalid", spec(runtime={"tolerations": [{"key": "k", "value": "a b"}]}), "value"),
+    ("resource-quantity-with-space", spec(build={"resources": {"limits": {"memory": "1.5 Gi"}}}), "limits"),
+    ("resource-quantity-bad-suffix", spec(build={"resources": {"limits": {"memory": "1ki"}}}), "limits"),
+    ("resource-quantity-negative", spec(runtime={"resources": {"requests": {"cpu": -1}}}), "requests"),
+    ("resource-quantity-negative-string", spec(runtime={"resources": {"requests": {"cpu": "-500m"}}}), "requests"),
+    ("resource-name-not-standard", spec(runtime={"resources": {"limits": {"gpu": 1}}}), "limits"),
+    ("resource-request-above-limit",
+     spec(runtime={"resources": {"limits": {"memory": "1Gi"}, "requests": {"memory": "1025Mi"}}}), "requests"),
+    ("affinity-pod-term-without-topology-key",
+     spec(runtime={"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+         {"labelSelector": {"matchLabels": {"app": "web"}}}]}}}), "topologyKey"),
+    ("affinity-node-selector-terms-not-a-list",
+     spec(runtime={"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+         "nodeSelectorTerms": {"matchExpressions": []}}}}}), "nodeSelectorTerms"),
+    ("affinity-weight-not-an-integer",
+     spec(runtime={"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+         {"weight": "10", "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}), "weight"),
 ]
 
-CROSS_FIELD: frozenset[str] = frozenset({
+CEL: frozenset[str] = frozenset({
     "devices-longer-than-tp", "draft-target-without-block", "draft-target-and-redrafter-blocks",
     "draft-len-above-max-draft-len", "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
     "pytorch-redrafter", "port-reserved-by-the-backend",
+    "pod-label-key-with-space", "pod-label-key-name-too-long", "pod-label-key-prefix-too-long",
+    "pod-annotation-key-without-name", "build-node-selector-key-invalid",
+    "toleration-key-invalid", "toleration-empty-key-with-equal", "toleration-exists-with-value",
+    "toleration-seconds-without-no-execute", "resource-name-not-standard", "resource-request-above-limit",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
+    ("labels-annotations-node-selectors", spec(
+        build={"podLabels": {"example.com/team": "a-b_c.d", "tier": "", "app.kubernetes.io/name": "x"},
+               "podAnnotations": {"Example.com/Note": "free text: spaces, 'quotes' and\nnewlines", "a": ""},
+               "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        runtime={"nodeSelector": {"kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "p5.48xlarge"}})),
+    ("images", spec(build={"image": "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"},
+                    runtime={"image": f"registry:5000/a/b@{DIGEST}"})),
+    ("images-short-and-tag-with-digest", spec(build={"image": "ubuntu"},
+                                              runtime={"image": f"localhost/my_org/run-time__x:v1.2_rc-3@{DIGEST}"})),
+    ("tolerations", spec(
+        build={"tolerations": [{"operator": "Exists"},
+                               {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": 300}]},
+        runtime={"tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+                                 {"key": "nvidia.com/gpu", "operator": "Equal", "value": "", "effect": "NoSchedule"}]})),
+    ("resources", spec(
+        build={"resources": {"limits": {"memory": "64Gi", "cpu": 8, "hugepages-2Mi": "1Gi", "example.com/nic": 1},
+                             "requests": {"memory": "64Gi", "cpu": "7500m", "ephemeral-storage": "1e11",
+                                          "example.com/nic": "1"}}},
+        runtime={"resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                               "requests": {"cpu": "1000m", "memory": "1073741824"}}})),
+    ("affinity", spec(runtime={"affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
+                {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}]}]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": {"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]}]}}]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "specdec-runtime"}},
+                "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"]}}]},
+    }})),
+]

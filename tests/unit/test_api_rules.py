@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from specdec.api import models
+from specdec.api.openapi import schema_errors
 from specdec.plan import Problem, parse_spec
-from tests.unit.helpers import (EXAMPLES, SD_CRD, crd_schema, load_example, make_plan, schema_errors, schema_nodes,
-                                validations)
-from tests.unit.invalid_specs import CROSS_FIELD, INVALID_SPECS, LIST_SET, draft_target, redrafter, spec
+from tests.unit.helpers import EXAMPLES, SD_CRD, crd_schema, load_example, make_plan, schema_nodes, validations
+from tests.unit.invalid_specs import CEL, INVALID_SPECS, LIST_SET, VALID_SPECS, draft_target, redrafter, spec
 
 IDS = [entry[0] for entry in INVALID_SPECS]
-SIMPLE = [entry for entry in INVALID_SPECS if entry[0] not in CROSS_FIELD | LIST_SET]
+SIMPLE = [entry for entry in INVALID_SPECS if entry[0] not in CEL | LIST_SET]
 
 
 def spec_schema() -> dict:
@@ -24,7 +24,7 @@ def spec_schema() -> dict:
 
 def test_table_is_well_formed():
     assert len(set(IDS)) == len(IDS), "duplicate ids"
-    assert CROSS_FIELD | LIST_SET <= set(IDS), "CROSS_FIELD/LIST_SET name unknown entries"
+    assert CEL | LIST_SET <= set(IDS), "CEL/LIST_SET name unknown entries"
     for entry_id, raw, field in INVALID_SPECS:
         assert isinstance(raw, dict) and raw.get("target"), entry_id
         assert field, entry_id
@@ -44,34 +44,32 @@ def test_parse_spec_refuses_and_names_the_field(entry_id, raw, field):
     assert field in problem.message, problem.message
 
 
-@pytest.mark.parametrize("entry_id,raw,field", [e for e in INVALID_SPECS if e[0] in CROSS_FIELD],
-                         ids=sorted(CROSS_FIELD, key=IDS.index))
-def test_cross_field_rule_has_a_cel_twin(entry_id, raw, field):
-    """The same rule, written as CEL in the CRD: its message is the one pydantic reports, and its
-    fieldPath (or, failing that, its message) names the field."""
+@pytest.mark.parametrize("entry_id,raw,field", [e for e in INVALID_SPECS if e[0] in CEL],
+                         ids=sorted(CEL, key=IDS.index))
+def test_cel_entry_has_a_cel_twin(entry_id, raw, field):
+    """The same rule, written as CEL in the CRD: its message is the one pydantic reports, and the
+    path the API server reports (the rule's node plus its fieldPath), or else its message, names the field."""
     message = parse_spec(raw).message
     twins = [(path, rule) for path, rule in validations(spec_schema()) if rule["message"] in message]
     assert twins, f"no CEL rule with the message of: {message}"
-    assert any(field in rule.get("fieldPath", "") or field in rule["message"] for _, rule in twins), twins
+    assert any(field in path + rule.get("fieldPath", "") or field in rule["message"] for path, rule in twins), twins
 
 
 def test_every_cel_rule_has_a_table_entry():
     """No CEL rule without an invalid spec exercising it (through its pydantic twin's message)."""
-    messages = [parse_spec(raw).message for entry_id, raw, _ in INVALID_SPECS if entry_id in CROSS_FIELD]
+    messages = [parse_spec(raw).message for entry_id, raw, _ in INVALID_SPECS if entry_id in CEL]
     for path, rule in validations(spec_schema()):
         assert any(rule["message"] in m for m in messages), f"CEL rule at spec{path} untested: {rule}"
 
 
 def test_cel_field_paths_name_existing_fields():
-    for path, rule in validations(spec_schema()):
-        node = spec_schema()
-        for part in path.strip(".").split(".") if path else []:
-            node = node["properties"][part]
-        target = node
-        for part in rule.get("fieldPath", "").strip(".").split("."):
-            if part:
-                assert part in target.get("properties", {}), f"spec{path}: fieldPath {rule['fieldPath']}"
-                target = target["properties"][part]
+    for path, node in schema_nodes(spec_schema()):
+        for rule in node.get("x-kubernetes-validations") or []:
+            target = node
+            for part in rule.get("fieldPath", "").strip(".").split("."):
+                if part:
+                    assert part in target.get("properties", {}), f"spec{path}: fieldPath {rule['fieldPath']}"
+                    target = target["properties"][part]
 
 
 @pytest.mark.parametrize("entry_id", sorted(LIST_SET))
@@ -88,6 +86,13 @@ def test_crd_schema_refuses_simple_violations(entry_id, raw, field):
     errors = schema_errors(spec_schema(), raw)
     assert errors, f"{entry_id} passes the CRD schema"
     assert any(field in e.split(":")[0] for e in errors), errors
+
+
+@pytest.mark.parametrize("entry_id,raw", VALID_SPECS, ids=[e[0] for e in VALID_SPECS])
+def test_valid_specs_pass_pydantic_and_the_crd_schema(entry_id, raw):
+    """Near the edges of the rules above, still valid (the cluster tests send them to the API server)."""
+    assert isinstance(parse_spec(raw), models.SpeculativeDeploymentSpec), parse_spec(raw)
+    assert schema_errors(spec_schema(), raw) == []
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])

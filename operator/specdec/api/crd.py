@@ -33,7 +33,9 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         if len(options) == 1:
             return _structural({**options[0], **rest}, defs)
         if sorted(o.get("type") for o in options) == ["integer", "string"]:
-            return _structural({**rest, "x-kubernetes-int-or-string": True}, defs)
+            # Each option's bounds apply to values of its type only (minimum to ints, pattern to strings).
+            bounds = {k: v for o in options for k, v in o.items() if k != "type"}
+            return _structural({**bounds, **rest, "x-kubernetes-int-or-string": True}, defs)
         raise ValueError(f"cannot express anyOf {options} in a structural schema")
     out: dict[str, Any] = {}
     for key, value in node.items():

@@ -3,8 +3,9 @@
 `crds/` is generated from these models (`specdec crds`), so every description, default, enum and
 bound here is what the API server enforces. Cross-field rules are written twice, on purpose and
 side by side: as CEL (`cel(...)`, enforced by the API server) and as a pydantic validator (enforced
-offline by `specdec render` and by the runtime). `tests/test_api_rules.py` runs one table of invalid
-specs through both, so the two cannot drift apart.
+offline by `specdec render` and by the runtime). `tests/unit/test_api_rules.py` runs one table of
+invalid specs through both, so the two cannot drift apart. Pod fields passed through (labels,
+images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in `specdec.api.k8s`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from specdec.api import k8s
 from specdec.api.ports import RESERVED_PORTS
 
 GROUP = "specdec.io"
@@ -190,19 +192,80 @@ class EngineSpec(ApiModel):
         return self
 
 
+# Pod fields passed through to build and runtime pods, bounded as a Pod's validation bounds them
+# (`k8s` has the rules and their sources); the map and list sizes also bound the CEL cost estimate.
+LabelValue = Annotated[str, Field(max_length=k8s.LABEL_VALUE_MAX, pattern=k8s.LABEL_VALUE)]
+Labels = Annotated[dict[str, LabelValue], Field(max_length=k8s.MAX_MAP_ENTRIES), k8s.LABEL_KEYS]
+Annotations = Annotated[dict[str, Annotated[str, Field(max_length=k8s.ANNOTATION_VALUE_MAX)]],
+                        Field(max_length=k8s.MAX_ANNOTATIONS), k8s.ANNOTATION_KEYS]
+Image = Annotated[str, Field(min_length=1, max_length=k8s.IMAGE_MAX, pattern=k8s.IMAGE)]
+Quantity = (Annotated[int, Field(ge=0)]
+            | Annotated[str, Field(min_length=1, max_length=k8s.QUANTITY_MAX, pattern=k8s.QUANTITY)])
+ResourceList = Annotated[dict[str, Quantity], Field(max_length=16), k8s.RESOURCE_NAMES]
+Affinity = Annotated[dict[str, Any], k8s.FitsSchema(k8s.affinity_schema, "core/v1 Affinity")]
+MAX_TOLERATIONS = 32
+
+TOLERATION_KEY_MESSAGE = "key must be empty or a label key (an optional DNS subdomain prefix and '/', then a name)"
+
+
 class Toleration(ApiModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    """A toleration, refused here when a Pod would refuse it (ValidateTolerations)."""
+
+    model_config = _validations(
+        cel(f"!has(self.key) || self.key == '' || ({k8s.LABEL_KEYS.cel_expr('self.key')})",
+            TOLERATION_KEY_MESSAGE, ".key"),
+        cel("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+            "operator must be Exists when key is empty (which tolerates every taint)", ".operator"),
+        cel("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            "value must be empty when operator is Exists", ".value"),
+        cel("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "tolerationSeconds needs effect NoExecute", ".tolerationSeconds"),
+    )
+
+    key: str | None = Field(None, max_length=k8s.KEY_MAX, description="Taint key to tolerate; empty (with operator Exists) tolerates every taint.")
+    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal (the default).")
+    value: LabelValue | None = Field(None, description="Taint value to match (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to match; unset matches all.")
+    toleration_seconds: int | None = Field(None, description="How long a NoExecute taint is tolerated before eviction.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Toleration":
+        if self.key and not k8s.LABEL_KEYS.ok(self.key):
+            raise ValueError(f"key: {TOLERATION_KEY_MESSAGE}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator: operator must be Exists when key is empty (which tolerates every taint)")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value: value must be empty when operator is Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds: tolerationSeconds needs effect NoExecute")
+        return self
+
+
+Tolerations = Annotated[list[Toleration], Field(max_length=MAX_TOLERATIONS)]
+
+REQUESTS_WITHIN_LIMITS = "requests must not exceed limits of the same resource"
 
 
 class Resources(ApiModel):
     """Container resources, as in a Pod (limits and requests by resource name)."""
 
-    limits: dict[str, int | str] | None = None
-    requests: dict[str, int | str] | None = None
+    model_config = _validations(
+        cel("!has(self.limits) || !has(self.requests) || self.requests.all(k, !(k in self.limits) || "
+            "!quantity(string(self.requests[k])).isGreaterThan(quantity(string(self.limits[k]))))",
+            REQUESTS_WITHIN_LIMITS, ".requests"),
+    )
+
+    limits: ResourceList | None = None
+    requests: ResourceList | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "Resources":
+        limits = self.limits or {}
+        for name, request in (self.requests or {}).items():
+            if name in limits and k8s.parse_quantity(request) > k8s.parse_quantity(limits[name]):
+                raise ValueError(f"requests: {REQUESTS_WITHIN_LIMITS} ({name}: {request} > {limits[name]})")
+        return self
 
 
 class KvCacheSpec(ApiModel):
@@ -219,12 +282,11 @@ class RuntimeSpec(ApiModel):
 
     replicas: int = Field(1, ge=0, le=1000, description="Runtime pods.")
     kv_cache: KvCacheSpec = Field(default_factory=KvCacheSpec, description="KV-cache settings.")
-    image: str | None = Field(None, min_length=1, description="Runtime image. Default: the operator's --runtime-image.")
+    image: Image | None = Field(None, description="Runtime image. Default: the operator's --runtime-image.")
     resources: Resources | None = Field(None, description="Extra CPU/memory resources; GPUs are derived from the device lists.")
-    node_selector: dict[str, str] | None = Field(None, description="Node selector for runtime pods.")
-    tolerations: list[Toleration] | None = Field(None, description="Tolerations besides the nvidia.com/gpu one the operator adds.")
-    affinity: dict[str, Any] | None = Field(None, description="Pod affinity, as in a Pod spec.",
-                                            json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    node_selector: Labels | None = Field(None, description="Node selector for runtime pods.")
+    tolerations: Tolerations | None = Field(None, description="Tolerations besides the nvidia.com/gpu one the operator adds.")
+    affinity: Affinity | None = Field(None, description="Pod affinity, as in a Pod spec (core/v1 Affinity).")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
 
     @model_validator(mode="after")
@@ -235,14 +297,14 @@ class RuntimeSpec(ApiModel):
 
 
 class BuildSpec(ApiModel):
-    image: str | None = Field(None, min_length=1, description="Build image (TensorRT-LLM). Default: the operator's --build-image.")
-    node_selector: dict[str, str] | None = Field(None, description="Node selector for build pods.")
-    tolerations: list[Toleration] | None = Field(None, description="Tolerations besides the nvidia.com/gpu one.")
+    image: Image | None = Field(None, description="Build image (TensorRT-LLM). Default: the operator's --build-image.")
+    node_selector: Labels | None = Field(None, description="Node selector for build pods.")
+    tolerations: Tolerations | None = Field(None, description="Tolerations besides the nvidia.com/gpu one.")
     resources: Resources | None = Field(None, description="CPU/memory for build pods; GPUs = tensorParallelSize.")
     backoff_limit: int = Field(2, ge=0, le=20, description="Retries of a failed build Job.")
     active_deadline_seconds: int | None = Field(None, ge=60, description="Deadline of a build Job.")
-    pod_labels: dict[str, str] | None = Field(None, description="Extra labels on build pods.")
-    pod_annotations: dict[str, str] | None = Field(None, description="Extra annotations on build pods.")
+    pod_labels: Labels | None = Field(None, description="Extra labels on build pods.")
+    pod_annotations: Annotations | None = Field(None, description="Extra annotations on build pods.")
 
 
 class CacheSpec(ApiModel):
@@ -353,13 +415,13 @@ class EngineRecipe(ApiModel):
 class BuildPodSpec(ApiModel):
     """How a build pod is placed; not part of the recipe (same engine wherever it is built)."""
 
-    node_selector: dict[str, str] | None = None
-    tolerations: list[Toleration] | None = None
+    node_selector: Labels | None = None
+    tolerations: Tolerations | None = None
     resources: Resources | None = None
     backoff_limit: int = 2
     active_deadline_seconds: int | None = None
-    pod_labels: dict[str, str] | None = None
-    pod_annotations: dict[str, str] | None = None
+    pod_labels: Labels | None = None
+    pod_annotations: Annotations | None = None
 
 
 class EngineBuildSpec(ApiModel):
