@@ -193,9 +193,14 @@ def test_operator_killed_mid_build_makes_no_second_job(kube: Kube, namespace: st
     wait_for(lambda: len(jobs(kube, namespace)) == 2, "both build Jobs created")
     operator.kill()
     uids = sorted(j.metadata.uid for j in jobs(kube, namespace))
+    builds = sorted(b["metadata"]["uid"] for b in engine_builds(kube, namespace))
     operator.start()
     sd.wait_ready()
     assert sorted(j.metadata.uid for j in jobs(kube, namespace)) == uids
+    assert sorted(b["metadata"]["uid"] for b in engine_builds(kube, namespace)) == builds
+    # Events say what happened, not what a restart re-read: one "created" per object.
+    reasons = [e.reason for e in kube.events_for(namespace, sd.name)]
+    assert reasons.count("EngineBuildCreated") == 2 and reasons.count("RuntimeApplied") == 1, reasons
 
 
 def test_pytorch_backend_needs_no_build(kube: Kube, namespace: str, operator):
