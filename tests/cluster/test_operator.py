@@ -199,7 +199,8 @@ def test_operator_killed_mid_build_makes_no_second_job(kube: Kube, namespace: st
     assert sorted(j.metadata.uid for j in jobs(kube, namespace)) == uids
     assert sorted(b["metadata"]["uid"] for b in engine_builds(kube, namespace)) == builds
     # Events say what happened, not what a restart re-read: one "created" per object.
-    reasons = [e.reason for e in kube.events_for(namespace, sd.name)]
+    reasons = wait_for(lambda: (r := [e.reason for e in kube.events_for(namespace, sd.name)])
+                       and "Ready" in r and r, "the Ready Event (posted after the others)")
     assert reasons.count("EngineBuildCreated") == 2 and reasons.count("RuntimeApplied") == 1, reasons
 
 
