@@ -85,10 +85,14 @@ def _status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> 
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: Settings, requeue: DelayQueue | None = None):
+    def __init__(self, kube: Kube, settings: Settings, requeue: DelayQueue | None = None,
+                 active: Callable[[], bool] = lambda: True):
+        """`active`: whether this replica may act (it leads; see leader.py). A standby's watches keep
+        the cache warm, but it reconciles nothing, writes nothing and posts no Events."""
         self.kube = kube
         self.settings = settings
         self.requeue = requeue or DelayQueue()
+        self.active = active
         self._locks: dict[tuple, threading.Lock] = collections.defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
         self._users: dict[tuple[str, str], set[str]] = collections.defaultdict(set)  # (ns, eb) -> sds
@@ -124,6 +128,8 @@ class Reconciler:
 
     def engine_build(self, namespace: str, name: str) -> BuildState | None:
         key = ("EngineBuild", namespace, name)
+        if not self.active():
+            return None
         with self._lock(*key):
             eb = self.kube.get("EngineBuild", namespace, name)
             if eb is None or eb["metadata"].get("deletionTimestamp") or not _ours(eb):
@@ -196,6 +202,8 @@ class Reconciler:
 
     def deployment(self, namespace: str, name: str) -> None:
         key = ("SpeculativeDeployment", namespace, name)
+        if not self.active():
+            return
         with self._lock(*key):
             sd = self.kube.get("SpeculativeDeployment", namespace, name)
             if sd is None or sd["metadata"].get("deletionTimestamp"):
@@ -347,6 +355,8 @@ class Reconciler:
     def resync(self, namespace: str | None, refreshes: list[tuple[str, str | None]]) -> None:
         """A full level-triggered pass: re-list the cached kinds (`refreshes`: kind and label selector),
         reconcile every object, collect unused engines. One object's failure never skips the rest."""
+        if not self.active():
+            return
         for kind, selector in refreshes:
             try:
                 self.kube.refresh(kind, namespace, selector)
