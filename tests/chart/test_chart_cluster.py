@@ -238,7 +238,7 @@ def test_upgrade_from_the_previous_version_keeps_deployments_ready(
     sd.wait_ready(timeout=READY_TIMEOUT)
     runtime = kube.apps.read_namespaced_deployment(sd.name, work)
     builds = sorted(b["metadata"]["name"] for b in sd.engine_builds())
-    old.stop()  # strategy Recreate: the old operator stops before the new one starts
+    old.stop()  # as Recreate would (without leader election, two operators must not overlap)
 
     releases.upgrade(release, ops, values)
     history = releases.helm("history", release, "-n", ops, "-o", "yaml").stdout
