@@ -285,7 +285,8 @@ class Leadership:
                 return
             except ApiException as error:
                 if error.status != 409:
-                    log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, error.reason)
+                    log.warning("could not release Lease %s/%s: HTTP %s %s", self.namespace, self.name,
+                                error.status, error.reason)
                     return
             except Exception as error:  # noqa: BLE001 - the standby then takes over when the lease expires
                 log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, error)
