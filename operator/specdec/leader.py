@@ -12,6 +12,8 @@ candidate takes the Lease when it is missing, has no holder, or its holder was n
 - a campaign that goes on after a lost term (the library's `run()` returns), as a standby;
 - `stop()`, which ends the term and releases the Lease so a standby takes over at once (the library
   never releases; client-go's ReleaseOnCancel does the same: it clears holderIdentity);
+- a standby that saw the Lease held does not re-create a deleted Lease before that holder's lease
+  would have run out (the library creates it at once: two leaders until the old one's next attempt);
 - `is_leader()`, true only while the last renewal is younger than `renew_deadline`, and false as soon
   as another holder is seen (the library keeps retrying until the deadline before it says so).
 
@@ -116,7 +118,11 @@ class _Lock(LeaseLock):
             # Not a 404: the library retries at the next period (it reads .body and .reason).
             return False, ApiException(status=0, reason=f"{type(error).__name__}: {error}")
 
+    may_create: Callable[[], bool] = staticmethod(lambda: True)  # set by _Elector
+
     def create(self, name, namespace, election_record):
+        if not self.may_create():
+            return False
         try:
             return super().create(name, namespace, election_record)
         except Exception as error:  # noqa: BLE001
@@ -137,6 +143,16 @@ class _Elector(leaderelection.LeaderElection):
     def __init__(self, config: electionconfig.Config, owner: "Leadership"):
         super().__init__(config)
         self.owner = owner
+        config.lock.may_create = self._may_create
+
+    def _may_create(self) -> bool:
+        """Not while another holder's lease would still run. The library creates a missing Lease at
+        once: when someone deletes it, a standby would lead while the leader, until its next attempt,
+        still does. Like this the standby waits as if the Lease were there (the leader re-creates it)."""
+        record = self.observed_record
+        if record is None or record.holder_identity in (None, self.owner.identity):
+            return True
+        return self.observed_time_milliseconds + self.owner.lease_seconds * 1000 <= int(time.time() * 1000)
 
     def acquire(self):
         super().acquire()  # returns once we hold the Lease (or raises _Stopped)
@@ -234,9 +250,10 @@ class Leadership:
             retry_period=self.retry_period,
             onstarted_leading=lambda: None,  # ours runs in acquire(), see _Elector
             onstopped_leading=self._end_term)
+        elector = _Elector(config, self)  # one for all terms: it keeps what it observed of the Lease
         while not self._stopping.is_set():
             try:
-                _Elector(config, self).run()  # returns when a term ended: renewals failed
+                elector.run()  # returns when a term ended: renewals failed
             except _Stopped:
                 return
             except _Lost as holder:
