@@ -129,7 +129,11 @@ class ChartOperator(OperatorProcess):
         liveness = args.index("--liveness") + 1
         args[liveness] = re.sub(r"//0\.0\.0\.0:\d+/", f"//127.0.0.1:{port}/", args[liveness])
         args[args.index("--metrics-port") + 1] = str(free_port())  # several may run on this machine
-        env = {e.name: e.value for e in container.env or []}
+        # The downward API's values for a pod of this Deployment (leader election reads them).
+        fields = {"metadata.namespace": deployment.metadata.namespace,
+                  "metadata.name": f"{deployment.metadata.name}-local-{port}"}
+        env = {e.name: e.value if e.value_from is None else fields[e.value_from.field_ref.field_path]
+               for e in container.env or []}
         # `specdec` (the chart's command) is this package's console script for specdec.cli:main
         super().__init__(kubeconfig, log_path, port, args + (extra_args or []), env, isolated=True)
 

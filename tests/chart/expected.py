@@ -43,3 +43,26 @@ def flatten(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
                 assert "*" not in (group, resource) and "*" not in rule["verbs"], rule
                 out.setdefault((group, resource), set()).update(rule["verbs"])
     return out
+
+
+def lease_rules(lease: str) -> dict[tuple[str, str, tuple[str, ...]], set[str]]:
+    """Leader election's Role (operator/specdec/leader.py): create any Lease (a create cannot name one),
+    read and replace only the release's own. {(group, resource, resourceNames): verbs}."""
+    return {("coordination.k8s.io", "leases", ()): {"create"},
+            ("coordination.k8s.io", "leases", (lease,)): {"get", "update"}}
+
+
+LEASE_RULES = lease_rules("rel-specdec-operator")
+
+
+def flatten_named(rules: list[dict]) -> dict[tuple[str, str, tuple[str, ...]], set[str]]:
+    """RBAC rules -> {(group, resource, resourceNames): verbs}, refusing wildcards."""
+    out: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
+    for rule in rules:
+        assert "nonResourceURLs" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in (group, resource) and "*" not in rule["verbs"], rule
+                key = (group, resource, tuple(rule.get("resourceNames") or ()))
+                out.setdefault(key, set()).update(rule["verbs"])
+    return out

@@ -16,13 +16,16 @@ with SelfSubjectAccessReviews made with its token.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
+from specdec.leader import ElectionSettings, Leadership
 from tests.chart.cluster_helpers import (SD, ChartOperator, allowed, can_i_list, client_for,
                                          service_account_kubeconfig)
 from tests.chart.expected import FORBIDDEN, OPERATOR_RULES, WATCHED
@@ -238,7 +241,7 @@ def test_upgrade_from_the_previous_version_keeps_deployments_ready(
     sd.wait_ready(timeout=READY_TIMEOUT)
     runtime = kube.apps.read_namespaced_deployment(sd.name, work)
     builds = sorted(b["metadata"]["name"] for b in sd.engine_builds())
-    old.stop()  # strategy Recreate: the old operator stops before the new one starts
+    old.stop()  # as Recreate would (without leader election, two operators must not overlap)
 
     releases.upgrade(release, ops, values)
     history = releases.helm("history", release, "-n", ops, "-o", "yaml").stdout
@@ -310,3 +313,71 @@ def test_uninstall_keeps_crds_and_user_objects(
     wait_for(lambda: releases.helm("status", release, "-n", ops, check=False).returncode != 0, "release gone")
     releases.install(release, ops)
     assert_crds_match_the_repository(kube, release, ops)
+
+
+def test_two_replicas_elect_one_leader_on_the_charts_lease_rights(
+        kube: Kube, kubeconfig: Path, releases, restricted_namespace, tmp_path):
+    """Two candidates with the chart pod's leader-election env and its ServiceAccount's token: the Role
+    lets them create, renew, take over and release the release's Lease, and nothing else."""
+    ops = restricted_namespace(prefix="ops")
+    release = "ha"
+    releases.install(release, ops, {"replicas": 2})
+    deployment = kube.apps.read_namespaced_deployment(fullname(release), ops)
+    assert deployment.status.ready_replicas == 2
+    pdb = kube.api.sanitize_for_serialization(
+        client_policy(kube).read_namespaced_pod_disruption_budget(fullname(release), ops))
+    assert pdb["spec"]["minAvailable"] == 1
+    wait_for(lambda: client_policy(kube).read_namespaced_pod_disruption_budget(
+        fullname(release), ops).status.disruptions_allowed == 1, "the PDB to allow one disruption of two pods")
+
+    (container,) = deployment.spec.template.spec.containers
+    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, ops, deployment.spec.template.spec.service_account_name,
+                                               tmp_path / "sa.yaml")
+    candidates = []
+    for pod in ("a", "b"):
+        fields = {"metadata.namespace": ops, "metadata.name": f"{fullname(release)}-{pod}"}
+        env = {e.name: e.value if e.value_from is None else fields[e.value_from.field_ref.field_path]
+               for e in container.env}
+        settings = ElectionSettings.from_env(env)
+        assert (settings.enabled, settings.namespace, settings.name) == (True, ops, fullname(release))
+        candidates.append(Leadership(client_for(sa_kubeconfig), settings.namespace, settings.name, settings.identity,
+                                     settings.lease_seconds, settings.renew_deadline, settings.retry_period))
+    try:
+        for candidate in candidates:
+            candidate.start()
+        leader = wait_for(lambda: [c for c in candidates if c.is_leader()], "a leader", timeout=20)
+        assert len(leader) == 1
+        standby = next(c for c in candidates if c is not leader[0])
+        stopped = time.monotonic()
+        leader[0].stop()  # released: the standby takes over within a retry period, not a lease duration
+        wait_for(standby.is_leader, "the standby to lead", timeout=settings.lease_seconds)
+        assert time.monotonic() - stopped < settings.retry_period + 2
+    finally:
+        for candidate in candidates:
+            candidate.stop()
+
+    api = client_for(sa_kubeconfig)
+    for verb in ("get", "update"):
+        assert allowed_named(api, "leases", verb, ops, fullname(release))
+        assert not allowed_named(api, "leases", verb, ops, "someone-elses-lease")
+    for verb in ("list", "watch", "patch", "delete"):
+        assert not allowed_named(api, "leases", verb, ops, fullname(release)), verb
+    assert allowed(api, "coordination.k8s.io", "leases", "create", ops)
+    assert kube.api.sanitize_for_serialization(
+        kube.rbac.read_namespaced_role(f"{fullname(release)}-leader-election", ops))["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [fullname(release)],
+         "verbs": ["get", "update"]}]
+
+
+def client_policy(kube: Kube) -> client.PolicyV1Api:
+    return client.PolicyV1Api(kube.api)
+
+
+def allowed_named(api: client.ApiClient, resource: str, verb: str, namespace: str, name: str) -> bool:
+    """SelfSubjectAccessReview on one named Lease (`allowed` asks about any object of a resource)."""
+    review = client.AuthorizationV1Api(api).create_self_subject_access_review(
+        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+         "spec": {"resourceAttributes": {"group": "coordination.k8s.io", "resource": resource, "verb": verb,
+                                         "namespace": namespace, "name": name}}})
+    return bool(review.status.allowed)

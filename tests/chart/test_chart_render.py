@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tarfile
@@ -10,10 +11,11 @@ import pytest
 import yaml
 
 from specdec.api.crd import render_crds
+from specdec.leader import ElectionSettings
 from specdec.settings import Settings
-from tests.chart.expected import OPERATOR_RULES, WATCHED, flatten
-from tests.chart.tools import (CHART, CRDS, env_of, helm, kinds, only, render, restricted_violations, set_args,
-                               template)
+from tests.chart.expected import LEASE_RULES, OPERATOR_RULES, WATCHED, flatten, flatten_named, lease_rules
+from tests.chart.tools import (CHART, CRDS, ROOT, env_of, helm, kinds, only, render, restricted_violations,
+                               set_args, template)
 
 NAMESPACED = {"watchNamespaces": ["team-a", "team-b"]}
 CUSTOM_IMAGES = {
@@ -41,8 +43,11 @@ def operator_container(docs):
 # -- helm lint ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("values", [{}, NAMESPACED, CUSTOM_IMAGES, CUSTOM_GPU,
-                                    {"metrics": {"serviceMonitor": {"enabled": True}}}],
-                         ids=["defaults", "namespaced", "custom-images", "custom-gpu", "servicemonitor"])
+                                    {"metrics": {"serviceMonitor": {"enabled": True}}}, {"replicas": 3},
+                                    {"leaderElection": {"enabled": False, "leaseDurationSeconds": 15,
+                                                        "renewDeadlineSeconds": 10, "retryPeriodSeconds": 2}}],
+                         ids=["defaults", "namespaced", "custom-images", "custom-gpu", "servicemonitor", "ha",
+                              "no-leader-election"])
 def test_helm_lint_strict(values):
     result = helm("lint", "--strict", str(CHART), *set_args(values))
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -55,10 +60,12 @@ def test_defaults_render_cluster_wide_operator():
     docs = render()
     assert kinds(docs) == sorted(["ServiceAccount", "CustomResourceDefinition", "CustomResourceDefinition",
                                   "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+                                  "Role", "RoleBinding",  # leader election, on by default
                                   "ServiceAccount", "Job"])  # the last two: the helm test hooks
     deployment = only(docs, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     assert deployment["metadata"]["namespace"] == "ops"
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "rel-specdec-operator" and pod["automountServiceAccountToken"] is True
@@ -82,6 +89,11 @@ def test_default_settings_are_the_operators_defaults():
     assert set(env) >= {"SPECDEC_RUNTIME_IMAGE", "SPECDEC_BUILD_IMAGE", "SPECDEC_GPU_TOLERATIONS",
                         "SPECDEC_GPU_NODE_SELECTOR", "SPECDEC_ENGINE_RETENTION_SECONDS"}
     assert Settings.from_env(env) == Settings()
+    # leader election: on, with the operator's default timings, the Lease named like the release
+    election = ElectionSettings.from_env(env)
+    assert dataclasses.replace(election, identity="") == ElectionSettings(
+        enabled=True, namespace="ops", name="rel-specdec-operator")
+    assert election.identity.startswith("rel-specdec-operator-6c9f7d5b4-x2x7q_")  # the pod name
     assert json.loads(env["SPECDEC_GPU_TOLERATIONS"]) == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert json.loads(env["SPECDEC_GPU_NODE_SELECTOR"]) == {"nvidia.com/gpu.present": "true"}
@@ -95,15 +107,17 @@ def test_cluster_role_grants_exactly_what_the_operator_calls():
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": role["metadata"]["name"]}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator", "namespace": "ops"}]
-    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")] == \
+        ["rel-specdec-operator-leader-election"] * 2  # only leader election's
 
 
-def test_every_rbac_rule_says_why():
-    """Each rule in the rendered ClusterRole is preceded by a comment line."""
-    text = template(None, "--show-only", "templates/rbac.yaml").stdout
+@pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 10), ("templates/leader-election.yaml", 2)])
+def test_every_rbac_rule_says_why(template_file, rules):
+    """Each rule in the rendered ClusterRole and the leader-election Role is preceded by a comment line."""
+    text = template(None, "--show-only", template_file).stdout
     lines = text.splitlines()
     rule_lines = [i for i, line in enumerate(lines) if line.lstrip().startswith("- apiGroups:")]
-    assert len(rule_lines) == 10
+    assert len(rule_lines) == rules
     for i in rule_lines:
         assert lines[i - 1].lstrip().startswith("#"), f"rule without a comment: {lines[i]!r} (after {lines[i - 1]!r})"
 
@@ -162,6 +176,10 @@ def test_helm_test_job_is_restricted_and_needs_no_rbac():
 def test_namespaced_mode_has_roles_per_namespace_and_no_cluster_rights():
     docs = render(NAMESPACED)
     assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    # leader election's Role is in the release namespace, as in cluster-wide mode (the Lease is there)
+    lease_role = only(docs, "Role", "rel-specdec-operator-leader-election")
+    assert lease_role["metadata"]["namespace"] == "ops" and flatten_named(lease_role["rules"]) == LEASE_RULES
+    docs = [d for d in docs if not d["metadata"]["name"].endswith("-leader-election")]
     roles = sorted((d for d in docs if d["kind"] == "Role"), key=lambda d: d["metadata"]["namespace"])
     bindings = sorted((d for d in docs if d["kind"] == "RoleBinding"), key=lambda d: d["metadata"]["namespace"])
     assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
@@ -424,3 +442,113 @@ def test_the_operator_log_check_flags_every_refusal(tmp_path):
     assert runner.forbidden() == [
         "kubernetes.client.exceptions.ForbiddenException: (403)",
         'HTTP response body: {"message":"configmaps is forbidden: cannot list resource \\"configmaps\\""}']
+
+
+# -- high availability: replicas, leader election, PodDisruptionBudget ----------------------------
+
+HA = {"replicas": 2}
+NO_ELECTION = {"leaderElection": {"enabled": False, "leaseDurationSeconds": 15, "renewDeadlineSeconds": 10,
+                                  "retryPeriodSeconds": 2}}
+
+
+def test_two_replicas_elect_a_leader_and_keep_one_pod_through_drains():
+    docs = render({**HA, "leaderElection": {"enabled": True, "leaseDurationSeconds": 30, "renewDeadlineSeconds": 20,
+                                            "retryPeriodSeconds": 5}})
+    deployment = only(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    pdb = only(docs, "PodDisruptionBudget")
+    assert pdb["metadata"]["namespace"] == "ops"
+    assert pdb["spec"]["minAvailable"] == 1 and "maxUnavailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert not pdb["spec"]["selector"]["matchLabels"].items() <= only(docs, "Job")["spec"]["template"]["metadata"][
+        "labels"].items()  # not the helm test pod
+    container = operator_container(docs)
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in container["env"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    election = ElectionSettings.from_env(env_of(container))
+    assert (election.enabled, election.namespace, election.name) == (True, "ops", "rel-specdec-operator")
+    assert (election.lease_seconds, election.renew_deadline, election.retry_period) == (30, 20, 5)
+    # the Lease the operator uses is the one its Role names, in the namespace the Role is in
+    role = only(docs, "Role", "rel-specdec-operator-leader-election")
+    assert role["metadata"]["namespace"] == election.namespace
+    assert flatten_named(role["rules"]) == lease_rules(election.name)
+    binding = only(docs, "RoleBinding", "rel-specdec-operator-leader-election")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "rel-specdec-operator-leader-election"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator", "namespace": "ops"}]
+
+
+@pytest.mark.parametrize("replicas", [0, 1])
+def test_no_disruption_budget_without_standbys(replicas):
+    """With one pod, minAvailable 1 would block every node drain."""
+    docs = render({"replicas": replicas})
+    assert "PodDisruptionBudget" not in kinds(docs)
+    assert only(docs, "Deployment")["spec"]["replicas"] == replicas
+
+
+def test_without_leader_election_one_replica_recreated_and_no_lease_rights():
+    docs = render(NO_ELECTION)
+    spec = only(docs, "Deployment")["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding", "PodDisruptionBudget")]
+    env = env_of(operator_container(docs))
+    assert env["SPECDEC_LEADER_ELECTION"] == "false" and not ElectionSettings.from_env(env).enabled
+    assert not [k for k in env if k.startswith("SPECDEC_LEADER_ELECTION_")]
+
+
+def test_replicas_above_one_need_leader_election():
+    refused = template({**HA, **NO_ELECTION}, check=False)
+    assert refused.returncode != 0
+    assert "replicas: 2 needs leaderElection.enabled=true" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("timing, complaint", [
+    ({"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10, "retryPeriodSeconds": 2},
+     "leaderElection.leaseDurationSeconds (10) must be greater than leaderElection.renewDeadlineSeconds (10)"),
+    ({"leaseDurationSeconds": 15, "renewDeadlineSeconds": 6, "retryPeriodSeconds": 5},
+     "leaderElection.renewDeadlineSeconds (6) must be greater than 1.2 × leaderElection.retryPeriodSeconds (5)"),
+])
+def test_lease_timings_the_operator_would_refuse_are_refused_at_install(timing, complaint):
+    result = template({"leaderElection": {"enabled": True, **timing}}, check=False)
+    assert result.returncode != 0 and complaint in result.stderr, result.stderr
+    with pytest.raises(ValueError):  # the operator's own check agrees
+        ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "true", "POD_NAMESPACE": "ops",
+                                   "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": str(timing["leaseDurationSeconds"]),
+                                   "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": str(timing["renewDeadlineSeconds"]),
+                                   "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": str(timing["retryPeriodSeconds"])})
+
+
+@pytest.mark.parametrize("values, where", [
+    ({"replicas": -1}, "/replicas"),
+    ({"replicas": "2"}, "/replicas"),
+    ({"leaderElection": {"enabled": "true"}}, "/leaderElection/enabled"),
+    ({"leaderElection": {"leaseDurationSeconds": 1.5}}, "/leaderElection/leaseDurationSeconds"),
+    ({"leaderElection": {"retryPeriodSeconds": 0}}, "/leaderElection/retryPeriodSeconds"),
+])
+def test_schema_types_the_ha_values(values, where):
+    result = template(values, check=False)
+    assert result.returncode != 0, f"{values} was accepted"
+    assert f"at '{where}'" in result.stderr, result.stderr
+
+
+def test_schema_refuses_unknown_leader_election_keys():
+    result = template({"leaderElection": {"enabled": True, "leaseName": "x"}}, check=False)
+    assert result.returncode != 0 and "additional properties 'leaseName' not allowed" in result.stderr
+
+
+def test_lease_rules_are_the_calls_of_the_leader_election_code():
+    """The Role allows exactly the Lease calls made by the library's LeaseLock (as installed) and by
+    specdec.leader (the release on shutdown): a new call in either fails here, not in a cluster."""
+    import inspect
+
+    from kubernetes.leaderelection.resourcelock import leaselock
+
+    verb_of = {"read": "get", "create": "create", "replace": "update", "patch": "patch", "delete": "delete",
+               "list": "list", "watch": "watch", "delete_collection": "deletecollection"}
+    sources = inspect.getsource(leaselock) + (ROOT / "operator" / "specdec" / "leader.py").read_text()
+    calls = set(re.findall(r"\b(read|create|replace|patch|delete_collection|delete|list|watch)_namespaced_lease\b",
+                           sources))
+    assert calls == {"read", "create", "replace"}
+    granted = set().union(*flatten_named(only(render(), "Role")["rules"]).values())
+    assert granted == {verb_of[c] for c in calls}

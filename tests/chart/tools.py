@@ -93,8 +93,16 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return sorted(d["kind"] for d in docs)
 
 
-def env_of(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container.get("env", [])}
+# What the downward API gives the pod of `template()`'s default release (rel, namespace ops).
+POD_FIELDS = {"metadata.namespace": "ops", "metadata.name": "rel-specdec-operator-6c9f7d5b4-x2x7q"}
+
+
+def env_of(container: dict[str, Any], fields: dict[str, str] = POD_FIELDS) -> dict[str, str]:
+    """The container's environment as the pod sees it (fieldRefs resolved from `fields`)."""
+    env = {}
+    for e in container.get("env", []):
+        env[e["name"]] = e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
 
 
 # Pod Security Standards, "restricted" profile (latest), as far as a pod template shows it.

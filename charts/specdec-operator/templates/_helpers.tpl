@@ -70,6 +70,51 @@ The operator image: repository:tag, the tag defaulting to the chart's appVersion
 {{- end }}
 
 {{/*
+The Lease of leader election: one per release (two releases in one namespace must not share it).
+*/}}
+{{- define "specdec-operator.leaseName" -}}
+{{- include "specdec-operator.fullname" . }}
+{{- end }}
+
+{{/*
+Checks the schema cannot express (they involve two values): fail with what to change.
+*/}}
+{{- define "specdec-operator.validateLeaderElection" -}}
+{{- $le := .Values.leaderElection }}
+{{- if and (gt (int .Values.replicas) 1) (not $le.enabled) }}
+{{- fail (printf "replicas: %d needs leaderElection.enabled=true: without it every replica would reconcile (set replicas: 1, or enable leader election)" (int .Values.replicas)) }}
+{{- end }}
+{{- if $le.enabled }}
+{{- if le (int $le.leaseDurationSeconds) (int $le.renewDeadlineSeconds) }}
+{{- fail (printf "leaderElection.leaseDurationSeconds (%d) must be greater than leaderElection.renewDeadlineSeconds (%d)" (int $le.leaseDurationSeconds) (int $le.renewDeadlineSeconds)) }}
+{{- end }}
+{{- if le (float64 $le.renewDeadlineSeconds) (mulf 1.2 (float64 $le.retryPeriodSeconds)) }}
+{{- fail (printf "leaderElection.renewDeadlineSeconds (%d) must be greater than 1.2 × leaderElection.retryPeriodSeconds (%d)" (int $le.renewDeadlineSeconds) (int $le.retryPeriodSeconds)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules of leader election (operator/specdec/leader.py, on the client's kubernetes.leaderelection),
+in a Role in the release namespace, where the Lease is: in both modes, since a namespaced install
+watches other namespaces but elects in its own. Exactly the calls of its LeaseLock and of the release
+on shutdown: read_namespaced_lease, create_namespaced_lease, replace_namespaced_lease. No list,
+watch, patch or delete.
+*/}}
+{{- define "specdec-operator.leaseRules" -}}
+# The first candidate creates the Lease (a create cannot be limited to a name: the name is in the body).
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["create"]
+# Every candidate reads the Lease each retry period; the leader renews it, a standby takes it over and
+# a leader that shuts down releases it, each by a replace (update). Only this release's Lease.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  resourceNames: [{{ include "specdec-operator.leaseName" . | quote }}]
+  verbs: ["get", "update"]
+{{- end }}
+
+{{/*
 The RBAC rules of the operator, shared by the ClusterRole (cluster-wide) and the per-namespace
 Roles (watchNamespaces). Exactly the API calls of operator/specdec/kube.py and the watches of
 operator/specdec/handlers.py; nothing else. kopf runs `standalone` (no peering objects) with its own
