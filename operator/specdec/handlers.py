@@ -20,6 +20,7 @@ from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_INSTANCE,
                                      LABEL_MANAGED_BY, MANAGED_BY)
 from specdec.kube import Kube
+from specdec.leader import Leadership
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
 from specdec.store import Store
@@ -51,6 +52,8 @@ WATCHED = (
 )
 
 _state: dict[str, object] = {}
+_STOP = threading.Event()
+_WAKE = threading.Event()  # a resync pass now, not at the next interval
 
 
 def reconciler() -> Reconciler:
@@ -83,30 +86,50 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         raise kopf.PermanentError(
             f"the API server does not serve {', '.join(sorted(missing))} ({GROUP}/{VERSION}): install the CRDs "
             "first (kubectl apply -f crds/, or the Helm chart)")
-    _state["reconciler"] = Reconciler(kube, ours)
+    try:
+        leadership = Leadership.from_env(kube.api, on_started=_started_leading, on_stopped=_stopped_leading)
+    except ValueError as error:
+        raise kopf.PermanentError(f"leader election: {error}") from error
+    _state["reconciler"] = Reconciler(kube, ours, active=leadership.is_leader if leadership else lambda: True)
     if memo.get("metrics_port"):
         metrics.serve(memo["metrics_port"], store)
-    stop = threading.Event()
-    _state["stop"] = stop
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
-    resync = threading.Thread(target=_resync_loop, args=(stop, ours.resync_seconds, namespaces), daemon=True,
+    resync = threading.Thread(target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True,
                               name="specdec-resync")
     resync.start()
     _state["resync"] = resync
+    if leadership:
+        _state["leadership"] = leadership
+        leadership.start()
+
+
+def _started_leading() -> None:
+    log.info("leading: reconciling everything now")
+    _WAKE.set()  # a standby ignored every event: catch up at once
+
+
+def _stopped_leading() -> None:
+    log.warning("no longer leading: standing by (watching, not reconciling)")
 
 
 @kopf.on.cleanup()
 def shutdown(**_) -> None:
-    stop = _state.get("stop")
-    if isinstance(stop, threading.Event):
-        stop.set()
+    _STOP.set()
+    _WAKE.set()
+    leadership = _state.get("leadership")
+    if isinstance(leadership, Leadership):
+        leadership.stop()  # release the Lease: a standby takes over at once
 
 
-def _resync_loop(stop: threading.Event, interval: float, namespaces: list[str | None]) -> None:
+def _resync_loop(interval: float, namespaces: list[str | None]) -> None:
     """Periodic level-triggered pass: catches anything a lost watch event would have missed."""
     refreshes = [(w.kind, w.label_selector) for w in WATCHED]
-    while not stop.wait(interval):
+    while True:
+        _WAKE.wait(interval)
+        _WAKE.clear()
+        if _STOP.is_set():
+            return
         for namespace in namespaces:
             try:
                 reconciler().resync(namespace, refreshes)
@@ -122,6 +145,7 @@ def workers_alive(**_) -> str:
         ("event poster", r is None or r.kube.event_poster_alive),
         ("delayed reconciles", r is None or r.requeue.alive),
         ("resync", "resync" not in _state or _state["resync"].is_alive()),
+        ("leader election", "leadership" not in _state or _state["leadership"].alive),
     ) if not alive]
     if dead:
         raise kopf.PermanentError(f"worker thread(s) died: {', '.join(dead)}")

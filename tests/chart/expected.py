@@ -13,7 +13,7 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
     ("", "services"): {"get", "list", "watch", "create", "patch"},
     ("", "configmaps"): {"get", "list", "watch", "create", "patch"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create"},
-    ("", "events"): {"create"},
+    ("", "events"): {"create", "list"},
 }
 
 # The resources kopf watches (list + watch): what a cluster-wide install must allow at cluster scope.

@@ -169,8 +169,10 @@ namespaces it is given and the resources served at start-up, and logs a warning)
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create"]
-# The operator's own Events on SpeculativeDeployments and EngineBuilds (kopf's are disabled).
+# The operator's own Events on SpeculativeDeployments and EngineBuilds (kopf's are disabled); list:
+# the Job controller's FailedCreate Events of a build Job that has no pod (the only place a pod the
+# API server refuses shows up), read on demand, never watched.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
