@@ -155,6 +155,10 @@ class FaultProxy:
     def outage(self, seconds: float) -> None:
         """Act as a dead API server for `seconds`: open streams are cut, every request is reset."""
         self._down_until = time.monotonic() + seconds
+        self.cut_streams()
+
+    def cut_streams(self) -> None:
+        """Cut every open watch stream (TCP RST), so clients reconnect with new watch requests."""
         if self._loop:
             asyncio.run_coroutine_threadsafe(self._cut_streams(), self._loop).result(10)
 
