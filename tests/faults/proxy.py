@@ -137,8 +137,9 @@ class FaultProxy:
         self.kubeconfig = Path(kubeconfig_out)
         self.faults = faults
         self.rng = random.Random(seed)
-        self.counts: collections.Counter[str] = collections.Counter()  # injected faults by kind
-        self.forwarded: collections.Counter[str] = collections.Counter()  # requests by verb
+        self._counts: collections.Counter[str] = collections.Counter()  # injected faults by kind
+        self._forwarded: collections.Counter[str] = collections.Counter()  # forwarded requests by verb
+        self._lock = threading.Lock()  # counters are read from the test's thread
         self.port: int | None = None
         self._down_until = 0.0  # monotonic time until which the "API server" is down
         self._streams: dict[int, web.Request] = {}  # open watch streams, cut by an outage
@@ -167,7 +168,19 @@ class FaultProxy:
         return time.monotonic() < self._down_until
 
     def injected(self) -> dict[str, int]:
-        return dict(self.counts)
+        """Faults injected so far, by kind ("outage" for requests refused during an outage)."""
+        with self._lock:
+            return dict(self._counts)
+
+    @property
+    def forwarded(self) -> dict[str, int]:
+        """Requests passed on to the API server, by verb."""
+        with self._lock:
+            return dict(self._forwarded)
+
+    def _count(self, counter: collections.Counter, key: str) -> None:
+        with self._lock:
+            counter[key] += 1
 
     def start(self) -> "FaultProxy":
         self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
@@ -265,11 +278,11 @@ class FaultProxy:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         info = describe(request.method, request.path, parse_qs(request.query_string))
         if self.down:
-            self.counts["outage"] += 1
+            self._count(self._counts, "outage")
             return _reset(request)
         fault = self.faults.draw(info, self.rng)
         if fault:
-            self.counts[fault] += 1
+            self._count(self._counts, fault)
         if fault == "reset":
             return _reset(request)
         if fault == "throttle":
@@ -283,7 +296,7 @@ class FaultProxy:
                                      status=503)
         if fault == "watch_gone":
             return web.json_response(status_body(410, "Expired", "injected: too old resource version"), status=410)
-        self.forwarded[info.verb] += 1
+        self._count(self._forwarded, info.verb)
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers.update(self._auth)
