@@ -302,7 +302,10 @@ class FaultProxy:
         headers.update(self._auth)
         try:
             upstream = await self._session.request(request.method, self._base + request.path_qs, headers=headers,
-                                                   data=body or None, allow_redirects=False)
+                                                   data=body or None, allow_redirects=False,
+                                                   # no Content-Type means JSON to the API server; to
+                                                   # aiohttp, octet-stream: add none the client did not send
+                                                   skip_auto_headers=("Content-Type", "User-Agent"))
         except aiohttp.ClientError:  # the real API server is unreachable: as good as a reset
             return _reset(request)
         async with upstream:

@@ -58,13 +58,17 @@ def test_fault_draws_are_seeded_and_respect_rate_kinds_and_predicate():
 # -- through the proxy to the real API server --------------------------------------------------------
 
 def core(fault_proxy) -> client.CoreV1Api:
-    api = config.new_client_from_config(config_file=str(fault_proxy.kubeconfig))
-    api.configuration.retries = False  # see each answer, not urllib3's retries of it
-    return client.CoreV1Api(api)
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(fault_proxy.kubeconfig), client_configuration=configuration)
+    configuration.retries = False  # see each answer, not urllib3's retries of it
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+LABEL = "specdec.io/proxy-test"  # the namespace has a ConfigMap of its own (kube-root-ca.crt): watch ours only
 
 
 def configmap(name: str) -> dict:
-    return {"metadata": {"name": name}, "data": {"k": "v"}}
+    return {"metadata": {"name": name, "labels": {LABEL: "true"}}, "data": {"k": "v"}}
 
 
 @pytest.mark.cluster
@@ -108,7 +112,7 @@ def test_reset_drops_the_connection_without_an_answer(fault_proxy, namespace):
 
 def watch_lines(api: client.CoreV1Api, namespace: str, timeout: float = 20):
     """Raw watch stream of ConfigMaps: one decoded event per line."""
-    stream = api.list_namespaced_config_map(namespace, watch=True, _preload_content=False,
+    stream = api.list_namespaced_config_map(namespace, watch=True, label_selector=LABEL, _preload_content=False,
                                             _request_timeout=timeout)
     for line in stream:
         for part in line.splitlines():
