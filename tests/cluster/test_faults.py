@@ -10,7 +10,7 @@ import pytest
 
 from tests.cluster.test_operator import DRAFT_TARGET, SD, example
 from tests.conftest import free_port
-from tests.faults.proxy import FaultPlan
+from tests.faults.proxy import REQUEST_FAULTS, WATCH_FAULTS, FaultPlan
 from tests.kube_helpers import wait_for
 from tests.operator_runner import OperatorProcess
 
@@ -85,10 +85,11 @@ def summary(sds: list[SD]) -> str:
 
 
 BATCH = 6
-FAULT_RATE = 0.10
-# Watch requests are few (one per watched kind, plus reconnects): at 10 % the watch faults would
-# hardly ever strike in a short test, so watches are faulted more often.
-WATCH_FAULT_RATE = 0.5
+# 10 % of requests get 429+Retry-After, 500, 503 or a reset. Watch requests are few (one per watched
+# kind, reopened only when a stream ends): at 10 % a short test would rarely see a watch fault, so
+# half the watch requests get one (stream closed, cut, in-stream 410, or HTTP 410), and every faulted
+# stream ends within seconds, so the watches keep being reopened and faulted all through the test.
+FAULTS = FaultPlan(0.10, kinds=REQUEST_FAULTS, watch_rate=0.5, watch_kinds=WATCH_FAULTS)
 
 
 def test_all_deployments_get_ready_through_ten_percent_faults(kube, namespace, fault_proxy, operator_through_proxy):
@@ -99,7 +100,8 @@ def test_all_deployments_get_ready_through_ten_percent_faults(kube, namespace, f
     for sd in baseline_sds:  # free their GPUs for the faulted batch
         kube.custom.delete_namespaced_custom_object("specdec.io", "v1alpha1", namespace, "speculativedeployments",
                                                     sd.name)
-    fault_proxy.set_faults(FaultPlan(FAULT_RATE, watch_rate=WATCH_FAULT_RATE))
+    fault_proxy.set_faults(FAULTS)
+    fault_proxy.cut_streams()  # the watches opened fault-free: reopen them under faults
     start = time.monotonic()
     sds = batch(kube, namespace, "faulty", BATCH)
     # Two of them change while everything is faulted: their status must catch up with generation 2.
@@ -117,7 +119,9 @@ def test_all_deployments_get_ready_through_ten_percent_faults(kube, namespace, f
     injected = fault_proxy.injected()
     print(f"baseline {baseline:.1f}s, with faults {took:.1f}s; injected {injected}; forwarded "
           f"{fault_proxy.forwarded}")
-    assert sum(injected.values()) >= 10, injected  # the faults were really there
+    # The faults were really there, on both plain and watch requests.
+    assert sum(injected.get(k, 0) for k in REQUEST_FAULTS) >= 5, injected
+    assert sum(injected.get(k, 0) for k in WATCH_FAULTS) >= 3, injected
     assert alive(operator)
     assert all(fresh_and_ready(sd.get()) for sd in sds), summary(sds)
     assert all(sd.get()["metadata"]["generation"] == 2 for sd in sds[:2])

@@ -98,7 +98,8 @@ def status_body(code: int, reason: str, message: str, **extra) -> dict:
 class FaultPlan:
     """Which requests get a fault: each request is faulted with probability `rate` (`watch_rate` for
     watch requests, default `rate`), with a kind drawn evenly from those of `kinds` that apply to it
-    (the watch kinds only to watch requests). `only` limits faults to the requests it accepts.
+    (the watch kinds only to watch requests; `watch_kinds` replaces `kinds` for them).
+    `only` limits faults to the requests it accepts.
 
         FaultPlan(0.1)                         # 10 % of all requests, every kind
         FaultPlan(1.0, kinds=("throttle",))    # every request answered 429
@@ -107,18 +108,22 @@ class FaultPlan:
     rate: float = 0.0
     kinds: tuple[str, ...] = KINDS
     watch_rate: float | None = None
+    watch_kinds: tuple[str, ...] | None = None  # kinds a watch request draws from (default: `kinds`)
     only: Callable[[RequestInfo], bool] | None = None
     stream_seconds: tuple[float, float] = (0.5, 4.0)  # when an in-stream watch fault strikes
 
     def __post_init__(self):
-        unknown = set(self.kinds) - set(KINDS)
+        unknown = (set(self.kinds) | set(self.watch_kinds or ())) - set(KINDS)
         if unknown:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {KINDS}")
 
     def draw(self, info: RequestInfo, rng: random.Random) -> str | None:
         if self.only is not None and not self.only(info):
             return None
-        kinds = [k for k in self.kinds if info.is_watch or k in REQUEST_FAULTS]
+        if info.is_watch:
+            kinds = list(self.watch_kinds if self.watch_kinds is not None else self.kinds)
+        else:
+            kinds = [k for k in self.kinds if k in REQUEST_FAULTS]
         rate = self.watch_rate if info.is_watch and self.watch_rate is not None else self.rate
         if not kinds or rng.random() >= rate:
             return None

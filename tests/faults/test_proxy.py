@@ -53,6 +53,9 @@ def test_fault_draws_are_seeded_and_respect_rate_kinds_and_predicate():
     assert only_creates.draw(get, rng) is None
     assert only_creates.draw(describe("POST", "/api/v1/namespaces/a/pods", {}), rng) in REQUEST_FAULTS
     assert FaultPlan().draw(watch, rng) is None
+    watch_only = FaultPlan(0.1, watch_rate=1.0, watch_kinds=("watch_gone",))
+    assert {watch_only.draw(watch, rng) for _ in range(50)} == {"watch_gone"}
+    assert {watch_only.draw(get, rng) for _ in range(500)} - {None} == set(REQUEST_FAULTS)
 
 
 # -- through the proxy to the real API server --------------------------------------------------------
