@@ -420,23 +420,37 @@ def too_costly(mutant: Mutant) -> bool:
     return _is_number(replicas) and replicas > 3
 
 
-def sample(accepted: list[Mutant], count: int, seed: int) -> list[Mutant]:
-    """Up to `count` mutants, round-robin over categories so rare ones are created too; unique names."""
+def sample(accepted: list[Mutant], count: int, seed: int, floor: int = 2) -> list[Mutant]:
+    """Up to `count` mutants: `floor` of every category first (rare ones get created too), then the
+    rest in proportion to what each category had accepted; within a category, distinct paths first."""
     rng = random.Random(seed)
-    by_category: dict[str, list[Mutant]] = collections.defaultdict(list)
+    by_path: dict[str, dict[Path_, list[Mutant]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for m in accepted:
         if not too_costly(m):
-            by_category[m.category].append(m)
-    for group in by_category.values():
-        rng.shuffle(group)
-    chosen, names = [], set()
-    while len(chosen) < count and any(by_category.values()):
-        for category in sorted(by_category):
-            if by_category[category] and len(chosen) < count:
-                m = by_category[category].pop()
-                if m.name not in names:
-                    names.add(m.name)
-                    chosen.append(m)
+            by_path[m.category][m.path].append(m)
+    queues: dict[str, list[Mutant]] = {}
+    for category, paths in by_path.items():
+        groups = [paths[p] for p in sorted(paths, key=render_path)]
+        for group in groups:
+            rng.shuffle(group)
+        rng.shuffle(groups)
+        queues[category] = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+    sizes = {c: len(q) for c, q in queues.items()}
+    taken: collections.Counter[str] = collections.Counter()
+    chosen: list[Mutant] = []
+    names: set[str] = set()
+
+    def take(category: str) -> None:
+        m = queues[category].pop(0)
+        taken[category] += 1
+        if m.name not in names:  # two name mutants may share a name
+            names.add(m.name)
+            chosen.append(m)
+    for category in sorted(queues):
+        while queues[category] and taken[category] < floor and len(chosen) < count:
+            take(category)
+    while len(chosen) < count and any(queues.values()):
+        take(max((c for c in queues if queues[c]), key=lambda c: (sizes[c] / (taken[c] + 1), c)))
     return chosen
 
 

@@ -51,3 +51,13 @@ def ready(status: str, reason: str, message: str = "something") -> dict:
 def test_violation(obj, problem):
     found = fuzz.violation(obj)
     assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_sample_covers_every_category_then_follows_what_was_accepted():
+    accepted = fuzz.mutants(300, seed=2)
+    chosen = fuzz.sample(accepted, 30, seed=2)
+    assert len(chosen) == 30 and len({m.name for m in chosen}) == 30
+    per_category = {c: sum(m.category == c for m in chosen) for c in {m.category for m in accepted}}
+    assert min(per_category.values()) >= 2
+    assert per_category["pod-refuses"] == max(per_category.values())  # the largest share of the mutants
+    assert chosen == fuzz.sample(accepted, 30, seed=2)
