@@ -50,7 +50,8 @@ class Mutant:
     path: Path_ = ()
 
     def label(self) -> str:
-        return f"{self.name} [{self.category}] {self.description} (from {self.example})"
+        name = self.name if len(self.name) <= 60 else f"{self.name[:40]}…({len(self.name)} chars)"
+        return f"{name} [{self.category}] {self.description} (from {self.example})"
 
 
 @dataclasses.dataclass
