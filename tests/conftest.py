@@ -131,3 +131,14 @@ def operator(kubeconfig: Path, crds, namespace: str, operator_env, tmp_path, req
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:
         print(f"--- operator log ({runner.log_path}) ---\n{runner.logs()}")
+
+
+@pytest.fixture
+def fault_proxy(kubeconfig: Path, tmp_path):
+    """A fault-injecting proxy to the test cluster (tests/faults/proxy.py), passing everything through
+    until a test sets faults; seeded by SPECDEC_FAULT_SEED (default 0) so a failing run can be replayed."""
+    from tests.faults.proxy import FaultProxy
+
+    seed = int(os.environ.get("SPECDEC_FAULT_SEED", "0"))
+    with FaultProxy(kubeconfig, tmp_path / "proxy.kubeconfig", seed=seed) as proxy:
+        yield proxy
