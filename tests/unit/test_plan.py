@@ -218,9 +218,9 @@ def test_cache_claim():
     assert make_plan(spec()).cache.managed is True
     own = make_plan(spec(cache={"claimName": "mine"})).cache
     assert (own.claim_name, own.managed) == ("mine", False)
-    fast = make_plan(spec(cache={"storageClassName": "Fast_NFS", "size": "1Ti"})).cache
+    fast = make_plan(spec(cache={"storageClassName": "fast.nfs", "size": "1Ti"})).cache
     assert (fast.claim_name, fast.managed, fast.storage_class_name, fast.size) == \
-        ("specdec-engine-cache-fast-nfs", True, "Fast_NFS", "1Ti")
+        ("specdec-engine-cache-fast-nfs", True, "fast.nfs", "1Ti")
 
 
 def test_model_claims_are_the_pvc_models():

@@ -28,6 +28,8 @@ _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # IsQualifiedName's na
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 PREFIX_MAX = 253  # IsDNS1123Subdomain's length, not expressible in the regex: checked apart
 KEY_MAX = PREFIX_MAX + 1 + 63
+# Object names of most kinds (claims, storage classes): IsDNS1123Subdomain.
+DNS_SUBDOMAIN = rf"^{_DNS_LABEL}([.]{_DNS_LABEL})*$"
 LABEL_KEY = rf"^({_DNS_LABEL}([.]{_DNS_LABEL})*/)?{_NAME}$"
 # ValidateAnnotations checks keys lowercased: capitals are fine in an annotation key's prefix.
 _DNS_LABEL_ANY_CASE = r"[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"
