@@ -127,9 +127,16 @@ def operator(kubeconfig: Path, crds, namespace: str, operator_env, tmp_path, req
     runner = OperatorProcess.watching(namespace, kubeconfig, tmp_path / "operator.log", free_port(), operator_env)
     runner.start()
     yield runner
+    stop_and_report(runner, request)
+
+
+def stop_and_report(runner: OperatorProcess, request, *context: str) -> None:
+    """Stop an operator process; when the test failed, print `context` lines and the operator's log."""
     runner.stop()
     report = getattr(request.node, "report_call", None)
     if report is not None and report.failed:
+        for line in context:
+            print(line)
         print(f"--- operator log ({runner.log_path}) ---\n{runner.logs()}")
 
 

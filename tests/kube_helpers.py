@@ -44,6 +44,15 @@ class Kube:
     def apiext(self) -> client.ApiextensionsV1Api:
         return client.ApiextensionsV1Api(self.api)
 
+    def quota(self, namespace: str, resource: str, hard: str) -> None:
+        """A ResourceQuota of `hard` on `resource`, once the quota controller has observed it (until then
+        the API server admits everything)."""
+        name = "q-" + "".join(c if c.isalnum() else "-" for c in resource)
+        self.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name},
+                                                               "spec": {"hard": {resource: hard}}})
+        wait_for(lambda: (self.core.read_namespaced_resource_quota(name, namespace).status.hard or {})
+                 .get(resource) == hard, f"quota on {resource} observed")
+
     def events_for(self, namespace: str, name: str) -> list:
         return self.core.list_namespaced_event(
             namespace, field_selector=f"involvedObject.name={name}").items

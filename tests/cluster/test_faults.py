@@ -3,13 +3,12 @@ watch faults and an API-server outage must cost time, never correctness or the o
 
 from __future__ import annotations
 
-import copy
 import time
 
 import pytest
 
 from tests.cluster.test_operator import DRAFT_TARGET, SD, example
-from tests.conftest import free_port
+from tests.conftest import free_port, stop_and_report
 from tests.faults.proxy import REQUEST_FAULTS, WATCH_FAULTS, FaultPlan
 from tests.kube_helpers import wait_for
 from tests.operator_runner import OperatorProcess
@@ -28,11 +27,8 @@ def operator_through_proxy(fault_proxy, crds, namespace, operator_env, tmp_path,
                                       operator_env)
     runner.start()
     yield runner
-    runner.stop()
-    report = getattr(request.node, "report_call", None)
-    if report is not None and report.failed:
-        print(f"--- injected faults: {fault_proxy.injected()}; forwarded: {fault_proxy.forwarded}")
-        print(f"--- operator log ({runner.log_path}) ---\n{runner.logs()}")
+    stop_and_report(runner, request,
+                    f"--- injected faults: {fault_proxy.injected()}; forwarded: {fault_proxy.forwarded}")
 
 
 def deployment(name: str, target: str, draft: str) -> dict:

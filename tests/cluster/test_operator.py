@@ -281,10 +281,7 @@ def test_api_server_refuses_names_the_runtime_service_cannot_take(kube: Kube, na
 
 def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, namespace: str, operator):
     # A ResourceQuota that allows no Service: the API server refuses the runtime Service with 403.
-    kube.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-services"},
-                                                           "spec": {"hard": {"services": "0"}}})
-    wait_for(lambda: (kube.core.read_namespaced_resource_quota("no-services", namespace).status.hard or {})
-             .get("services") == "0", "quota observed")
+    kube.quota(namespace, "services", "0")
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "RequestRejected" and c,
                      "Ready=False with reason RequestRejected")

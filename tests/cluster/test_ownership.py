@@ -135,10 +135,7 @@ def test_one_deployments_build_placement_does_not_decide_anothers(kube: Kube, na
 
 
 def test_a_refused_build_job_is_reported_on_the_engine_build_and_its_users(kube: Kube, namespace: str, operator):
-    kube.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-jobs"},
-                                                           "spec": {"hard": {"count/jobs.batch": "0"}}})
-    wait_for(lambda: (kube.core.read_namespaced_resource_quota("no-jobs", namespace).status.hard or {})
-             .get("count/jobs.batch") == "0", "quota observed")
+    kube.quota(namespace, "count/jobs.batch", "0")
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     engines = reason(sd, "JobRejected", "EnginesReady")
     assert "HTTP 403" in engines["message"] and "exceeded quota" in engines["message"], engines["message"]
@@ -149,10 +146,7 @@ def test_a_refused_build_job_is_reported_on_the_engine_build_and_its_users(kube:
 
 
 def test_build_pods_the_api_server_refuses_are_reported(kube: Kube, namespace: str, operator):
-    kube.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "no-pods"},
-                                                           "spec": {"hard": {"pods": "0"}}})
-    wait_for(lambda: (kube.core.read_namespaced_resource_quota("no-pods", namespace).status.hard or {})
-             .get("pods") == "0", "quota observed")
+    kube.quota(namespace, "pods", "0")
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     engines = reason(sd, "BuildPodCreationFailed", "EnginesReady")
     assert "exceeded quota" in engines["message"], engines["message"]
