@@ -63,6 +63,10 @@ def assert_pod_security_enforced(kube: Kube, namespace: str) -> None:
     """Sanity: the API server really refuses a non-restricted pod here (else the tests prove nothing)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-restricted"},
            "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}
+    # On a fresh cluster the namespace's default ServiceAccount may not exist yet: the pod would be
+    # refused for that (also a 403) before Pod Security is asked.
+    wait_for(lambda: kube.core.list_namespaced_service_account(
+        namespace, field_selector="metadata.name=default").items, f"ServiceAccount default in {namespace}")
     with pytest.raises(ApiException) as refused:
         kube.core.create_namespaced_pod(namespace, pod)
     assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body
