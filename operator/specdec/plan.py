@@ -8,6 +8,7 @@ runtime configuration the pods will run with.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -140,8 +141,16 @@ CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec], Problem | None], ...]
 
 def parse_spec(raw: dict[str, Any]) -> models.SpeculativeDeploymentSpec | Problem:
     """Validate as the API server does: wire (camelCase) names only, no type coercion."""
+    return _parse_canonical(json.dumps(raw, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_canonical(text: str) -> models.SpeculativeDeploymentSpec | Problem:
+    """Memoised: every reconcile plans, specs rarely change, and evaluating the CEL rules offline
+    (specdec.api.cel) takes milliseconds. The results are immutable (frozen models, dataclasses)."""
     try:
-        return models.SpeculativeDeploymentSpec.model_validate(raw, strict=True, by_alias=True, by_name=False)
+        return models.SpeculativeDeploymentSpec.model_validate(json.loads(text), strict=True, by_alias=True,
+                                                               by_name=False)
     except ValidationError as error:
         details = "; ".join(
             f"spec{''.join(f'.{p}' for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"

@@ -1,10 +1,10 @@
 """The API (`specdec.io/v1alpha1`): pydantic models are the single source of truth.
 
 `crds/` is generated from these models (`specdec crds`), so every description, default, enum and
-bound here is what the API server enforces. Cross-field rules are written twice, on purpose and
-side by side: as CEL (`cel(...)`, enforced by the API server) and as a pydantic validator (enforced
-offline by `specdec render` and by the runtime). `tests/unit/test_api_rules.py` runs one table of
-invalid specs through both, so the two cannot drift apart. Pod fields passed through (labels,
+bound here is what the API server enforces. Cross-field rules are written once, as CEL
+(`cel(...)`): the API server enforces them, and `ApiModel` evaluates the same expressions offline
+(`specdec.api.cel`) for `specdec render`, the operator's plan and the runtime.
+`tests/unit/test_api_rules.py` runs one table of invalid specs through both. Pod fields passed through (labels,
 images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in `specdec.api.k8s`.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from specdec.api import k8s
+from specdec.api import cel as cel_rules, k8s
 from specdec.api.ports import RESERVED_PORTS
 
 GROUP = "specdec.io"
@@ -42,10 +42,22 @@ def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str
 
 
 class ApiModel(BaseModel):
-    """Camel-case on the wire, snake_case in Python; unknown fields are errors, as in the CRD."""
+    """Camel-case on the wire, snake_case in Python; unknown fields are errors, as in the CRD; and
+    the model's CEL rules hold, evaluated on its wire form with defaults applied, as the API server
+    sees `self`."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
                               frozen=True)
+
+    @model_validator(mode="after")
+    def _cel_rules(self):
+        rules = (self.model_config.get("json_schema_extra") or {}).get("x-kubernetes-validations")
+        if rules:
+            wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+            broken = cel_rules.violations(rules, wire)
+            if broken:
+                raise ValueError("; ".join(f"{path}: {message}" if path else message for path, message in broken))
+        return self
 
 
 def _validations(*rules: dict[str, str]) -> ConfigDict:
@@ -79,11 +91,8 @@ class ModelSource(ApiModel):
         description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSource":
-        if self.devices is not None and len(self.devices) != self.tensor_parallel_size:
-            raise ValueError("devices: the device list must have exactly tensorParallelSize entries")
-        if self.kv_cache_dtype == "fp8" and self.quantization != "fp8":
-            raise ValueError("kvCacheDtype: kvCacheDtype fp8 needs quantization fp8")
+    def _devices_once(self) -> "ModelSource":
+        """The API server's twin is `x-kubernetes-list-type: set`, which CEL does not express."""
         if self.devices is not None and len(set(self.devices)) != len(self.devices):
             raise ValueError("devices: each device may appear once")
         return self
@@ -114,12 +123,6 @@ class DraftTargetSpec(ApiModel):
     acceptance: Literal["tokens", "logits"] = Field(
         "tokens", description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).")
 
-    @model_validator(mode="after")
-    def _check(self) -> "DraftTargetSpec":
-        if self.max_draft_len is not None and self.draft_len > self.max_draft_len:
-            raise ValueError("draftLen: draftLen must be <= maxDraftLen (the target engine's capacity)")
-        return self
-
     @property
     def effective_max_draft_len(self) -> int:
         return self.max_draft_len or self.draft_len
@@ -140,12 +143,6 @@ class ReDrafterSpec(ApiModel):
     greedy: bool = Field(True, description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.")
     temperature: float | None = Field(None, gt=0, le=10, description="Default sampling temperature; only when greedy is false.")
 
-    @model_validator(mode="after")
-    def _check(self) -> "ReDrafterSpec":
-        if self.temperature is not None and self.greedy:
-            raise ValueError("temperature: temperature applies only when greedy is false")
-        return self
-
 
 SPECULATION_MODES = ("draftTarget", "redrafter")
 
@@ -163,14 +160,6 @@ class SpeculationSpec(ApiModel):
     draft_target: DraftTargetSpec | None = Field(None, description="Settings for mode draftTarget.")
     redrafter: ReDrafterSpec | None = Field(None, description="Settings for mode redrafter.")
 
-    @model_validator(mode="after")
-    def _check(self) -> "SpeculationSpec":
-        for mode in SPECULATION_MODES:
-            present = getattr(self, "draft_target" if mode == "draftTarget" else mode) is not None
-            if present != (self.mode == mode):
-                raise ValueError(f"{mode}: the {mode} block is required when mode is {mode} and forbidden otherwise")
-        return self
-
 
 class EngineSpec(ApiModel):
     """Engine limits passed to trtllm-build; unset means TensorRT-LLM's default."""
@@ -184,12 +173,6 @@ class EngineSpec(ApiModel):
     max_input_len: int | None = Field(None, ge=1, le=1048576, description="--max_input_len")
     max_seq_len: int | None = Field(None, ge=2, le=1048576, description="--max_seq_len")
     max_num_tokens: int | None = Field(None, ge=1, le=1048576, description="--max_num_tokens")
-
-    @model_validator(mode="after")
-    def _check(self) -> "EngineSpec":
-        if self.max_input_len and self.max_seq_len and self.max_input_len >= self.max_seq_len:
-            raise ValueError("maxInputLen: maxInputLen must be less than maxSeqLen")
-        return self
 
 
 # Pod fields passed through to build and runtime pods, bounded as a Pod's validation bounds them
@@ -229,18 +212,6 @@ class Toleration(ApiModel):
         None, description="Taint effect to match; unset matches all.")
     toleration_seconds: int | None = Field(None, description="How long a NoExecute taint is tolerated before eviction.")
 
-    @model_validator(mode="after")
-    def _check(self) -> "Toleration":
-        if self.key and not k8s.LABEL_KEYS.ok(self.key):
-            raise ValueError(f"key: {TOLERATION_KEY_MESSAGE}")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("operator: operator must be Exists when key is empty (which tolerates every taint)")
-        if self.operator == "Exists" and self.value:
-            raise ValueError("value: value must be empty when operator is Exists")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds: tolerationSeconds needs effect NoExecute")
-        return self
-
 
 Tolerations = Annotated[list[Toleration], Field(max_length=MAX_TOLERATIONS)]
 
@@ -258,14 +229,6 @@ class Resources(ApiModel):
 
     limits: ResourceList | None = None
     requests: ResourceList | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> "Resources":
-        limits = self.limits or {}
-        for name, request in (self.requests or {}).items():
-            if name in limits and k8s.parse_quantity(request) > k8s.parse_quantity(limits[name]):
-                raise ValueError(f"requests: {REQUESTS_WITHIN_LIMITS} ({name}: {request} > {limits[name]})")
-        return self
 
 
 class KvCacheSpec(ApiModel):
@@ -288,12 +251,6 @@ class RuntimeSpec(ApiModel):
     tolerations: Tolerations | None = Field(None, description="Tolerations besides the nvidia.com/gpu one the operator adds.")
     affinity: Affinity | None = Field(None, description="Pod affinity, as in a Pod spec (core/v1 Affinity).")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
-
-    @model_validator(mode="after")
-    def _check(self) -> "RuntimeSpec":
-        if self.port in RESERVED_PORTS:
-            raise ValueError(f"port: port is taken inside the runtime pod by the serving backend; use another than {RESERVED_PORTS}")
-        return self
 
 
 class BuildSpec(ApiModel):
@@ -320,12 +277,6 @@ class CacheSpec(ApiModel):
                                            description="Storage class of the claim the operator creates. Default: the cluster default.")
     size: str = Field("500Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)$", description="Size of the claim the operator creates.")
 
-    @model_validator(mode="after")
-    def _check(self) -> "CacheSpec":
-        if self.claim_name and self.storage_class_name:
-            raise ValueError("claimName: set claimName (an existing claim) or storageClassName (a claim the operator creates), not both")
-        return self
-
 
 class SpeculativeDeploymentSpec(ApiModel):
     model_config = _validations(
@@ -344,14 +295,6 @@ class SpeculativeDeploymentSpec(ApiModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Serving pods.")
     build: BuildSpec = Field(default_factory=BuildSpec, description="Build Jobs.")
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Where engines are cached.")
-
-    @model_validator(mode="after")
-    def _check(self) -> "SpeculativeDeploymentSpec":
-        if self.speculation.mode == "draftTarget" and not self.runtime.kv_cache.enable_block_reuse:
-            raise ValueError("runtime.kvCache.enableBlockReuse: draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)")
-        if self.backend == "pytorch" and self.speculation.mode == "redrafter":
-            raise ValueError("speculation.mode: redrafter is served by the tensorrt backend only")
-        return self
 
 
 class Condition(ApiModel):

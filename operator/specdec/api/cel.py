@@ -1,0 +1,74 @@
+"""The CRD's CEL rules, evaluated offline: one rule, two enforcers.
+
+The API server evaluates each model's `x-kubernetes-validations`; `specdec render`, the operator's
+plan and the runtime evaluate the very same expressions with cel-python (a CEL implementation; the
+Kubernetes extension functions we use are registered below). So a cross-field rule is written once,
+as CEL, and cannot drift from its offline twin.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import celpy
+from celpy import celtypes
+
+from specdec.api import k8s
+
+
+class _Quantity:
+    """What Kubernetes' CEL `quantity(string)` returns, for the comparisons we use."""
+
+    def __init__(self, text: Any):
+        self.value = k8s.parse_quantity(str(text))
+
+
+def _quantity(text: Any) -> _Quantity:
+    return _Quantity(text)
+
+
+def _is_greater_than(a: _Quantity, b: _Quantity) -> celtypes.BoolType:
+    return celtypes.BoolType(a.value > b.value)
+
+
+def _is_less_than(a: _Quantity, b: _Quantity) -> celtypes.BoolType:
+    return celtypes.BoolType(a.value < b.value)
+
+
+def _index_of(text: celtypes.StringType, sub: celtypes.StringType) -> celtypes.IntType:
+    return celtypes.IntType(str(text).find(str(sub)))
+
+
+# The Kubernetes CEL library functions our rules call (k8s.io/apiserver/pkg/cel/library: quantity;
+# cel-go's strings extension: indexOf). A rule calling another one fails its unit tests.
+KUBERNETES_FUNCTIONS = {"quantity": _quantity, "isGreaterThan": _is_greater_than, "isLessThan": _is_less_than,
+                        "indexOf": _index_of}
+
+
+@functools.lru_cache(maxsize=None)
+def _program(rule: str) -> celpy.Runner:
+    environment = celpy.Environment()
+    return environment.program(environment.compile(rule), functions=KUBERNETES_FUNCTIONS)
+
+
+def transition_rule(rule: str) -> bool:
+    """Rules on `oldSelf` compare with the stored object: only the API server can judge them."""
+    return "oldSelf" in rule
+
+
+def violations(rules: list[dict[str, str]], obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field path without the leading dot, message) of each rule `obj` (the wire form, defaults
+    applied, as the API server sees `self`) breaks."""
+    broken = []
+    activation = {"self": celpy.json_to_cel(obj)}
+    for rule in rules:
+        if transition_rule(rule["rule"]):
+            continue
+        try:
+            result = _program(rule["rule"]).evaluate(activation)
+        except celpy.CELEvalError:  # as at the API server, an evaluation error fails the rule
+            result = False
+        if not bool(result):
+            broken.append((rule.get("fieldPath", "").lstrip("."), rule["message"]))
+    return broken
