@@ -5,7 +5,8 @@ and CEL rules).
 Each entry is `(id, spec, field)`: `spec` is the `.spec` of a SpeculativeDeployment, `field` a
 substring of the field path both validators must name in their error.
 
-`CEL` lists the entries that break a CEL rule (`x-kubernetes-validations`) and its pydantic twin:
+`CEL` lists the entries that break a CEL rule (`x-kubernetes-validations`), which the offline check
+evaluates too (specdec.api.cel):
 rules relating two or more fields, and rules on map keys (structural schemas have no
 propertyNames); `LIST_SET` those enforced by the API server through `x-kubernetes-list-type: set`.
 All other entries are plain bound, enum, pattern or schema (required, type) violations.
@@ -48,7 +49,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("negative-replicas", spec(runtime={"replicas": -1}), "replicas"),
     ("empty-model", spec(target={"model": ""}), "model"),
     ("model-bad-scheme", spec(target={"model": "s3://x/y"}), "model"),
-    # --- cross-field rules (pydantic validator + CEL) -------------------------------------------------
+    # --- cross-field rules (CEL, evaluated by the API server and offline) -------------------------------------------------
     ("devices-longer-than-tp", spec(target={"model": TARGET, "tensorParallelSize": 1, "devices": [0, 1]}),
      "devices"),
     ("draft-target-without-block", spec(speculation={"mode": "draftTarget"}), "draftTarget"),

@@ -46,8 +46,8 @@ def test_parse_spec_refuses_and_names_the_field(entry_id, raw, field):
 
 @pytest.mark.parametrize("entry_id,raw,field", [e for e in INVALID_SPECS if e[0] in CEL],
                          ids=sorted(CEL, key=IDS.index))
-def test_cel_entry_has_a_cel_twin(entry_id, raw, field):
-    """The same rule, written as CEL in the CRD: its message is the one pydantic reports, and the
+def test_cel_entry_is_refused_offline_by_its_rule(entry_id, raw, field):
+    """The CRD rule the offline check evaluated: its message is the one reported, and the
     path the API server reports (the rule's node plus its fieldPath), or else its message, names the field."""
     message = parse_spec(raw).message
     twins = [(path, rule) for path, rule in validations(spec_schema()) if rule["message"] in message]
@@ -56,7 +56,7 @@ def test_cel_entry_has_a_cel_twin(entry_id, raw, field):
 
 
 def test_every_cel_rule_has_a_table_entry():
-    """No CEL rule without an invalid spec exercising it (through its pydantic twin's message)."""
+    """No CEL rule without an invalid spec exercising it (through the message the offline check reports)."""
     messages = [parse_spec(raw).message for entry_id, raw, _ in INVALID_SPECS if entry_id in CEL]
     for path, rule in validations(spec_schema()):
         assert any(rule["message"] in m for m in messages), f"CEL rule at spec{path} untested: {rule}"
