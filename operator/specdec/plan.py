@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from specdec import modes
 from specdec.api import models
-from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeDraftTarget,
-                                        RuntimeKvCache, RuntimeReDrafter, ServedModel)
+from specdec.api.runtime_config import CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, ServedModel
 from specdec.settings import Settings
 
 KV_FRACTION_SHARED_GPU = 0.35  # the seeds' value when draft and target share a GPU
@@ -90,9 +90,12 @@ def model_claims(*uris: str) -> tuple[str, ...]:
 # --- checks: ordered, small, pure; the first Problem decides SpecValid -----------------------------
 
 def _sources(spec: models.SpeculativeDeploymentSpec) -> list[tuple[str, models.ModelSource]]:
+    """The models with an engine of their own: the target, and the mode's draft model if it has one."""
     sources = [("spec.target", spec.target)]
-    if spec.speculation.draft_target:
-        sources.append(("spec.speculation.draftTarget.draft", spec.speculation.draft_target.draft))
+    mode, block = modes.mode_of(spec.speculation)
+    draft = mode.draft(block)
+    if draft is not None:
+        sources.append((f"spec.speculation.{mode.name}.draft", draft))
     return sources
 
 
@@ -185,17 +188,8 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
         max_batch_size=limits.max_batch_size, max_input_len=limits.max_input_len,
         max_seq_len=limits.max_seq_len, max_num_tokens=limits.max_num_tokens,
     )
-    speculation = spec.speculation
-    if speculation.mode == "draftTarget":
-        dt = speculation.draft_target
-        fields["gather_generation_logits"] = dt.acceptance == "logits"  # both engines need it
-        if role == "target":
-            fields.update(speculative_decoding_mode="draft_tokens_external", max_draft_len=dt.effective_max_draft_len)
-    elif speculation.mode == "redrafter":
-        rd = speculation.redrafter
-        fields.update(speculative_decoding_mode="explicit_draft_tokens", redrafter=models.RedrafterRecipe(
-            drafter_model=rd.drafter_model, num_beams=rd.num_beams,
-            draft_len_per_beam=rd.draft_len_per_beam, greedy=rd.greedy))
+    mode, block = modes.mode_of(spec.speculation)
+    fields.update(mode.recipe(block, role))
     return models.EngineRecipe(**fields)
 
 
@@ -224,44 +218,46 @@ def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeplo
         recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod))
 
 
+def _checkpoint(uri: str, revision: str | None, backend: str) -> str:
+    """Where the runtime reads a checkpoint: on backend pytorch trtllm-serve fetches hf:// itself (a hub
+    id), else the fetched copy in the cache or the pvc:// mount."""
+    if backend == "pytorch" and uri.startswith("hf://"):
+        return uri.split("://", 1)[1]
+    return model_dir(uri, revision)
+
+
 def _served(source: models.ModelSource, engine: EnginePlan | None, backend: str) -> ServedModel:
-    from_hub = backend == "pytorch" and source.model.startswith("hf://")  # trtllm-serve fetches it
-    checkpoint = source.model.split("://", 1)[1] if from_hub else model_dir(source.model, source.revision)
+    from_hub = backend == "pytorch" and source.model.startswith("hf://")
     return ServedModel(engine_dir=f"{CACHE_MOUNT}/{engine.spec.engine_path}" if engine else None,
-                       checkpoint=checkpoint, revision=source.revision if from_hub else None,
+                       checkpoint=_checkpoint(source.model, source.revision, backend),
+                       revision=source.revision if from_hub else None,
                        devices=source.effective_devices,
                        tensor_parallel_size=source.tensor_parallel_size)
 
 
 def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePlan]) -> tuple[RuntimeConfig, int]:
     target = _served(spec.target, engines.get("target"), spec.backend)
+    mode, block = modes.mode_of(spec.speculation)
+    source = mode.draft(block)
+    draft = _served(source, engines.get("draft"), spec.backend) if source is not None else None
     gpus = spec.target.tensor_parallel_size
-    shared_gpu = False
-    draft_target = redrafter = None
-    if spec.speculation.mode == "draftTarget":
-        dt = spec.speculation.draft_target
-        draft = _served(dt.draft, engines.get("draft"), spec.backend)
-        if spec.backend == "tensorrt":
-            gpus = len(set(draft.devices) | set(target.devices))
-        shared_gpu = bool(set(draft.devices) & set(target.devices)) or spec.backend == "pytorch"
-        draft_target = RuntimeDraftTarget(draft=draft, draft_len=dt.draft_len,
-                                          max_draft_len=dt.effective_max_draft_len,
-                                          use_logits=dt.acceptance == "logits")
-    elif spec.speculation.mode == "redrafter":
-        rd = spec.speculation.redrafter
-        redrafter = RuntimeReDrafter(num_beams=rd.num_beams, draft_len_per_beam=rd.draft_len_per_beam,
-                                     greedy=rd.greedy, temperature=rd.temperature)
+    if draft is not None and spec.backend == "tensorrt":
+        gpus = len(set(draft.devices) | set(target.devices))
+    shared_gpu = draft is not None and (spec.backend == "pytorch" or bool(set(draft.devices) & set(target.devices)))
     kv = spec.runtime.kv_cache
     fraction = kv.free_gpu_memory_fraction or (KV_FRACTION_SHARED_GPU if shared_gpu else KV_FRACTION_ALONE)
     served_name = spec.target.model.split("://", 1)[1]
     if spec.target.model.startswith("pvc://"):
         served_name = served_name.rstrip("/").rsplit("/", 1)[-1]
+    speculative_config = None
+    if spec.backend == "pytorch" and mode.speculative_config:
+        speculative_config = mode.speculative_config(block, lambda uri: _checkpoint(uri, None, spec.backend))
     config = RuntimeConfig(
-        backend=spec.backend, mode=spec.speculation.mode, served_model_name=served_name,
+        backend=spec.backend, mode=mode.name, served_model_name=served_name,
         max_batch_size=spec.engine.max_batch_size,
         port=spec.runtime.port, target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
-        draft_target=draft_target, redrafter=redrafter)
+        speculative_config=speculative_config, **mode.runtime(block, draft))
     return config, gpus
 
 
@@ -277,14 +273,14 @@ def plan(obj: dict[str, Any], settings: Settings) -> Plan | Problem:
             return problem
     cache = _cache_plan(spec)
     engines: dict[str, EnginePlan] = {}
+    mode, block = modes.mode_of(spec.speculation)
+    draft = mode.draft(block)
     if spec.backend == "tensorrt":
         engines["target"] = _engine("target", spec.target, spec, cache, settings)
-        if spec.speculation.mode == "draftTarget":
-            engines["draft"] = _engine("draft", spec.speculation.draft_target.draft, spec, cache, settings)
+        if draft is not None:
+            engines["draft"] = _engine("draft", draft, spec, cache, settings)
     runtime, gpus = _runtime(spec, engines)
-    uris = [spec.target.model]
-    if spec.speculation.draft_target:
-        uris.append(spec.speculation.draft_target.draft.model)
+    uris = [spec.target.model, *([draft.model] if draft is not None else []), *mode.extra_models(block)]
     return Plan(name=meta["name"], namespace=meta.get("namespace", "default"), spec=spec,
                 engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
                 model_claims=model_claims(*uris))

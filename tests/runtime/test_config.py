@@ -35,7 +35,7 @@ def base() -> dict:
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.pop("target"), "target: Field required"),
-    (lambda d: d.update(mode="medusa"), "mode: Input should be"),
+    (lambda d: d.update(mode="medusa"), "mode 'medusa' is not one of"),
     (lambda d: d["kvCache"].update(freeGpuMemoryFraction=1.5), "kvCache.freeGpuMemoryFraction"),
     (lambda d: d.update(unknown=1), "unknown: Extra inputs are not permitted"),
     (lambda d: d.pop("draftTarget"), "mode draftTarget needs the draftTarget block"),

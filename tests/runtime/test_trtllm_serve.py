@@ -14,6 +14,7 @@ from specdec.runtime import launch, trtllm_serve
 from tests.runtime.helpers import DATA, scenario_configs
 
 SERVE = json.loads((DATA / "trtllm_serve.json").read_text())
+SPECULATIVE = json.loads((DATA / "trtllm_speculative_config.json").read_text())
 CONFIGS = scenario_configs()
 SERVED = {name: c for name, c in CONFIGS.items() if cfg.route(c) != "triton"}
 TYPES = {"str": str, "int": int, "float": float, "path": str}
@@ -79,8 +80,15 @@ def yaml_keys_ok(options: dict, backend: str) -> None:
     assert set(options) <= allowed, set(options) - allowed
     assert set(options["kv_cache_config"]) <= set(llm["kv_cache_config_keys"])
     if "speculative_config" in options:
-        assert set(options["speculative_config"]) <= set(llm["draft_target_keys"])
-        assert options["speculative_config"]["decoding_type"] in llm["decoding_types"]
+        speculative_config_ok(options["speculative_config"])
+
+
+def speculative_config_ok(config: dict) -> None:
+    """Its decoding_type is a literal of the pinned llm_args.py, and every key a field of that class."""
+    known = SPECULATIVE["decoding_types"].get(config["decoding_type"])
+    assert known, f"decoding_type {config['decoding_type']!r} is not one of {sorted(SPECULATIVE['decoding_types'])}"
+    allowed = {"decoding_type", *SPECULATIVE["base_fields"], *known["fields"]}
+    assert set(config) <= allowed, set(config) - allowed
 
 
 @pytest.mark.parametrize("name", sorted(SERVED))
@@ -95,8 +103,8 @@ def test_extra_options_yaml_uses_llm_args_keys(name):
 def test_pytorch_draft_target_yaml():
     config = SERVED["pytorch-llama-3.1-8b-draft-1b"]
     options = yaml.safe_load(trtllm_serve.extra_options_yaml(config))
-    assert options["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 4,
-                                             "speculative_model_dir": "meta-llama/Llama-3.2-1B-Instruct"}
+    assert options["speculative_config"] == {"decoding_type": "Draft_Target", "max_draft_len": 4,
+                                             "speculative_model": "meta-llama/Llama-3.2-1B-Instruct"}
     assert options["kv_cache_config"] == {"free_gpu_memory_fraction": 0.5, "enable_block_reuse": True}
     assert options["enable_iter_perf_stats"] is True  # specDecodingStats on trtllm-serve's /metrics
 

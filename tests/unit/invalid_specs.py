@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from specdec.modes import MODES
+
 TARGET = "hf://meta-llama/Llama-2-13b-hf"
 DRAFT = "hf://meta-llama/Llama-2-7b-hf"
 
@@ -34,6 +36,11 @@ def draft_target(**fields: Any) -> dict[str, Any]:
     """A valid draftTarget speculation block; `fields` override draftTarget's fields."""
     block = {"draft": {"model": DRAFT}, "draftLen": 4, **fields}
     return {"mode": "draftTarget", "draftTarget": block}
+
+
+def eagle3(**fields: Any) -> dict[str, Any]:
+    block = {"draftModel": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", **fields}
+    return {"mode": "eagle3", "eagle3": block}
 
 
 def redrafter(**fields: Any) -> dict[str, Any]:
@@ -52,7 +59,8 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     # --- cross-field rules (CEL, evaluated by the API server and offline) -------------------------------------------------
     ("devices-longer-than-tp", spec(target={"model": TARGET, "tensorParallelSize": 1, "devices": [0, 1]}),
      "devices"),
-    ("draft-target-without-block", spec(speculation={"mode": "draftTarget"}), "draftTarget"),
+    # the block of the chosen mode, for every mode that has one (generated from the registry)
+    *((f"{m.name}-without-block", spec(speculation={"mode": m.name}), m.name) for m in MODES.values() if m.block),
     ("draft-target-and-redrafter-blocks",
      spec(speculation={**draft_target(), "redrafter": redrafter()["redrafter"]}), "redrafter"),
     ("draft-len-above-max-draft-len", spec(speculation=draft_target(draftLen=8, maxDraftLen=4)), "draftLen"),
@@ -108,10 +116,34 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("affinity-weight-not-an-integer",
      spec(runtime={"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
          {"weight": "10", "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}), "weight"),
+    # --- speculation modes (specdec.modes) and backends -------------------------------------------------
+    ("pytorch-draft-target-max-draft-len",
+     spec(backend="pytorch", speculation=draft_target(draftLen=4, maxDraftLen=8)), "maxDraftLen"),
+    ("pytorch-fp8-quantization", spec(backend="pytorch", target={"model": TARGET, "quantization": "fp8"}),
+     "quantization"),
+    ("pytorch-fp8-draft", spec(backend="pytorch", speculation=draft_target(
+        draft={"model": DRAFT, "quantization": "fp8"})), "quantization"),
+    ("eagle3-on-tensorrt", spec(speculation=eagle3()), "mode"),
+    ("eagle3-without-draft-model", spec(backend="pytorch", speculation={"mode": "eagle3", "eagle3": {}}),
+     "draftModel"),
+    ("eagle3-top-k-without-dynamic-tree",
+     spec(backend="pytorch", speculation=eagle3(dynamicTreeMaxTopK=4)), "dynamicTreeMaxTopK"),
+    ("eagle3-dynamic-tree-without-top-k",
+     spec(backend="pytorch", speculation=eagle3(useDynamicTree=True)), "useDynamicTree"),
+    ("mtp-on-tensorrt", spec(speculation={"mode": "mtp", "mtp": {}}), "mode"),
+    ("ngram-on-tensorrt", spec(speculation={"mode": "ngram", "ngram": {}}), "mode"),
+    ("ngram-window-without-threshold",
+     spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"acceptanceRateWindowSize": 100}}),
+     "acceptanceRateThreshold"),
+    ("ngram-max-concurrency-zero",
+     spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"maxConcurrency": 0}}), "maxConcurrency"),
+    ("mtp-relaxed-top-k-zero",
+     spec(backend="pytorch", speculation={"mode": "mtp", "mtp": {"relaxedAcceptance": {"topK": 0}}}), "topK"),
 ]
 
 CEL: frozenset[str] = frozenset({
-    "devices-longer-than-tp", "draft-target-without-block", "draft-target-and-redrafter-blocks",
+    *(f"{m.name}-without-block" for m in MODES.values() if m.block),
+    "devices-longer-than-tp", "draft-target-and-redrafter-blocks",
     "draft-len-above-max-draft-len", "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
     "pytorch-redrafter", "port-reserved-by-the-backend",
@@ -119,6 +151,9 @@ CEL: frozenset[str] = frozenset({
     "pod-annotation-key-without-name", "build-node-selector-key-invalid",
     "toleration-key-invalid", "toleration-empty-key-with-equal", "toleration-exists-with-value",
     "toleration-seconds-without-no-execute", "resource-name-not-standard", "resource-request-above-limit",
+    "pytorch-draft-target-max-draft-len", "pytorch-fp8-quantization", "pytorch-fp8-draft", "eagle3-on-tensorrt",
+    "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
+    "ngram-on-tensorrt", "ngram-window-without-threshold",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})

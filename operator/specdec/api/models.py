@@ -10,155 +10,22 @@ images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in 
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from specdec.api import cel as cel_rules, k8s
+from specdec import modes
+from specdec.api import k8s
+from specdec.api.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
+                              NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
+from specdec.api.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
+from specdec.modes.draft_target import DraftTargetSpec  # noqa: F401 (part of the API)
+from specdec.modes.pytorch import PYTORCH_FP8
+from specdec.modes.redrafter import ReDrafterSpec  # noqa: F401 (part of the API)
 
-GROUP = "specdec.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$"
-# Children (the runtime Service above all) are named after the deployment: a DNS-1035 label, with
-# room for the longest suffix we add ("-runtime").
-NAME_MAX = 55
-NAME_RE = re.compile(rf"[a-z]([-a-z0-9]{{0,{NAME_MAX - 2}}}[a-z0-9])?")
-NAME_RULE_MESSAGE = (f"must be a DNS-1035 label of at most {NAME_MAX} characters (lowercase letters, digits "
-                     "and '-', starting with a letter): the runtime Service is named after it")
-MODEL_URI_HELP = "`hf://org/name` (fetched from the Hugging Face Hub) or `pvc://claim/path` (a claim in this namespace)"
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """One x-kubernetes-validations entry; `field_path` makes the API server name the field."""
-    entry = {"rule": rule, "message": message}
-    if field_path:
-        entry["fieldPath"] = field_path
-    return entry
-
-
-class ApiModel(BaseModel):
-    """Camel-case on the wire, snake_case in Python; unknown fields are errors, as in the CRD; and
-    the model's CEL rules hold, evaluated on its wire form with defaults applied, as the API server
-    sees `self`."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              frozen=True)
-
-    @model_validator(mode="after")
-    def _cel_rules(self):
-        rules = (self.model_config.get("json_schema_extra") or {}).get("x-kubernetes-validations")
-        if rules:
-            wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-            broken = cel_rules.violations(rules, wire)
-            if broken:
-                raise ValueError("; ".join(f"{path}: {message}" if path else message for path, message in broken))
-        return self
-
-
-def _validations(*rules: dict[str, str]) -> ConfigDict:
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
-
-
-class ModelSource(ApiModel):
-    """A model checkpoint and how to turn it into an engine."""
-
-    model_config = _validations(
-        cel("!has(self.devices) || size(self.devices) == self.tensorParallelSize",
-            "the device list must have exactly tensorParallelSize entries", ".devices"),
-        cel("!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
-            "kvCacheDtype fp8 needs quantization fp8", ".kvCacheDtype"),
-    )
-
-    model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
-                       description=f"The checkpoint: {MODEL_URI_HELP}.")
-    revision: str | None = Field(None, min_length=1, max_length=128,
-                                 description="Hub revision (branch, tag or commit) to fetch; hf:// only.")
-    family: Literal["llama", "qwen"] = Field(
-        "llama", description="Model family: selects TensorRT-LLM's examples/models/core/<family>/convert_checkpoint.py.")
-    dtype: Literal["float16", "bfloat16"] = Field("float16", description="Activation and weight dtype.")
-    quantization: Literal["none", "fp8"] = Field(
-        "none", description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless kvCacheDtype says otherwise).")
-    kv_cache_dtype: Literal["auto", "fp8"] | None = Field(
-        None, description="KV-cache dtype: auto (the model dtype) or fp8. Default: fp8 when quantization is fp8, else auto.")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="Tensor-parallel size (GPUs per engine).")
-    devices: list[Annotated[int, Field(ge=0, le=63)]] | None = Field(
-        None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
-        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.")
-
-    @model_validator(mode="after")
-    def _devices_once(self) -> "ModelSource":
-        """The API server's twin is `x-kubernetes-list-type: set`, which CEL does not express."""
-        if self.devices is not None and len(set(self.devices)) != len(self.devices):
-            raise ValueError("devices: each device may appear once")
-        return self
-
-    @property
-    def effective_kv_cache_dtype(self) -> str:
-        if self.kv_cache_dtype:
-            return self.kv_cache_dtype
-        return "fp8" if self.quantization == "fp8" else "auto"
-
-    @property
-    def effective_devices(self) -> list[int]:
-        return list(self.devices) if self.devices is not None else list(range(self.tensor_parallel_size))
-
-
-class DraftTargetSpec(ApiModel):
-    """Draft-target-model speculation: a small draft model proposes, the target verifies."""
-
-    model_config = _validations(
-        cel("!has(self.maxDraftLen) || self.draftLen <= self.maxDraftLen",
-            "draftLen must be <= maxDraftLen (the target engine's capacity)", ".draftLen"),
-    )
-
-    draft: ModelSource = Field(description="The draft model (same fields as target).")
-    draft_len: int = Field(ge=1, le=64, description="Tokens the draft proposes per iteration (typically 4-10).")
-    max_draft_len: int | None = Field(
-        None, ge=1, le=64, description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.")
-    acceptance: Literal["tokens", "logits"] = Field(
-        "tokens", description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).")
-
-    @property
-    def effective_max_draft_len(self) -> int:
-        return self.max_draft_len or self.draft_len
-
-
-class ReDrafterSpec(ApiModel):
-    """ReDrafter: a recurrent drafter head built into the target engine (explicit_draft_tokens)."""
-
-    model_config = _validations(
-        cel("!has(self.temperature) || !self.greedy", "temperature applies only when greedy is false",
-            ".temperature"),
-    )
-
-    drafter_model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
-                               description=f"The drafter checkpoint: {MODEL_URI_HELP}.")
-    num_beams: int = Field(5, ge=1, le=32, description="Beams explored per step (--redrafter_num_beams).")
-    draft_len_per_beam: int = Field(5, ge=1, le=32, description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft length.")
-    greedy: bool = Field(True, description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.")
-    temperature: float | None = Field(None, gt=0, le=10, description="Default sampling temperature; only when greedy is false.")
-
-
-SPECULATION_MODES = ("draftTarget", "redrafter")
-
-
-class SpeculationSpec(ApiModel):
-    """Which speculative decoding method to use; exactly the chosen mode's block is set."""
-
-    model_config = _validations(*(
-        cel(f"self.mode == '{mode}' ? has(self.{mode}) : !has(self.{mode})",
-            f"the {mode} block is required when mode is {mode} and forbidden otherwise", f".{mode}")
-        for mode in SPECULATION_MODES
-    ))
-
-    mode: Literal["none", "draftTarget", "redrafter"] = Field("none", description="none, draftTarget or redrafter.")
-    draft_target: DraftTargetSpec | None = Field(None, description="Settings for mode draftTarget.")
-    redrafter: ReDrafterSpec | None = Field(None, description="Settings for mode redrafter.")
+SpeculationSpec = modes.speculation_spec()
 
 
 class EngineSpec(ApiModel):
@@ -280,11 +147,8 @@ class CacheSpec(ApiModel):
 
 class SpeculativeDeploymentSpec(ApiModel):
     model_config = _validations(
-        cel("self.speculation.mode != 'draftTarget' || self.runtime.kvCache.enableBlockReuse",
-            "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
-            ".runtime.kvCache.enableBlockReuse"),
-        cel("self.backend != 'pytorch' || self.speculation.mode != 'redrafter'",
-            "redrafter is served by the tensorrt backend only", ".speculation.mode"),
+        cel("self.backend != 'pytorch' || self.target.quantization == 'none'", PYTORCH_FP8, ".target.quantization"),
+        *modes.spec_rules(),
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(

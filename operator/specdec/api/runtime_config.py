@@ -5,11 +5,11 @@ One model shared by both sides, so a configuration the operator can write is one
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from specdec.api.models import ApiModel
+from specdec.api.base import ApiModel
 
 RUNTIME_CONFIG_KEY = "runtime.json"
 RUNTIME_CONFIG_DIR = "/etc/specdec"
@@ -47,10 +47,13 @@ class RuntimeReDrafter(ApiModel):
 class RuntimeConfig(ApiModel):
     backend: Literal["tensorrt", "pytorch"]
     max_batch_size: int | None = Field(None, description="The engines' --max_batch_size, when the spec sets it.")
-    mode: Literal["none", "draftTarget", "redrafter"]
+    mode: str = Field(description="spec.speculation.mode (specdec.modes.MODES).")
     served_model_name: str
     port: int = 8000
     target: ServedModel
     kv_cache: RuntimeKvCache
+    # The engine path's modes (TensorRT-LLM 1.2.x, frozen): what Triton's BLS and trtllm-serve need.
     draft_target: RuntimeDraftTarget | None = None
     redrafter: RuntimeReDrafter | None = None
+    # The PyTorch path: trtllm-serve's speculative_config, rendered by the mode (specdec.modes).
+    speculative_config: dict[str, Any] | None = Field(None, description="speculative_config of the --extra_llm_api_options YAML (backend pytorch).")

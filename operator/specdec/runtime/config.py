@@ -36,7 +36,18 @@ def reserved_ports(config: RuntimeConfig) -> dict[int, str]:
 
 def check(config: RuntimeConfig) -> RuntimeConfig:
     """What the shared model cannot say on its own; raises ConfigError."""
+    from specdec.modes import MODES
+
     problems: list[str] = []
+    mode = MODES.get(config.mode)
+    if mode is None:
+        problems.append(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
+    elif config.backend not in mode.backends:
+        problems.append(f"{config.mode} is served by backend {' or '.join(mode.backends)} only")
+    elif config.backend == "pytorch" and mode.speculative_config and config.speculative_config is None:
+        problems.append(f"mode {config.mode} on backend pytorch needs speculativeConfig")
+    if config.backend != "pytorch" and config.speculative_config is not None:
+        problems.append("speculativeConfig applies to backend pytorch only")
     if config.mode == "draftTarget" and config.draft_target is None:
         problems.append("mode draftTarget needs the draftTarget block")
     if config.mode == "redrafter" and config.redrafter is None:
@@ -45,8 +56,6 @@ def check(config: RuntimeConfig) -> RuntimeConfig:
         problems.append(f"mode {config.mode} takes no draftTarget block")
     if config.mode != "redrafter" and config.redrafter is not None:
         problems.append(f"mode {config.mode} takes no redrafter block")
-    if config.backend == "pytorch" and config.mode == "redrafter":
-        problems.append("redrafter is served by the tensorrt backend only")
     models = [("target", config.target)]
     if config.draft_target is not None:
         models.append(("draftTarget.draft", config.draft_target.draft))

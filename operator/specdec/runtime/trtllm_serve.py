@@ -1,5 +1,5 @@
 """Routes served by `trtllm-serve`: the engine path with one engine (modes none and redrafter) and the
-PyTorch path (modes none and draftTarget).
+PyTorch path (every mode its backends list includes pytorch; the mode renders `speculative_config`).
 
 Flags are the ones present in every `tensorrt_llm/commands/serve.py` read (1.0/1.1 and the newest):
 `--backend`, `--host`, `--port`, `--tokenizer`, `--tp_size`, `--kv_cache_free_gpu_memory_fraction`,
@@ -19,8 +19,6 @@ from specdec.runtime import config as cfg
 
 TRTLLM_SERVE = "trtllm-serve"
 HOST = "127.0.0.1"  # only the front listens on the pod's network
-# speculative_config.decoding_type for draft-target in TensorRT-LLM 1.0-1.2 (`DecodingBaseConfig.from_dict`).
-DRAFT_TARGET_DECODING_TYPE = "DraftTarget"
 
 
 def extra_options(config: RuntimeConfig) -> dict[str, Any]:
@@ -35,14 +33,8 @@ def extra_options(config: RuntimeConfig) -> dict[str, Any]:
         # Iteration statistics (GET /metrics of trtllm-serve, with specDecodingStats) are opt-in on the
         # PyTorch backend; the TensorRT backend always keeps them. The front reads them for /metrics.
         options["enable_iter_perf_stats"] = True
-        if config.draft_target is not None:
-            dt = config.draft_target
-            options["speculative_config"] = {
-                "decoding_type": DRAFT_TARGET_DECODING_TYPE,
-                # No engine here: the draft proposes draftLen tokens per step.
-                "max_draft_len": dt.draft_len,
-                "speculative_model_dir": dt.draft.checkpoint,
-            }
+        if config.speculative_config is not None:  # rendered by the mode (specdec.modes)
+            options["speculative_config"] = dict(config.speculative_config)
     return options
 
 
@@ -55,10 +47,10 @@ def warnings(config: RuntimeConfig) -> list[str]:
     notes = []
     if config.backend == "pytorch" and config.draft_target is not None:
         if config.draft_target.use_logits:
-            notes.append("useLogits is not available with trtllm-serve's PyTorch DraftTarget; tokens are "
+            notes.append("useLogits is not available with trtllm-serve's PyTorch Draft_Target; tokens are "
                          "accepted by comparison")
         if config.draft_target.draft.revision:
-            notes.append("draftTarget.draft.revision is ignored: speculative_model_dir takes a path or hub id")
+            notes.append("draftTarget.draft.revision is ignored: speculative_model takes a path or hub id")
     return notes
 
 

@@ -1,0 +1,52 @@
+"""The speculation modes: one module each, and this registry, which feeds the API union
+(`spec.speculation`), the CRD, `plan()` and the runtime.
+
+Adding a mode = one module with a `MODE`, one line in `MODES` below, its example and its tests.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, create_model
+
+from specdec.api.base import ApiModel, cel, validations
+from specdec.modes import draft_target, eagle3, mtp, ngram, none, redrafter
+from specdec.modes.mode import Mode
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    none.MODE,
+    draft_target.MODE,
+    redrafter.MODE,
+    eagle3.MODE,
+    mtp.MODE,
+    ngram.MODE,
+)}
+
+
+def speculation_spec() -> type[ApiModel]:
+    """`spec.speculation`: the mode, and exactly the chosen mode's block."""
+    with_block = [m for m in MODES.values() if m.block]
+    base = type("SpeculationRules", (ApiModel,), {"model_config": validations(*(
+        cel(f"self.mode == '{m.name}' ? has(self.{m.name}) : !has(self.{m.name})",
+            f"the {m.name} block is required when mode is {m.name} and forbidden otherwise", f".{m.name}")
+        for m in with_block))})
+    summary = "; ".join(f"{m.name}: {m.summary}" for m in MODES.values())
+    return create_model(
+        "SpeculationSpec", __base__=base,
+        __doc__="Which speculative decoding method to use; exactly the chosen mode's block is set.",
+        mode=(Literal[tuple(MODES)], Field("none", description=summary + ".")),
+        **{m.field: (Optional[m.block], Field(None, description=f"Settings for mode {m.name} (backend "
+                                                               f"{' or '.join(m.backends)})."))
+           for m in with_block})
+
+
+def spec_rules() -> list[dict[str, str]]:
+    """The modes' CEL rules on the whole spec (SpeculativeDeploymentSpec)."""
+    return [rule for m in MODES.values() for rule in m.cel_rules()]
+
+
+def mode_of(speculation) -> tuple[Mode, object]:
+    """The chosen mode of a parsed `spec.speculation`, and its block (None for mode none)."""
+    mode = MODES[speculation.mode]
+    return mode, mode.block_of(speculation)

@@ -1,0 +1,74 @@
+"""Draft-target: a small draft model proposes, the target verifies.
+
+Engine path (TensorRT-LLM 1.2.x): the target engine is built with `--speculative_decoding_mode
+draft_tokens_external --max_draft_len N`, both engines with `--gather_generation_logits` for logits
+acceptance; Triton's BLS serves the pair. PyTorch path: trtllm-serve's `Draft_Target` speculative
+config.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from specdec.api.base import ApiModel, ModelSource, cel, validations
+from specdec.modes.mode import Mode, Rule
+from specdec.modes.pytorch import DECODING_TYPES, PYTORCH_FP8
+
+
+class DraftTargetSpec(ApiModel):
+    """Draft-target-model speculation: a small draft model proposes, the target verifies."""
+
+    model_config = validations(
+        cel("!has(self.maxDraftLen) || self.draftLen <= self.maxDraftLen",
+            "draftLen must be <= maxDraftLen (the target engine's capacity)", ".draftLen"),
+    )
+
+    draft: ModelSource = Field(description="The draft model (same fields as target).")
+    draft_len: int = Field(ge=1, le=64, description="Tokens the draft proposes per iteration (typically 4-10).")
+    max_draft_len: int | None = Field(
+        None, ge=1, le=64, description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.")
+    acceptance: Literal["tokens", "logits"] = Field(
+        "tokens", description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).")
+
+    @property
+    def effective_max_draft_len(self) -> int:
+        return self.max_draft_len or self.draft_len
+
+
+def _recipe(block: DraftTargetSpec, role: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {"gather_generation_logits": block.acceptance == "logits"}  # both engines need it
+    if role == "target":
+        fields.update(speculative_decoding_mode="draft_tokens_external", max_draft_len=block.effective_max_draft_len)
+    return fields
+
+
+def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
+    # No engine to size on this path: the draft proposes draftLen tokens per step.
+    return {"decoding_type": DECODING_TYPES["draftTarget"], "max_draft_len": block.draft_len,
+            "speculative_model": checkpoint(block.draft.model)}
+
+
+def _runtime(block: DraftTargetSpec, draft: Any) -> dict[str, Any]:
+    from specdec.api.runtime_config import RuntimeDraftTarget
+
+    return {"draft_target": RuntimeDraftTarget(draft=draft, draft_len=block.draft_len,
+                                               max_draft_len=block.effective_max_draft_len,
+                                               use_logits=block.acceptance == "logits")}
+
+
+MODE = Mode(
+    "draftTarget", "a draft model proposes draftLen tokens, the target verifies them", DraftTargetSpec,
+    rules=(
+        Rule("self.backend != 'pytorch' || self.speculation.draftTarget.draft.quantization == 'none'",
+             PYTORCH_FP8, ".speculation.draftTarget.draft.quantization"),
+        Rule("self.runtime.kvCache.enableBlockReuse",
+             "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
+             ".runtime.kvCache.enableBlockReuse"),
+        Rule("self.backend != 'pytorch' || !has(self.speculation.draftTarget.maxDraftLen) || "
+             "self.speculation.draftTarget.maxDraftLen == self.speculation.draftTarget.draftLen",
+             "maxDraftLen sizes the target engine of backend tensorrt; with backend pytorch the draft proposes "
+             "draftLen tokens: leave maxDraftLen unset", ".speculation.draftTarget.maxDraftLen"),
+    ),
+    draft=lambda block: block.draft, recipe=_recipe, runtime=_runtime, speculative_config=_speculative_config)

@@ -1,0 +1,61 @@
+"""What a speculation mode is: one unit the registry (`specdec.modes`) feeds to the API, the CRD,
+`plan()` and the runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from pydantic.alias_generators import to_snake
+
+from specdec.api.base import ApiModel, ModelSource, cel
+
+BACKENDS = ("tensorrt", "pytorch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A CEL rule on the whole spec (`self` is `.spec`) that applies when this mode is chosen."""
+
+    rule: str
+    message: str
+    field_path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str  # spec.speculation.mode, and the name of its block
+    summary: str
+    block: type[ApiModel] | None = None  # spec.speculation.<name>: present exactly when this mode is chosen
+    backends: tuple[str, ...] = BACKENDS
+    rules: tuple[Rule, ...] = ()
+    # The engine path: a second model served beside the target (its own engine), and the fields the
+    # mode adds to the target's and that model's EngineRecipe.
+    draft: Callable[[Any], ModelSource | None] = lambda block: None
+    recipe: Callable[[Any, str], dict[str, Any]] = lambda block, role: {}
+    # The runtime configuration's block of this mode, given the served draft (RuntimeConfig fields).
+    runtime: Callable[[Any, Any], dict[str, Any]] = lambda block, draft: {}
+    # Checkpoints the runtime reads besides the target and `draft` (hf:// or pvc://).
+    extra_models: Callable[[Any], tuple[str, ...]] = lambda block: ()
+    # The PyTorch path: trtllm-serve's `speculative_config` (the --extra_llm_api_options YAML), given
+    # the block and where the runtime finds the checkpoints named in it.
+    speculative_config: Callable[[Any, Callable[[str], str]], dict[str, Any]] | None = None
+
+    @property
+    def field(self) -> str:
+        """The Python name of the block's field in SpeculationSpec."""
+        return to_snake(self.name)
+
+    def block_of(self, speculation: Any) -> Any:
+        return getattr(speculation, self.field, None) if self.block else None
+
+    def cel_rules(self) -> list[dict[str, str]]:
+        """The rules on the whole spec: the backends that serve the mode, then its own."""
+        chosen = f"self.speculation.mode != '{self.name}'"
+        rules = []
+        if tuple(self.backends) != BACKENDS:
+            served = ", ".join(self.backends)
+            rules.append(cel(f"{chosen} || self.backend in {list(self.backends)}",
+                             f"{self.name} is served by backend {served} only", ".speculation.mode"))
+        rules += [cel(f"{chosen} || ({r.rule})", r.message, r.field_path) for r in self.rules]
+        return rules

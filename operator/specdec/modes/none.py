@@ -1,0 +1,5 @@
+"""No speculation: the target alone."""
+
+from specdec.modes.mode import Mode
+
+MODE = Mode("none", "no speculation: the target model alone")

@@ -1,0 +1,46 @@
+"""ReDrafter: a recurrent drafter head built into the target engine (explicit_draft_tokens), engine
+path only (examples/redrafter/convert_checkpoint.py, TensorRT-LLM 1.2.x)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from specdec.api.base import MODEL_URI_HELP, MODEL_URI_PATTERN, ApiModel, cel, validations
+from specdec.modes.mode import Mode
+
+
+class ReDrafterSpec(ApiModel):
+    """ReDrafter: a recurrent drafter head built into the target engine (explicit_draft_tokens)."""
+
+    model_config = validations(
+        cel("!has(self.temperature) || !self.greedy", "temperature applies only when greedy is false",
+            ".temperature"),
+    )
+
+    drafter_model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
+                               description=f"The drafter checkpoint: {MODEL_URI_HELP}.")
+    num_beams: int = Field(5, ge=1, le=32, description="Beams explored per step (--redrafter_num_beams).")
+    draft_len_per_beam: int = Field(5, ge=1, le=32, description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft length.")
+    greedy: bool = Field(True, description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.")
+    temperature: float | None = Field(None, gt=0, le=10, description="Default sampling temperature; only when greedy is false.")
+
+
+def _recipe(block: ReDrafterSpec, role: str) -> dict[str, Any]:
+    from specdec.api.models import RedrafterRecipe
+
+    return {"speculative_decoding_mode": "explicit_draft_tokens", "redrafter": RedrafterRecipe(
+        drafter_model=block.drafter_model, num_beams=block.num_beams,
+        draft_len_per_beam=block.draft_len_per_beam, greedy=block.greedy)}
+
+
+def _runtime(block: ReDrafterSpec, draft: Any) -> dict[str, Any]:
+    from specdec.api.runtime_config import RuntimeReDrafter
+
+    return {"redrafter": RuntimeReDrafter(num_beams=block.num_beams, draft_len_per_beam=block.draft_len_per_beam,
+                                          greedy=block.greedy, temperature=block.temperature)}
+
+
+MODE = Mode("redrafter", "a recurrent drafter head in the target engine proposes beams of tokens", ReDrafterSpec,
+            backends=("tensorrt",), recipe=_recipe, runtime=_runtime)  # the drafter is built into the engine
