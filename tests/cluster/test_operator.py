@@ -330,3 +330,23 @@ def test_operator_metrics(kube: Kube, kubeconfig, crds, namespace: str, tmp_path
         assert "specdec_reconcile_duration_seconds_bucket" in text
     finally:
         runner.stop()
+
+
+PYTORCH_EXAMPLES = ["llama-3.1-8b-eagle3.yaml", "deepseek-r1-mtp.yaml", "qwen2.5-7b-ngram.yaml",
+                    "llama-3.1-8b-draft-1b-pytorch.yaml"]
+
+
+@pytest.mark.parametrize("name", PYTORCH_EXAMPLES)
+def test_pytorch_examples_go_ready_with_their_speculative_config(kube: Kube, namespace: str, operator, name):
+    body = example(name)
+    sd = SD(kube, namespace, body)
+    obj = sd.wait_ready()
+    assert obj["status"]["phase"] == "Ready" and engine_builds(kube, namespace) == []
+    config = yaml.safe_load(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
+    mode = body["spec"]["speculation"]["mode"]
+    assert config["mode"] == mode
+    assert config["speculativeConfig"]["decoding_type"] == {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
+                                                            "draftTarget": "Draft_Target"}[mode]
+    gpus = kube.apps.read_namespaced_deployment(sd.name, namespace).spec.template.spec.containers[0] \
+        .resources.limits["nvidia.com/gpu"]
+    assert gpus == str(body["spec"]["target"].get("tensorParallelSize", 1))
