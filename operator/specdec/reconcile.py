@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild no deployment needs
 # A Job without pods this long may have pods the API server refuses: look at its FailedCreate Events.
 POD_CREATION_GRACE_SECONDS = 10.0
+REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build Job could not be had
 
 
 class NameConflict(Exception):
@@ -141,6 +142,9 @@ class Reconciler:
                 self._log_failure("EngineBuild", namespace, name, error)
                 self._retry_later(key, lambda: self.engine_build(namespace, name))
                 return None
+            if state.reason in REFUSED_BUILD_REASONS:  # may clear up (a quota, a foreign Job): back off
+                self._retry_later(key, lambda: self.engine_build(namespace, name))
+                return state
             self._settled(key)
             if look_again:
                 self.requeue.after(POD_CREATION_GRACE_SECONDS, key, lambda: self.engine_build(namespace, name))

@@ -143,6 +143,8 @@ def test_a_refused_build_job_is_reported_on_the_engine_build_and_its_users(kube:
         assert build["status"]["phase"] == "Failed"
         assert build["status"]["conditions"][0]["reason"] == "JobRejected"
     assert sd.get()["status"]["phase"] == "Failed"
+    kube.core.delete_namespaced_resource_quota("q-count-jobs-batch", namespace)
+    sd.wait_ready(timeout=90)  # retried with back-off: no event is needed once the quota is gone
 
 
 def test_build_pods_the_api_server_refuses_are_reported(kube: Kube, namespace: str, operator):
