@@ -188,6 +188,7 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
         max_batch_size=limits.max_batch_size, max_input_len=limits.max_input_len,
         max_seq_len=limits.max_seq_len, max_num_tokens=limits.max_num_tokens,
     )
+    fields.update((limits.tuning or models.EngineTuning()).recipe_fields(role, source))
     mode, block = modes.mode_of(spec.speculation)
     fields.update(mode.recipe(block, role))
     return models.EngineRecipe(**fields)

@@ -46,7 +46,7 @@ def test_print_config_shows_what_each_route_launches():
     assert "num_draft_tokens=4 use_draft_logits=true" in llama2
     assert llama2.count("config.pbtxt") == 5
     redrafter = shown("vicuna-7b-redrafter")
-    assert "trtllm-serve /cache/engines/vicuna-7b-v1-3-c26fbeef36 --backend tensorrt" in redrafter
+    assert "trtllm-serve /cache/engines/vicuna-7b-v1-3-c630994002 --backend tensorrt" in redrafter
     pytorch = shown("pytorch-llama-3.1-8b-draft-1b")
     assert "trtllm-serve meta-llama/Llama-3.1-8B-Instruct --backend pytorch" in pytorch
     assert "decoding_type: Draft_Target" in pytorch and "speculative_model: meta-llama/Llama-3.2-1B-Instruct" in pytorch

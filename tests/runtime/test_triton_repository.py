@@ -76,7 +76,7 @@ def test_the_llama2_example_places_draft_and_target_on_their_own_gpus():
     models = rendered("llama-2-13b-draft-7b-logits")
     target, draft, bls = params(models["tensorrt_llm"]), params(models["tensorrt_llm_draft"]), params(models["tensorrt_llm_bls"])
     assert target["gpu_device_ids"] == "1" and draft["gpu_device_ids"] == "0"
-    assert target["gpt_model_path"] == config.target.engine_dir == "/cache/engines/llama-2-13b-hf-4394c8efa3"
+    assert target["gpt_model_path"] == config.target.engine_dir == "/cache/engines/llama-2-13b-hf-286904e830"
     assert draft["gpt_model_path"] == config.draft_target.draft.engine_dir
     for engine in (target, draft):
         assert engine["kv_cache_free_gpu_mem_fraction"] == "0.4"

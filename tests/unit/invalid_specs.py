@@ -74,6 +74,10 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("max-input-len-not-below-max-seq-len", spec(engine={"maxInputLen": 4096, "maxSeqLen": 4096}), "maxInputLen"),
     ("pytorch-redrafter", spec(backend="pytorch", speculation=redrafter()), "mode"),
     ("port-reserved-by-the-backend", spec(runtime={"port": 8001}), "port"),
+    ("low-latency-gemm-on-fp16-target", spec(engine={"tuning": {"lowLatencyGemmPlugin": True}}),
+     "lowLatencyGemmPlugin"),
+    ("engine-tuning-on-pytorch", spec(backend="pytorch", engine={"tuning": {"useFusedMlp": False}}), "tuning"),
+    ("gpt-attention-plugin-int32", spec(engine={"tuning": {"gptAttentionPlugin": "int32"}}), "gptAttentionPlugin"),
     # --- list-type set (API server) / pydantic validator ----------------------------------------------
     ("duplicate-devices", spec(target={"model": TARGET, "tensorParallelSize": 2, "devices": [0, 0]}), "devices"),
     # --- Pod fields passed through: what a Pod or Job would refuse later ------------------------------
@@ -146,7 +150,7 @@ CEL: frozenset[str] = frozenset({
     "devices-longer-than-tp", "draft-target-and-redrafter-blocks",
     "draft-len-above-max-draft-len", "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
-    "pytorch-redrafter", "port-reserved-by-the-backend",
+    "pytorch-redrafter", "port-reserved-by-the-backend", "low-latency-gemm-on-fp16-target", "engine-tuning-on-pytorch",
     "pod-label-key-with-space", "pod-label-key-name-too-long", "pod-label-key-prefix-too-long",
     "pod-annotation-key-without-name", "build-node-selector-key-invalid",
     "toleration-key-invalid", "toleration-empty-key-with-equal", "toleration-exists-with-value",
@@ -195,4 +199,8 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
                 "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "specdec-runtime"}},
                 "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["pod-template-hash"]}}]},
     }})),
+    ("engine-tuning-edges", spec(target={"model": TARGET, "quantization": "fp8"},
+                                 engine={"tuning": {"lowLatencyGemmPlugin": True, "reduceFusion": {"target": True}}})),
+    ("low-latency-gemm-off-on-fp16-target", spec(engine={"tuning": {"lowLatencyGemmPlugin": False}})),
+    ("engine-limits-on-pytorch", spec(backend="pytorch", engine={"maxBatchSize": 8})),
 ]

@@ -3,12 +3,19 @@ the DTM / ReDrafter READMEs and NVIDIA's blog for where each flag comes from).""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS, build_steps
 from specdec.builders.engine import build_engine_build, build_job
-from tests.unit.helpers import SETTINGS, command, engines, flag, has_pairs, steps
+from tests.unit.helpers import (EXAMPLE_70B, EXAMPLES, SETTINGS, command, engines, flag, has_pairs, load_example,
+                                steps)
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
+
+# trtllm-build's own option definitions (build.py argparse + plugin.py cli_plugin_args), with their source commits
+TRTLLM_BUILD = json.loads((Path(__file__).parent / "data" / "trtllm_build_options.json").read_text())
 
 EXAMPLES_DIR = "${TRTLLM_EXAMPLES_DIR}"
 SPECULATIVE_FLAGS = {"--speculative_decoding_mode", "--max_draft_len", "--gather_generation_logits"}
@@ -301,3 +308,125 @@ def test_builds_of_one_recipe_with_other_placement_share_the_engine_directory():
     assert picky.spec.engine_path == plain.spec.engine_path == f"engines/{plain.name}"
     # the second to finish keeps the first's engine (same recipe check under the lock)
     assert f"/cache/.work/{picky.name}/engine" in step(picky, "build").script
+
+
+# --- tuning: the blog's recipe, and every flag as trtllm-build defines it ---------------------------
+
+def build_line(engine):
+    return command(step(engine, "build"), "trtllm-build")
+
+
+def option_pairs(argv):
+    """trtllm-build's argv as (flag, value) pairs (value None for store_true flags), checked against
+    trtllm-build's own definitions: every flag exists, every value is accepted."""
+    options = TRTLLM_BUILD["options"]
+    assert argv[0] == "trtllm-build"
+    pairs, rest = [], argv[1:]
+    while rest:
+        name = rest.pop(0)
+        assert name in options, f"trtllm-build has no option {name}"
+        option = options[name]
+        if option.get("type") == "store_true":
+            pairs.append((name, None))
+            continue
+        value = rest.pop(0)
+        assert not value.startswith("--"), f"{name} without a value"
+        if "choices" in option:
+            assert value in option["choices"], f"{name} {value}: trtllm-build accepts {option['choices']}"
+        elif option["type"] == "int":
+            assert value.isdigit(), f"{name} {value}: not an int"
+        pairs.append((name, value))
+    names = [n for n, _ in pairs]
+    assert len(names) == len(set(names)), f"a flag twice: {argv}"
+    return set(pairs)
+
+
+TUNING_VARIANTS = [
+    spec(),
+    spec(speculation=redrafter()),
+    fp16_draft_target(acceptance="logits"),
+    spec(target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2},
+         engine={"tuning": {"useFusedMlp": False, "multipleProfiles": False, "gptAttentionPlugin": "float32",
+                            "reduceFusion": {"target": True, "draft": True}}},
+         speculation=draft_target()),
+    spec(target=fp8_source(TARGET), engine={"tuning": {"lowLatencyGemmPlugin": False}}),
+]
+
+
+ENGINE_EXAMPLES = {p.stem: load_example(p.stem)["spec"] for p in EXAMPLES
+                   if load_example(p.stem)["spec"].get("backend", "tensorrt") == "tensorrt"}
+
+
+@pytest.mark.parametrize("raw", [*ENGINE_EXAMPLES.values(), *TUNING_VARIANTS],
+                         ids=[*ENGINE_EXAMPLES, *(f"variant-{i}" for i in range(len(TUNING_VARIANTS)))])
+def test_every_trtllm_build_flag_and_value_is_one_trtllm_build_defines(raw):
+    built = engines(raw)
+    assert built
+    for engine in built.values():
+        pairs = option_pairs(build_line(engine))
+        for refused in TRTLLM_BUILD["refused_together"]:
+            present = [f for f in refused["flags"] if tuple(f.split(" ", 1)) in pairs or f in dict(pairs)]
+            assert len(present) < len(refused["flags"]), refused
+
+
+# NVIDIA's blog (the seed /work/shared/seeds/003_8996979c7002a9a7.txt, lines 79-96): the two
+# trtllm-build lines of "Steps to build 70B target and draft models in FP8 precision on 1 H200",
+# restated verbatim minus the line continuations.
+BLOG_70B_DRAFT = """trtllm-build --checkpoint_dir ./ckpt-draft --output_dir=./draft-engine --gpt_attention_plugin float16
+--workers 1 --gemm_plugin=fp8 --reduce_fusion disable --use_paged_context_fmha=enable --use_fused_mlp enable
+--multiple_profiles enable --max_batch_size=32 --max_num_tokens=8192 --max_seq_len=131072"""
+BLOG_70B_TARGET = """trtllm-build --checkpoint_dir=./ckpt-target-70b --output_dir=./target-engine
+--gpt_attention_plugin float16 --workers 1 --gemm_plugin=fp8 --use_paged_context_fmha=enable --use_fused_mlp enable
+--multiple_profiles enable --max_batch_size=32 --max_num_tokens=8192 --max_seq_len=131072
+--low_latency_gemm_plugin fp8 --speculative_decoding_mode=draft_tokens_external --max_draft_len 10"""
+PATHS = {"--checkpoint_dir", "--output_dir"}  # where the blog's shell and our cache claim differ
+
+
+def blog_pairs(line):
+    argv = [part for word in line.split() for part in word.split("=", 1)]
+    return {(n, v) for n, v in option_pairs(argv) if n not in PATHS}
+
+
+@pytest.mark.parametrize("role,line", [("target", BLOG_70B_TARGET), ("draft", BLOG_70B_DRAFT)])
+def test_the_blog_example_renders_the_blogs_trtllm_build_lines(role, line):
+    built = engines(load_example(EXAMPLE_70B)["spec"])
+    ours = {(n, v) for n, v in option_pairs(build_line(built[role])) if n not in PATHS}
+    assert ours == blog_pairs(line)
+
+
+def test_tuning_defaults_follow_the_blog_per_role_and_dtype():
+    built = engines(spec(target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2},
+                         speculation=draft_target()))
+    target, draft = build_line(built["target"]), build_line(built["draft"])
+    for argv in (target, draft):
+        assert has_pairs(argv, ("--use_fused_mlp", "enable"), ("--multiple_profiles", "enable"))
+        assert "--low_latency_gemm_plugin" not in argv  # no FP8 here
+    assert flag(target, "--gpt_attention_plugin") == "bfloat16" and flag(draft, "--gpt_attention_plugin") == "float16"
+    assert "--reduce_fusion" not in target  # TensorRT-LLM's default unless set
+    assert flag(draft, "--reduce_fusion") == "disable"
+
+
+def test_flags_left_out_mean_what_trtllm_build_defaults_to():
+    """Off is rendered by leaving the flag out only where that is trtllm-build's default."""
+    options = TRTLLM_BUILD["options"]
+    assert options["--low_latency_gemm_plugin"]["default"] == "disable"
+    assert options["--reduce_fusion"]["default"] == "disable"  # the target's, when unset
+
+
+def test_low_latency_gemm_is_on_fp8_targets_only_and_can_be_turned_off():
+    fp8 = engines(spec(target=fp8_source(TARGET), speculation=draft_target(draft=fp8_source(DRAFT))))
+    assert flag(build_line(fp8["target"]), "--low_latency_gemm_plugin") == "fp8"
+    assert "--low_latency_gemm_plugin" not in build_line(fp8["draft"])
+    off = engines(spec(target=fp8_source(TARGET), engine={"tuning": {"lowLatencyGemmPlugin": False}}))
+    assert "--low_latency_gemm_plugin" not in build_line(off["target"])
+
+
+def test_tuning_set_explicitly_reaches_both_engines_and_names_new_engines():
+    tuned = {"gptAttentionPlugin": "float32", "useFusedMlp": False, "multipleProfiles": False,
+             "reduceFusion": {"target": True, "draft": True}}
+    plain = engines(spec(speculation=draft_target()))
+    built = engines(spec(speculation=draft_target(), engine={"tuning": tuned}))
+    for role, engine in built.items():
+        assert has_pairs(build_line(engine), ("--gpt_attention_plugin", "float32"), ("--use_fused_mlp", "disable"),
+                         ("--multiple_profiles", "disable"), ("--reduce_fusion", "enable")), role
+        assert engine.name != plain[role].name, role  # engine bytes differ: so does the content hash

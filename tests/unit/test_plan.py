@@ -51,9 +51,16 @@ def test_deployments_with_the_same_target_recipe_share_the_engine():
     assert a["draft"] != b["draft"]
 
 
-def test_a_tokens_draft_engine_is_the_plain_engine_of_that_model():
-    """The draft of a token-acceptance deployment is what a mode-none deployment of it builds."""
-    assert names(base())["draft"] == names(spec(target={"model": DRAFT}, engine={"maxBatchSize": 4}))["target"]
+def test_a_tokens_draft_engine_does_not_depend_on_the_target():
+    assert names(base())["draft"] == names(edited("target.model", "hf://meta-llama/Llama-2-70b-hf"))["draft"]
+
+
+def test_a_tokens_draft_engine_is_the_plain_engine_of_that_model_with_the_drafts_tuning():
+    """The blog builds drafts with reduce fusion pinned off (the draft-only default); a mode-none
+    deployment of the draft model that pins it off too builds the very same engine."""
+    plain = {"maxBatchSize": 4, "tuning": {"reduceFusion": {"target": False}}}
+    assert names(base())["draft"] == names(spec(target={"model": DRAFT}, engine=plain))["target"]
+    assert names(base())["draft"] != names(spec(target={"model": DRAFT}, engine={"maxBatchSize": 4}))["target"]
 
 
 @pytest.mark.parametrize("path,value", [
@@ -67,6 +74,10 @@ def test_a_tokens_draft_engine_is_the_plain_engine_of_that_model():
     ("engine.maxBatchSize", 8),
     ("engine.maxSeqLen", 4096),
     ("engine.maxNumTokens", 8192),
+    ("engine.tuning.gptAttentionPlugin", "float32"),
+    ("engine.tuning.useFusedMlp", False),
+    ("engine.tuning.multipleProfiles", False),
+    ("engine.tuning.reduceFusion.target", True),
     ("cache.claimName", "other-cache"),
 ])
 def test_target_engine_name_changes_with_the_recipe(path, value):

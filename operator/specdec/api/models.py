@@ -28,8 +28,48 @@ from specdec.modes.redrafter import ReDrafterSpec  # noqa: F401 (part of the API
 SpeculationSpec = modes.speculation_spec()
 
 
+class ReduceFusion(ApiModel):
+    target: bool | None = Field(None, description="--reduce_fusion on the target engine. Default: no flag (TensorRT-LLM's default).")
+    draft: bool | None = Field(None, description="--reduce_fusion on the draft engine (draftTarget). Default: false, as in the blog.")
+
+
+class EngineTuning(ApiModel):
+    """trtllm-build plugin and fusion flags. The defaults reproduce the engines of NVIDIA's blog
+    "TensorRT-LLM Speculative Decoding Boosts Inference Throughput by up to 3.6x" (the 2.86x/3.61x
+    draft-target recipe): each default is resolved into the EngineRecipe by `recipe_fields`, so it is
+    part of the engine's identity and rendered as an explicit flag."""
+
+    gpt_attention_plugin: Literal["float16", "bfloat16", "float32"] | None = Field(
+        None, description="--gpt_attention_plugin dtype. Default: each engine's dtype (the blog's float16 on float16 checkpoints).")
+    use_fused_mlp: bool | None = Field(
+        None, description="--use_fused_mlp: one GEMM for the gate and up projections of the gated MLP. Default: true.")
+    multiple_profiles: bool | None = Field(
+        None, description="--multiple_profiles: several TensorRT optimization profiles (longer build, faster kernels). Default: true.")
+    low_latency_gemm_plugin: bool | None = Field(
+        None, description="--low_latency_gemm_plugin fp8 on the target engine (FP8 kernels only, so FP8 targets only; "
+                          "TensorRT-LLM refuses it on SM100 GPUs such as B200: set false there). Default: true when "
+                          "the target has quantization fp8.")
+    reduce_fusion: ReduceFusion | None = Field(
+        None, description="--reduce_fusion (AllReduce + residual add + norm in one kernel; acts with tensor parallelism) per engine.")
+
+    def recipe_fields(self, role: str, source: ModelSource) -> dict[str, Any]:
+        """The EngineRecipe fields of the `role` engine ("target" or "draft") built from `source`;
+        None leaves the flag out (TensorRT-LLM's default)."""
+        reduce = self.reduce_fusion or ReduceFusion()
+        fp8 = source.quantization == "fp8"
+        return dict(
+            gpt_attention_plugin=self.gpt_attention_plugin or source.dtype,
+            use_fused_mlp=True if self.use_fused_mlp is None else self.use_fused_mlp,
+            multiple_profiles=True if self.multiple_profiles is None else self.multiple_profiles,
+            # The blog puts it on the target only.
+            low_latency_gemm_plugin=role == "target" and (
+                fp8 if self.low_latency_gemm_plugin is None else self.low_latency_gemm_plugin),
+            reduce_fusion=reduce.target if role == "target" else (False if reduce.draft is None else reduce.draft),
+        )
+
+
 class EngineSpec(ApiModel):
-    """Engine limits passed to trtllm-build; unset means TensorRT-LLM's default."""
+    """Engine limits passed to trtllm-build (unset: TensorRT-LLM's default), and its tuning flags."""
 
     model_config = _validations(
         cel("!has(self.maxInputLen) || !has(self.maxSeqLen) || self.maxInputLen < self.maxSeqLen",
@@ -40,6 +80,9 @@ class EngineSpec(ApiModel):
     max_input_len: int | None = Field(None, ge=1, le=1048576, description="--max_input_len")
     max_seq_len: int | None = Field(None, ge=2, le=1048576, description="--max_seq_len")
     max_num_tokens: int | None = Field(None, ge=1, le=1048576, description="--max_num_tokens")
+    tuning: EngineTuning | None = Field(
+        None, description="Plugin and fusion flags of trtllm-build (backend tensorrt). Unset fields take the "
+                          "defaults of NVIDIA's speculative-decoding blog recipe.")
 
 
 # Pod fields passed through to build and runtime pods, bounded as a Pod's validation bounds them
@@ -148,6 +191,12 @@ class CacheSpec(ApiModel):
 class SpeculativeDeploymentSpec(ApiModel):
     model_config = _validations(
         cel("self.backend != 'pytorch' || self.target.quantization == 'none'", PYTORCH_FP8, ".target.quantization"),
+        cel("self.backend == 'tensorrt' || !has(self.engine) || !has(self.engine.tuning)",
+            "engine.tuning sets trtllm-build flags: backend tensorrt only", ".engine.tuning"),
+        cel("!has(self.engine) || !has(self.engine.tuning) || !has(self.engine.tuning.lowLatencyGemmPlugin) || "
+            "!self.engine.tuning.lowLatencyGemmPlugin || self.target.quantization == 'fp8'",
+            "lowLatencyGemmPlugin has FP8 kernels only: it needs target.quantization fp8",
+            ".engine.tuning.lowLatencyGemmPlugin"),
         *modes.spec_rules(),
     )
 
@@ -155,7 +204,7 @@ class SpeculativeDeploymentSpec(ApiModel):
         "tensorrt", description="tensorrt: engines built by trtllm-build Jobs; pytorch: trtllm-serve's PyTorch backend, no build.")
     target: ModelSource = Field(description="The model being served.")
     speculation: SpeculationSpec = Field(default_factory=SpeculationSpec, description="Speculative decoding.")
-    engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine limits.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine limits and trtllm-build tuning.")
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Serving pods.")
     build: BuildSpec = Field(default_factory=BuildSpec, description="Build Jobs.")
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Where engines are cached.")
@@ -218,6 +267,13 @@ class EngineRecipe(ApiModel):
     max_input_len: int | None = None
     max_seq_len: int | None = None
     max_num_tokens: int | None = None
+    # trtllm-build plugin and fusion flags (EngineTuning.recipe_fields); None (and a false
+    # low_latency_gemm_plugin): no flag, TensorRT-LLM's default.
+    gpt_attention_plugin: str | None = None
+    use_fused_mlp: bool | None = None
+    multiple_profiles: bool | None = None
+    low_latency_gemm_plugin: bool = False
+    reduce_fusion: bool | None = None
     image: str
 
 

@@ -3,7 +3,8 @@
 
 Flags were checked against the TensorRT-LLM sources (examples/models/core/llama/convert_checkpoint.py,
 examples/quantization/quantize.py, examples/redrafter/convert_checkpoint.py,
-tensorrt_llm/commands/build.py); see tests/test_build_steps.py for what each recipe produces.
+tensorrt_llm/commands/build.py, tensorrt_llm/plugin/plugin.py); tests/unit/data/trtllm_build_options.json
+holds trtllm-build's options and tests/unit/test_build_steps.py checks every flag rendered against it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,14 @@ def trtllm_build_args(recipe: models.EngineRecipe, checkpoint: str, out: str) ->
         argv += ["--max_draft_len", recipe.max_draft_len]
     if recipe.gather_generation_logits:
         argv.append("--gather_generation_logits")
+    if recipe.gpt_attention_plugin:
+        argv += ["--gpt_attention_plugin", recipe.gpt_attention_plugin]
+    if recipe.low_latency_gemm_plugin:
+        argv += ["--low_latency_gemm_plugin", "fp8"]  # its only kernels (off is TensorRT-LLM's default)
+    for flag, on in (("--use_fused_mlp", recipe.use_fused_mlp), ("--multiple_profiles", recipe.multiple_profiles),
+                     ("--reduce_fusion", recipe.reduce_fusion)):
+        if on is not None:
+            argv += [flag, "enable" if on else "disable"]
     return argv
 
 
