@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from specdec import modes
 from specdec.api import models
-from specdec.api.runtime_config import CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, ServedModel
+from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, RuntimeNone,
+                                        RuntimeSpeculativeConfig, ServedModel)
 from specdec.settings import Settings
 
 KV_FRACTION_SHARED_GPU = 0.35  # the seeds' value when draft and target share a GPU
@@ -253,12 +254,17 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
     speculative_config = None
     if spec.backend == "pytorch" and mode.speculative_config:
         speculative_config = mode.speculative_config(block, lambda uri: _checkpoint(uri, None, spec.backend))
+    if mode.runtime:
+        speculation = mode.runtime(block, draft, speculative_config)
+    elif speculative_config is not None:
+        speculation = RuntimeSpeculativeConfig(mode=mode.name, speculative_config=speculative_config)
+    else:
+        speculation = RuntimeNone()
     config = RuntimeConfig(
-        backend=spec.backend, mode=mode.name, served_model_name=served_name,
-        max_batch_size=spec.engine.max_batch_size,
+        backend=spec.backend, served_model_name=served_name, max_batch_size=spec.engine.max_batch_size,
         port=spec.runtime.port, target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
-        speculative_config=speculative_config, **mode.runtime(block, draft))
+        speculation=speculation)
     return config, gpus
 
 

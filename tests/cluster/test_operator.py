@@ -209,6 +209,7 @@ def test_pytorch_backend_needs_no_build(kube: Kube, namespace: str, operator):
     body["metadata"]["name"] = "torch"
     body["spec"]["backend"] = "pytorch"
     body["spec"]["speculation"]["draftTarget"]["acceptance"] = "tokens"  # logits: engine path only
+    del body["spec"]["speculation"]["draftTarget"]["maxDraftLen"]  # sizes an engine: engine path only
     for source in (body["spec"]["target"], body["spec"]["speculation"]["draftTarget"]["draft"]):
         del source["devices"]
     sd = SD(kube, namespace, body)
@@ -344,8 +345,8 @@ def test_pytorch_examples_go_ready_with_their_speculative_config(kube: Kube, nam
     assert obj["status"]["phase"] == "Ready" and engine_builds(kube, namespace) == []
     config = yaml.safe_load(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
     mode = body["spec"]["speculation"]["mode"]
-    assert config["mode"] == mode
-    assert config["speculativeConfig"]["decoding_type"] == {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
+    assert config["speculation"]["mode"] == mode
+    assert config["speculation"]["speculativeConfig"]["decoding_type"] == {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
                                                             "draftTarget": "Draft_Target"}[mode]
     gpus = kube.apps.read_namespaced_deployment(sd.name, namespace).spec.template.spec.containers[0] \
         .resources.limits["nvidia.com/gpu"]

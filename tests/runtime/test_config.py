@@ -35,15 +35,16 @@ def base() -> dict:
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.pop("target"), "target: Field required"),
-    (lambda d: d.update(mode="medusa"), "mode 'medusa' is not one of"),
+    (lambda d: d.update(speculation={"mode": "medusa", "speculativeConfig": {}}), "mode 'medusa' is not one of"),
     (lambda d: d["kvCache"].update(freeGpuMemoryFraction=1.5), "kvCache.freeGpuMemoryFraction"),
     (lambda d: d.update(unknown=1), "unknown: Extra inputs are not permitted"),
-    (lambda d: d.pop("draftTarget"), "mode draftTarget needs the draftTarget block"),
+    (lambda d: d["speculation"].pop("draft"), "speculation.draftTarget.draft: Field required"),
     (lambda d: d["target"].pop("engineDir"), "target.engineDir is required with backend tensorrt"),
-    (lambda d: d["draftTarget"].update(draftLen=11), "exceeds maxDraftLen"),
+    (lambda d: d["speculation"].update(draftLen=11), "exceeds maxDraftLen"),
     (lambda d: d["target"].update(devices=[0, 1]), "target.devices has 2 entries but tensorParallelSize is 1"),
     (lambda d: d.update(port=8001), "port 8001 is used inside the pod by Triton's gRPC endpoint"),
-    (lambda d: d.update(redrafter={"numBeams": 2, "draftLenPerBeam": 2, "greedy": True}), "takes no redrafter block"),
+    (lambda d: d.update(speculation={"mode": "ngram", "speculativeConfig": {"decoding_type": "NGram"}}),
+     "ngram is served by backend pytorch only"),
 ])
 def test_bad_configurations_are_refused_with_the_reason(tmp_path, mutate, message):
     data = base()

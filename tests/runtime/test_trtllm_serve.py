@@ -116,7 +116,7 @@ def test_engine_path_yaml_has_no_pytorch_only_keys():
 
 def test_logits_acceptance_on_pytorch_is_reported_not_silently_dropped():
     config = SERVED["pytorch-llama-3.1-8b-draft-1b"]
-    logits = config.model_copy(update={"draft_target": config.draft_target.model_copy(update={"use_logits": True})})
+    logits = config.model_copy(update={"speculation": config.draft_target.model_copy(update={"use_logits": True})})
     assert any("useLogits" in w for w in trtllm_serve.warnings(logits))
     assert trtllm_serve.warnings(config) == []
 

@@ -5,9 +5,9 @@ One model shared by both sides, so a configuration the operator can write is one
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag
 
 from specdec.api.base import ApiModel
 
@@ -30,30 +30,71 @@ class RuntimeKvCache(ApiModel):
     enable_block_reuse: bool = True
 
 
+class RuntimeNone(ApiModel):
+    mode: Literal["none"] = "none"
+
+
 class RuntimeDraftTarget(ApiModel):
+    mode: Literal["draftTarget"] = "draftTarget"
     draft: ServedModel
     draft_len: int = Field(ge=1)
     max_draft_len: int = Field(ge=1)
     use_logits: bool = False
+    speculative_config: dict[str, Any] | None = Field(None, description="Backend pytorch: trtllm-serve's speculative_config.")
 
 
 class RuntimeReDrafter(ApiModel):
+    mode: Literal["redrafter"] = "redrafter"
     num_beams: int
     draft_len_per_beam: int
     greedy: bool
     temperature: float | None = None
 
 
+class RuntimeSpeculativeConfig(ApiModel):
+    """A mode of the PyTorch path only: trtllm-serve's speculative_config is all the runtime needs."""
+
+    mode: str = Field(description="spec.speculation.mode (specdec.modes.MODES).")
+    speculative_config: dict[str, Any] = Field(description="speculative_config of the --extra_llm_api_options YAML.")
+
+
+# Modes with a block of their own are tagged by name; every other mode (the PyTorch path's, present and
+# future) is a RuntimeSpeculativeConfig, so adding such a mode changes nothing here.
+_TAGGED = {"none": RuntimeNone, "draftTarget": RuntimeDraftTarget, "redrafter": RuntimeReDrafter}
+
+
+def _tag(value: Any) -> str:
+    mode = value.get("mode") if isinstance(value, dict) else getattr(value, "mode", None)
+    return mode if mode in _TAGGED else "speculativeConfig"
+
+
+RuntimeSpeculation = Annotated[
+    Union[tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
+          + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)],
+    Discriminator(_tag)]
+
+
 class RuntimeConfig(ApiModel):
     backend: Literal["tensorrt", "pytorch"]
     max_batch_size: int | None = Field(None, description="The engines' --max_batch_size, when the spec sets it.")
-    mode: str = Field(description="spec.speculation.mode (specdec.modes.MODES).")
     served_model_name: str
     port: int = 8000
     target: ServedModel
     kv_cache: RuntimeKvCache
-    # The engine path's modes (TensorRT-LLM 1.2.x, frozen): what Triton's BLS and trtllm-serve need.
-    draft_target: RuntimeDraftTarget | None = None
-    redrafter: RuntimeReDrafter | None = None
-    # The PyTorch path: trtllm-serve's speculative_config, rendered by the mode (specdec.modes).
-    speculative_config: dict[str, Any] | None = Field(None, description="speculative_config of the --extra_llm_api_options YAML (backend pytorch).")
+    speculation: RuntimeSpeculation = Field(default_factory=RuntimeNone, description="The mode and what it needs.")
+
+    @property
+    def mode(self) -> str:
+        return self.speculation.mode
+
+    @property
+    def draft_target(self) -> RuntimeDraftTarget | None:
+        return self.speculation if isinstance(self.speculation, RuntimeDraftTarget) else None
+
+    @property
+    def redrafter(self) -> RuntimeReDrafter | None:
+        return self.speculation if isinstance(self.speculation, RuntimeReDrafter) else None
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        return getattr(self.speculation, "speculative_config", None)

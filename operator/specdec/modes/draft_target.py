@@ -50,12 +50,11 @@ def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]
             "speculative_model": checkpoint(block.draft.model)}
 
 
-def _runtime(block: DraftTargetSpec, draft: Any) -> dict[str, Any]:
+def _runtime(block: DraftTargetSpec, draft: Any, speculative_config: dict[str, Any] | None) -> Any:
     from specdec.api.runtime_config import RuntimeDraftTarget
 
-    return {"draft_target": RuntimeDraftTarget(draft=draft, draft_len=block.draft_len,
-                                               max_draft_len=block.effective_max_draft_len,
-                                               use_logits=block.acceptance == "logits")}
+    return RuntimeDraftTarget(draft=draft, draft_len=block.draft_len, max_draft_len=block.effective_max_draft_len,
+                              use_logits=block.acceptance == "logits", speculative_config=speculative_config)
 
 
 MODE = Mode(

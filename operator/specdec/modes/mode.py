@@ -33,8 +33,9 @@ class Mode:
     # mode adds to the target's and that model's EngineRecipe.
     draft: Callable[[Any], ModelSource | None] = lambda block: None
     recipe: Callable[[Any, str], dict[str, Any]] = lambda block, role: {}
-    # The runtime configuration's block of this mode, given the served draft (RuntimeConfig fields).
-    runtime: Callable[[Any, Any], dict[str, Any]] = lambda block, draft: {}
+    # The runtime configuration's `speculation` of this mode, given the served draft and the rendered
+    # speculative_config; None: RuntimeNone, or RuntimeSpeculativeConfig on the PyTorch path.
+    runtime: Callable[[Any, Any, dict[str, Any] | None], Any] | None = None
     # Checkpoints the runtime reads besides the target and `draft` (hf:// or pvc://).
     extra_models: Callable[[Any], tuple[str, ...]] = lambda block: ()
     # The PyTorch path: trtllm-serve's `speculative_config` (the --extra_llm_api_options YAML), given

@@ -35,11 +35,11 @@ def _recipe(block: ReDrafterSpec, role: str) -> dict[str, Any]:
         draft_len_per_beam=block.draft_len_per_beam, greedy=block.greedy)}
 
 
-def _runtime(block: ReDrafterSpec, draft: Any) -> dict[str, Any]:
+def _runtime(block: ReDrafterSpec, draft: Any, speculative_config: dict[str, Any] | None) -> Any:
     from specdec.api.runtime_config import RuntimeReDrafter
 
-    return {"redrafter": RuntimeReDrafter(num_beams=block.num_beams, draft_len_per_beam=block.draft_len_per_beam,
-                                          greedy=block.greedy, temperature=block.temperature)}
+    return RuntimeReDrafter(num_beams=block.num_beams, draft_len_per_beam=block.draft_len_per_beam,
+                            greedy=block.greedy, temperature=block.temperature)
 
 
 MODE = Mode("redrafter", "a recurrent drafter head in the target engine proposes beams of tokens", ReDrafterSpec,

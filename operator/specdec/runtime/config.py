@@ -48,14 +48,6 @@ def check(config: RuntimeConfig) -> RuntimeConfig:
         problems.append(f"mode {config.mode} on backend pytorch needs speculativeConfig")
     if config.backend != "pytorch" and config.speculative_config is not None:
         problems.append("speculativeConfig applies to backend pytorch only")
-    if config.mode == "draftTarget" and config.draft_target is None:
-        problems.append("mode draftTarget needs the draftTarget block")
-    if config.mode == "redrafter" and config.redrafter is None:
-        problems.append("mode redrafter needs the redrafter block")
-    if config.mode != "draftTarget" and config.draft_target is not None:
-        problems.append(f"mode {config.mode} takes no draftTarget block")
-    if config.mode != "redrafter" and config.redrafter is not None:
-        problems.append(f"mode {config.mode} takes no redrafter block")
     models = [("target", config.target)]
     if config.draft_target is not None:
         models.append(("draftTarget.draft", config.draft_target.draft))
