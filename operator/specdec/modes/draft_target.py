@@ -14,8 +14,10 @@ from pydantic import Field
 
 from specdec.api.base import ApiModel, ModelSource, cel, validations
 from specdec.modes.mode import Mode, Rule
-from specdec.modes.pytorch import DECODING_TYPES, PYTORCH_FP8
+from specdec.modes.pytorch import PYTORCH_FP8
 
+
+DECODING_TYPE = "Draft_Target"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
 class DraftTargetSpec(ApiModel):
     """Draft-target-model speculation: a small draft model proposes, the target verifies."""
@@ -46,7 +48,7 @@ def _recipe(block: DraftTargetSpec, role: str) -> dict[str, Any]:
 
 def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
     # No engine to size on this path: the draft proposes draftLen tokens per step.
-    return {"decoding_type": DECODING_TYPES["draftTarget"], "max_draft_len": block.draft_len,
+    return {"decoding_type": DECODING_TYPE, "max_draft_len": block.draft_len,
             "speculative_model": checkpoint(block.draft.model)}
 
 

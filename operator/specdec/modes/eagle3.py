@@ -8,8 +8,10 @@ from pydantic import Field
 
 from specdec.api.base import MODEL_URI_HELP, MODEL_URI_PATTERN, cel, validations
 from specdec.modes.mode import Mode
-from specdec.modes.pytorch import DECODING_TYPES, DynamicSpeculation
+from specdec.modes.pytorch import DynamicSpeculation
 
+
+DECODING_TYPE = "Eagle3"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
 class Eagle3Spec(DynamicSpeculation):
     """EAGLE-3 speculation: the draft head proposes maxDraftLen tokens per step. The pinned release runs
@@ -31,7 +33,7 @@ class Eagle3Spec(DynamicSpeculation):
 
 
 def _speculative_config(block: Eagle3Spec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config = {"decoding_type": DECODING_TYPES["eagle3"], "max_draft_len": block.max_draft_len,
+    config = {"decoding_type": DECODING_TYPE, "max_draft_len": block.max_draft_len,
               "speculative_model": checkpoint(block.draft_model)}
     if block.use_dynamic_tree:
         config.update(use_dynamic_tree=True, dynamic_tree_max_topK=block.dynamic_tree_max_top_k)

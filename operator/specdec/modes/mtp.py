@@ -9,8 +9,10 @@ from pydantic import Field
 
 from specdec.api.base import ApiModel
 from specdec.modes.mode import Mode
-from specdec.modes.pytorch import DECODING_TYPES, DynamicSpeculation
+from specdec.modes.pytorch import DynamicSpeculation
 
+
+DECODING_TYPE = "MTP"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
 class RelaxedAcceptance(ApiModel):
     """Relaxed acceptance inside a reasoning model's thinking phase (use_relaxed_acceptance_for_thinking)."""
@@ -27,7 +29,7 @@ class MtpSpec(DynamicSpeculation):
 
 
 def _speculative_config(block: MtpSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"decoding_type": DECODING_TYPES["mtp"]}
+    config: dict[str, Any] = {"decoding_type": DECODING_TYPE}
     if block.max_draft_len is not None:
         config["max_draft_len"] = block.max_draft_len
     if block.relaxed_acceptance is not None:

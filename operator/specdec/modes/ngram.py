@@ -8,8 +8,10 @@ from typing import Any, Callable
 from pydantic import Field
 
 from specdec.modes.mode import Mode
-from specdec.modes.pytorch import DECODING_TYPES, DynamicSpeculation
+from specdec.modes.pytorch import DynamicSpeculation
 
+
+DECODING_TYPE = "NGram"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
 class NGramSpec(DynamicSpeculation):
     """NGram speculation: continuations of matching n-grams are proposed as draft tokens."""
@@ -22,7 +24,7 @@ class NGramSpec(DynamicSpeculation):
 
 
 def _speculative_config(block: NGramSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    return {"decoding_type": DECODING_TYPES["ngram"], "max_draft_len": block.max_draft_len,
+    return {"decoding_type": DECODING_TYPE, "max_draft_len": block.max_draft_len,
             "max_matching_ngram_size": block.max_matching_ngram_size, "is_keep_all": block.is_keep_all,
             "is_use_oldest": block.is_use_oldest, "is_public_pool": block.is_public_pool,
             **block.dynamic_config()}

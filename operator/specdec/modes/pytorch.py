@@ -1,5 +1,5 @@
-"""What the PyTorch path's modes share: the `decoding_type` literals and the dynamic-speculation
-settings of trtllm-serve's `speculative_config`.
+"""What the PyTorch path's modes share: the dynamic-speculation settings of trtllm-serve's
+`speculative_config`, and where its literals and keys come from (each mode's `DECODING_TYPE`).
 
 Read from NVIDIA/TensorRT-LLM `tensorrt_llm/llmapi/llm_args.py` @ 0004396720054fd8e205cbf616f21f0b57c6b412
 (the newest version the search tool stores; tests/runtime/data/trtllm_speculative_config.json keeps the
@@ -19,8 +19,6 @@ from specdec.api.base import ApiModel, cel, validations
 PYTORCH_FP8 = ("quantization fp8 is prepared on the engine path only (quantize.py); with backend pytorch serve a "
                "checkpoint that is FP8 already, with quantization: none, or use backend tensorrt")
 
-# mode -> DecodingBaseConfig subclass's `decoding_type` literal
-DECODING_TYPES = {"draftTarget": "Draft_Target", "eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram"}
 
 
 class DynamicSpeculation(ApiModel):
