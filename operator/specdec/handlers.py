@@ -130,11 +130,12 @@ def _resync_loop(interval: float, namespaces: list[str | None]) -> None:
         _WAKE.clear()
         if _STOP.is_set():
             return
-        for namespace in namespaces:
-            try:
-                reconciler().resync(namespace, refreshes)
-            except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
-                log.exception("resync pass failed (namespace %s)", namespace or "all")
+        with metrics.RESYNC_SECONDS.time():
+            for namespace in namespaces:
+                try:
+                    reconciler().resync(namespace, refreshes)
+                except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
+                    log.exception("resync pass failed (namespace %s)", namespace or "all")
 
 
 @kopf.on.probe(id="workers")
