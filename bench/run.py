@@ -431,9 +431,10 @@ def main() -> int:
                 row[stage]["floor_p50"] = floor_fleets[n][stage]["p50"]
                 row[stage]["ratio_p50"] = row[stage]["p50"] / floor_fleets[n][stage]["p50"]
             results["scales"].append(row)
-            if n == scales[-1]:
+            if n == scales[-1]:  # its namespace goes with the cluster
                 results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds)
-            delete_namespaces(local, [f"bench-scale-{n}"])
+            else:
+                delete_namespaces(local, [f"bench-scale-{n}"])
         observer.stop.set()
     finally:
         if not args.keep:
