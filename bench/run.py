@@ -420,10 +420,12 @@ def main() -> int:
                                   "--output", str(args.profile), "--threads"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"scale: {n} deployments", file=sys.stderr)
-            counters, stats = scrape(METRICS_PORT), process_stats(pid)
+            audit = local.logs_dir / "audit.log"
+            counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
             row = scale(api, observer, n, args.models, args.own_every)
             after = process_stats(pid)
             row["requests"] = delta(scrape(METRICS_PORT), counters)
+            row["writes"] = audit_writes(audit, offset)
             row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
             row["operator_peak_rss_mib"] = after["peak_rss_mib"]
             row["floor"] = floor_fleets[n]
@@ -497,7 +499,8 @@ def render_table(results: dict) -> str:
         lines.append(f"N={s['deployments']}: EngineBuilds {s['engine_builds']}, Jobs {s['jobs']}, distinct recipes "
                      f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
                      + ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items()
-                                 if k.startswith("reconciles")))
+                                 if k.startswith("reconciles"))
+                     + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}")
     idle_row = results.get("idle")
     if idle_row:
         r = idle_row["resync"]
