@@ -29,6 +29,15 @@ def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) ->
     return True
 
 
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """Without managedFields: no reconcile reads them, and on server-side-applied objects they are
+    a good part of the size (client-go informers drop them with a transform for the same reason)."""
+    meta = obj["metadata"]
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def matches(labels: dict[str, str] | None, selector: str | None) -> bool:
     """The label selectors we use: comma-separated `key=value` and `key` (exists)."""
     labels = labels or {}
@@ -99,6 +108,7 @@ class Store:
 
     def _put(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
         self._remove(kind, namespace, name)
+        obj = _slim(obj)
         self._scopes.setdefault((kind, namespace), {})[name] = obj
         for label, value in (obj["metadata"].get("labels") or {}).items():
             if label in self.indexed_labels:

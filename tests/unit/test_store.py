@@ -62,3 +62,12 @@ def test_indexed_labels_answer_selectors_and_follow_relabels_and_deletions():
     store.remove("Pod", "a", "p2")
     store.replace("Pod", "b", None, [])
     assert names("app=x") == [] and names("app=x", "b") == [] and names(None) == ["p1"]
+
+
+def test_cached_objects_drop_managed_fields_and_the_callers_copy_keeps_them():
+    store = Store(["Job"])
+    written = obj("Job", "j", "1")
+    written["metadata"]["managedFields"] = [{"manager": "specdec-operator"}]
+    store.put(written)
+    assert "managedFields" not in store.get("Job", "a", "j")["metadata"]
+    assert written["metadata"]["managedFields"] == [{"manager": "specdec-operator"}]
