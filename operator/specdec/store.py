@@ -88,13 +88,18 @@ class Store:
             self.put(obj)
 
     def replace(self, kind: str, namespace: str | None, label_selector: str | None,
-                objects: list[dict[str, Any]]) -> None:
-        """What a LIST returned is all there is (of that kind, namespace and selector)."""
+                objects: list[dict[str, Any]], version: str = "") -> None:
+        """What a LIST (at resourceVersion `version`) returned is all there is (of that kind, namespace
+        and selector), except what is newer than the list: our own writes since, or their watch events."""
+        listed = {_key(obj): obj for obj in objects}
+        snapshot = {"metadata": {"resourceVersion": version}}
         with self._lock:
             for obj in self._matching(kind, namespace, label_selector):
-                self._remove(*_key(obj))
-            for obj in objects:
-                self._put(*_key(obj), obj)
+                if _key(obj) not in listed and _newer_or_same(snapshot, obj):
+                    self._remove(*_key(obj))
+            for key, obj in listed.items():
+                if _newer_or_same(obj, self._scopes.get(key[:2], {}).get(key[2])):
+                    self._put(*key, obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:

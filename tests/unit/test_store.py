@@ -71,3 +71,15 @@ def test_cached_objects_drop_managed_fields_and_the_callers_copy_keeps_them():
     store.put(written)
     assert "managedFields" not in store.get("Job", "a", "j")["metadata"]
     assert written["metadata"]["managedFields"] == [{"manager": "specdec-operator"}]
+
+
+def test_a_list_from_the_watch_cache_does_not_undo_writes_newer_than_itself():
+    store = Store(["Job"])
+    store.put(obj("Job", "deleted", "10"))
+    store.put(obj("Job", "created-since", "20"))  # our own write, after the list's snapshot
+    store.put(obj("Job", "updated-since", "18"))
+    store.replace("Job", "a", None, [obj("Job", "updated-since", "12"), obj("Job", "listed", "14")], "15")
+    assert store.get("Job", "a", "deleted") is None
+    assert store.get("Job", "a", "created-since")["metadata"]["resourceVersion"] == "20"
+    assert store.get("Job", "a", "updated-since")["metadata"]["resourceVersion"] == "18"
+    assert store.get("Job", "a", "listed") is not None
