@@ -1,6 +1,6 @@
 """Benchmark the operator on the local control plane: latency, its floor, scale and idle cost.
 
-    .venv/bin/python bench/run.py [--reps 20] [--scale 300] [--models 10] [--idle-seconds 300]
+    .venv/bin/python bench/run.py [--reps 20] [--scales 100,300,1000] [--models 10] [--idle-seconds 60]
 
 Starts its own cluster (`specdec-bench`, with an audit log of write requests), runs the operator
 as a process, prints a table and writes bench/results/<timestamp>.json. Figures are medians and
@@ -20,19 +20,24 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
+
 from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.api.crd import render_crds
 from specdec.api.models import GROUP, VERSION
+from specdec.builders.engine import job_name
 from specdec.dev import cluster as dev
 from specdec.kube import USER_AGENT
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
+METRICS_PORT = 18091
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -78,12 +83,14 @@ class Observer:
     def _job(self, kind, job) -> None:
         ns = job.metadata.namespace
         self.mark(ns, "job-created")
+        self.mark(ns, f"job:{job.metadata.name}")
         if any(c.type == "Complete" and c.status == "True" for c in (job.status.conditions or [])):
             self.mark(ns, f"job-done:{job.metadata.name}")
 
     def _deployment(self, kind, deployment) -> None:
         ns = deployment.metadata.namespace
         self.mark(ns, "deployment-created")
+        self.mark(ns, f"deployment:{deployment.metadata.name}")
         if any(c.type == "Available" and c.status == "True" for c in (deployment.status.conditions or [])) \
                 and (deployment.status.ready_replicas or 0) >= (deployment.spec.replicas or 0):
             self.mark(ns, "deployment-available")
@@ -112,6 +119,14 @@ class Observer:
                     return self.seen[(namespace, milestone)]
             time.sleep(0.005)
         raise TimeoutError(f"{namespace}: {milestone} not seen in {timeout}s")
+
+    def count(self, namespace: str, prefix: str) -> int:
+        with self.lock:
+            return sum(1 for (ns, m) in self.seen if ns == namespace and m.startswith(prefix))
+
+    def at(self, namespace: str, milestone: str) -> float | None:
+        with self.lock:
+            return self.seen.get((namespace, milestone))
 
     def jobs_done(self, namespace: str) -> float | None:
         with self.lock:
@@ -188,32 +203,139 @@ def floor(api: client.ApiClient, reps: int) -> dict[str, list[float]]:
     return out
 
 
-def scale(api: client.ApiClient, observer: Observer, count: int, models: int) -> dict[str, float]:
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    ns = "bench-scale"
-    create_namespace(core, ns)
+def target_model(i: int, models: int, own_every: int) -> str:
+    """Every `own_every`-th deployment has a model of its own (its own EngineBuild); the others share
+    `models` targets (and all share the draft)."""
+    return f"hf://bench/own-{i}" if own_every and i % own_every == 0 else f"hf://bench/target-{i % models}"
+
+
+def fleet(count: int, models: int, own_every: int) -> list[dict]:
     base = yaml.safe_load(EXAMPLE.read_text())
-    start = now()
+    bodies = []
     for i in range(count):
         body = copy.deepcopy(base)
-        body["metadata"] = {"name": f"sd-{i:03d}"}
-        body["spec"]["target"]["model"] = f"hf://bench/target-{i % models}"
+        body["metadata"] = {"name": f"sd-{i:04d}"}
+        body["spec"]["target"]["model"] = target_model(i, models, own_every)
+        bodies.append(body)
+    return bodies
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return {"n": 0, "p50": float("nan"), "p95": float("nan")}
+    return {"n": len(values), "p50": statistics.median(values), "p95": percentile(values, 0.95)}
+
+
+def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) -> dict:
+    """The fleet's writes made directly, one deployment after another: per deployment, its SD, a new
+    EngineBuild and (suspended: no pods) Job where its model is new, then ConfigMap, Deployment,
+    Service and one status patch."""
+    core, custom, batch, apps = (client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api),
+                                 client.AppsV1Api(api))
+    ns = f"bench-floor-scale-{count}"
+    create_namespace(core, ns)
+    seen_models: set[str] = set()
+    to_job, to_deployment = [], []
+    start = now()
+    for i, body in enumerate(fleet(count, models, own_every)):
+        name, model = body["metadata"]["name"], body["spec"]["target"]["model"]
+        t = now()
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
-    applied = now() - start
-    deadline = start + 600
-    while now() < deadline:
-        with observer.lock:
-            ready = sum(1 for (n, m) in observer.seen if n == ns and m.startswith("ready:"))
-        if ready == count:
-            break
+        if model not in seen_models:
+            seen_models.add(model)
+            eb = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": f"e-{i}"},
+                  "spec": {"recipe": {"model": model, "dtype": "float16", "quantization": "none",
+                                      "kvCacheDtype": "auto", "tensorParallelSize": 1, "image": "x"},
+                           "cacheClaim": "c", "enginePath": f"engines/e-{i}"}}
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds", eb)
+            batch.create_namespaced_job(ns, {"metadata": {"name": f"j-{i}"}, "spec": {
+                "suspend": True, "template": {"spec": {
+                    "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+            to_job.append(now() - t)
+        t = now()
+        labels = {"app": name}
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
+        apps.create_namespaced_deployment(ns, {"metadata": {"name": name}, "spec": {
+            "replicas": 0, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+        core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
+            "selector": labels, "ports": [{"port": 8000}]}})
+        to_deployment.append(now() - t)
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "speculativedeployments", name,
+                                                     {"status": {"phase": "Ready"}})
+    return {"apply_to_job": summary(to_job), "jobs_done_to_deployment": summary(to_deployment),
+            "all_seconds": now() - start}
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The operator's own counters: API requests by verb, reconciles by kind, resync passes."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "specdec_api_requests_total":
+                key = f"requests {sample.labels['verb']}"
+            elif sample.name == "specdec_reconcile_total":
+                key = f"reconciles {sample.labels['kind']}"
+            elif sample.name in ("specdec_resync_duration_seconds_count", "specdec_resync_duration_seconds_sum"):
+                key = sample.name.removeprefix("specdec_")
+            else:
+                continue
+            out[key] = out.get(key, 0) + sample.value
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v - before.get(k, 0)}
+
+
+def scale(api: client.ApiClient, observer: Observer, count: int, models: int, own_every: int) -> dict:
+    """N deployments applied at once; per deployment: apply -> its first new build Job (for those
+    whose model needed one), its last Job done (or its apply, if later) -> its Deployment."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    ns = f"bench-scale-{count}"
+    create_namespace(core, ns)
+    applied: dict[str, float] = {}
+    start = now()
+    for body in fleet(count, models, own_every):
+        applied[body["metadata"]["name"]] = now()
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
+    apply_seconds = now() - start
+    deadline = start + 900
+    while now() < deadline and observer.count(ns, "ready:") < count:
         time.sleep(0.2)
     all_ready = now() - start
+    sds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments")["items"]
+    jobs_of = {sd["metadata"]["name"]: [job_name(e) for e in (sd.get("status") or {}).get("engineBuilds") or []]
+               for sd in sds}
+    creator: dict[str, str] = {}  # job -> the first deployment applied that uses it
+    for name in sorted(applied, key=applied.get):
+        for job in jobs_of.get(name, []):
+            creator.setdefault(job, name)
+    to_job, to_deployment = [], []
+    for name, jobs in jobs_of.items():
+        new = [observer.at(ns, f"job:{j}") for j in jobs if creator[j] == name]
+        if new and None not in new:
+            to_job.append(min(new) - applied[name])
+        done = [observer.at(ns, f"job-done:{j}") for j in jobs]
+        deployment = observer.at(ns, f"deployment:{name}")
+        if deployment is not None and None not in done:
+            to_deployment.append(deployment - max([applied[name], *done]))
     builds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds")["items"]
     jobs = client.BatchV1Api(api).list_namespaced_job(ns).items
     recipes = {json.dumps(b["spec"]["recipe"], sort_keys=True) for b in builds}
-    return {"deployments": count, "ready": ready, "apply_seconds": applied, "all_ready_seconds": all_ready,
-            "engine_builds": len(builds), "jobs": len(jobs), "distinct_recipes": len(recipes),
-            "expected_recipes": models + 1}  # 10 targets + the one shared draft
+    expected = len({target_model(i, models, own_every) for i in range(count)}) + 1  # + the shared draft
+    return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
+            "all_ready_seconds": all_ready, "apply_to_job": summary(to_job),
+            "jobs_done_to_deployment": summary(to_deployment), "engine_builds": len(builds), "jobs": len(jobs),
+            "distinct_recipes": len(recipes), "expected_recipes": expected}
+
+
+def delete_namespaces(local: dev.LocalCluster, names: list[str]) -> None:
+    """Delete and wait until gone: the next measurement must not share the API server with a cleanup."""
+    local.kubectl("delete", "namespace", "--wait=false", *names)
+    local.kubectl("wait", "--for=delete", "--timeout=600s", *(f"namespace/{n}" for n in names), check=False)
 
 
 def audit_writes(path: Path, offset: int) -> dict[str, int]:
@@ -232,64 +354,89 @@ def audit_writes(path: Path, offset: int) -> dict[str, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--scale", type=int, default=300)
-    parser.add_argument("--models", type=int, default=10)
-    parser.add_argument("--idle-seconds", type=float, default=300)
+    parser.add_argument("--scale", type=int, help="one fleet size (the same as --scales N)")
+    parser.add_argument("--scales", default="100,300,1000", help="fleet sizes, comma-separated, each with "
+                        "a fresh operator (default: %(default)s)")
+    parser.add_argument("--models", type=int, default=10, help="target models the fleet shares")
+    parser.add_argument("--own-every", type=int, default=10, help="every Nth deployment has a model of its own "
+                        "(0: none)")
+    parser.add_argument("--idle-seconds", type=float, default=60,
+                        help="idle window after the largest fleet is Ready (must be under --resync-seconds)")
+    parser.add_argument("--resync-seconds", type=float, default=120, help="the operator's resync interval")
     parser.add_argument("--keep", action="store_true", help="keep the bench cluster afterwards")
-    parser.add_argument("--profile", type=Path, help="record the operator with py-spy into this file "
-                        "(collapsed stacks; `pip install py-spy`)")
+    parser.add_argument("--profile", type=Path, help="record the operator with py-spy during the largest fleet "
+                        "into this file (collapsed stacks; `pip install py-spy`)")
     args = parser.parse_args()
+    scales = [args.scale] if args.scale else sorted(int(n) for n in args.scales.split(","))
+    if args.idle_seconds >= args.resync_seconds:
+        parser.error("--idle-seconds must be under --resync-seconds: the idle window is between resyncs")
 
     local = dev.LocalCluster(name="specdec-bench", operator_port=18090)
     dev.down(local)
     policy = local.workdir / "bench-audit-policy.yaml"
     policy.parent.mkdir(parents=True, exist_ok=True)
     policy.write_text(AUDIT_POLICY)
-    # Each runtime pod of the example takes 2 GPUs; latency namespaces are deleted after each rep.
-    gpu_nodes = math.ceil(args.scale * 2 / 8) + 4
+    # Each runtime pod of the example takes 2 GPUs; each fleet's namespace is deleted after it.
+    gpu_nodes = math.ceil(max(scales) * 2 / 8) + 4
     dev.up(local, gpu_nodes=gpu_nodes, audit_policy=policy)
     local.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(render_crds().values()))
     local.kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specdec.io",
                   "crd/enginebuilds.specdec.io")
+    os.environ["SPECDEC_RESYNC_SECONDS"] = str(args.resync_seconds)  # the operator inherits it
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "operator", "bench"],
+                           capture_output=True, text=True).stdout.strip()
+    results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "commit": commit + ("+dirty" if dirty else ""),
+                     "machine": f"{os.cpu_count()} cores, {os.uname().machine}", "args": vars(args)}
     try:
         api = config.new_client_from_config(config_file=str(local.kubeconfig))
         api.configuration.connection_pool_maxsize = 16
-        # The floor first, before the operator runs: it would otherwise act on the floor's EngineBuilds.
-        print(f"floor: {args.reps} repetitions", file=sys.stderr)
+        # The floor first, before the operator runs: it would otherwise act on the floor's objects.
+        print(f"floor: {args.reps} repetitions, fleets {scales}", file=sys.stderr)
         floor_times = floor(api, args.reps)
-        core = client.CoreV1Api(api)
-        for i in range(args.reps):
-            core.delete_namespace(f"bench-floor-{i}")
-        dev.start_operator(local)
-        pid = local.operator_pid()
-        if args.profile:  # py-spy stops and writes the file when the operator exits
-            subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
-                                         "--output", str(args.profile), "--threads"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        floor_fleets = {n: floor_scale(api, n, args.models, args.own_every) for n in scales}
+        delete_namespaces(local, [f"bench-floor-{i}" for i in range(args.reps)]
+                          + [f"bench-floor-scale-{n}" for n in scales])
+        dev.start_operator(local, metrics_port=METRICS_PORT)
         observer = Observer(api)
         observer.start()
         time.sleep(1)  # let the watches connect before the first measurement
-        results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                         "machine": f"{os.cpu_count()} cores, {os.uname().machine}", "args": vars(args)}
         print(f"latency: {args.reps} repetitions", file=sys.stderr)
         operator_times = latency(api, observer, args.reps)
         results["latency"] = {}
         for stage, values in operator_times.items():
             p50, p95, f50 = statistics.median(values), percentile(values, 0.95), statistics.median(floor_times[stage])
             results["latency"][stage] = {"p50": p50, "p95": p95, "floor_p50": f50, "ratio_p50": p50 / f50}
-        print(f"scale: {args.scale} deployments, {args.models} target models", file=sys.stderr)
-        results["scale"] = scale(api, observer, args.scale, args.models)
-        results["scale"]["operator_peak_rss_mib"] = process_stats(pid)["peak_rss_mib"]
-        audit = local.logs_dir / "audit.log"
-        offset = audit.stat().st_size
-        before = process_stats(pid)
-        print(f"idle: {args.idle_seconds:.0f}s", file=sys.stderr)
-        time.sleep(args.idle_seconds)
-        after = process_stats(pid)
-        writes = audit_writes(audit, offset)
-        results["idle"] = {"seconds": args.idle_seconds, "operator_writes": sum(writes.values()),
-                           "writes_by_kind": writes, "cpu_seconds": after["cpu_seconds"] - before["cpu_seconds"],
-                           "rss_mib": after["rss_mib"]}
+        results["scales"] = []
+        for n in scales:
+            if n != scales[0]:  # a fresh operator per fleet: its peak RSS and counters are this fleet's
+                dev.stop_operator(local)
+                dev.start_operator(local, metrics_port=METRICS_PORT)
+            pid = local.operator_pid()
+            if args.profile and n == scales[-1]:  # py-spy stops and writes the file when the operator exits
+                subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "50",
+                                  "--output", str(args.profile), "--threads"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"scale: {n} deployments", file=sys.stderr)
+            audit = local.logs_dir / "audit.log"
+            counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
+            row = scale(api, observer, n, args.models, args.own_every)
+            after = process_stats(pid)
+            row["requests"] = delta(scrape(METRICS_PORT), counters)
+            row["writes"] = audit_writes(audit, offset)
+            row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
+            row["operator_peak_rss_mib"] = after["peak_rss_mib"]
+            row["floor"] = floor_fleets[n]
+            for stage in ("apply_to_job", "jobs_done_to_deployment"):
+                row[stage]["floor_p50"] = floor_fleets[n][stage]["p50"]
+                row[stage]["ratio_p50"] = row[stage]["p50"] / floor_fleets[n][stage]["p50"]
+            results["scales"].append(row)
+            if n == scales[-1]:  # its namespace goes with the cluster
+                results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds)
+            else:
+                delete_namespaces(local, [f"bench-scale-{n}"])
         observer.stop.set()
     finally:
         if not args.keep:
@@ -302,18 +449,66 @@ def main() -> int:
     return 0
 
 
+def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: float) -> dict:
+    """Wait for the next resync pass (its duration and writes), then an idle window without one."""
+    audit = local.logs_dir / "audit.log"
+    offset = audit.stat().st_size
+    before = scrape(METRICS_PORT)
+    deadline = now() + resync_seconds + 120
+    while now() < deadline:
+        after = scrape(METRICS_PORT)
+        if after.get("resync_duration_seconds_count", 0) > before.get("resync_duration_seconds_count", 0):
+            break
+        time.sleep(0.5)
+    passes = delta(after, before)
+    resync = {"seconds": passes.get("resync_duration_seconds_sum", float("nan")),
+              "writes": audit_writes(audit, offset), "requests": {k: v for k, v in passes.items()
+                                                                  if k.startswith("requests")}}
+    offset = audit.stat().st_size
+    stats = process_stats(pid)
+    print(f"idle: {seconds:.0f}s", file=sys.stderr)
+    time.sleep(seconds)
+    after_stats = process_stats(pid)
+    writes = audit_writes(audit, offset)
+    cpu = after_stats["cpu_seconds"] - stats["cpu_seconds"]
+    return {"seconds": seconds, "operator_writes": sum(writes.values()), "writes_by_kind": writes,
+            "cpu_seconds": cpu, "cpu_percent_of_a_core": 100 * cpu / seconds, "rss_mib": after_stats["rss_mib"],
+            "resync": resync}
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
 def render_table(results: dict) -> str:
-    lines = [f"specdec-operator bench, {results['date']}, {results['machine']}", "",
-             "| stage | p50 (s) | p95 (s) | floor p50 (s) | operator/floor |", "|---|---|---|---|---|"]
+    lines = [f"specdec-operator bench, {results['date']}, commit {results['commit']}, {results['machine']}", "",
+             "| stage (one deployment) | p50 (s) | p95 (s) | floor p50 (s) | operator/floor |", "|---|---|---|---|---|"]
     for stage, row in results["latency"].items():
         lines.append(f"| {stage} | {row['p50']:.3f} | {row['p95']:.3f} | {row['floor_p50']:.3f} | {row['ratio_p50']:.1f} |")
-    s, idle = results["scale"], results["idle"]
-    lines += ["", f"scale: {s['ready']}/{s['deployments']} Ready in {s['all_ready_seconds']:.1f}s "
-              f"(applied in {s['apply_seconds']:.1f}s); EngineBuilds {s['engine_builds']}, Jobs {s['jobs']}, "
-              f"distinct recipes {s['distinct_recipes']} (expected {s['expected_recipes']}); "
-              f"operator peak RSS {s['operator_peak_rss_mib']:.0f} MiB",
-              f"idle {idle['seconds']:.0f}s: {idle['operator_writes']} operator writes {idle['writes_by_kind']}, "
-              f"{idle['cpu_seconds']:.2f} CPU s, RSS {idle['rss_mib']:.0f} MiB"]
+    lines += ["", "| N | all Ready (s) | applied in (s) | apply→Job p50/p95 (s) | floor | ratio | "
+              "Jobs done→Deployment p50/p95 (s) | floor | ratio | peak RSS (MiB) | CPU (s) | API requests |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in results["scales"]:
+        job, dep = s["apply_to_job"], s["jobs_done_to_deployment"]
+        requests = ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items() if k.startswith("requests"))
+        lines.append(f"| {s['ready']}/{s['deployments']} | {s['all_ready_seconds']:.1f} | {s['apply_seconds']:.1f} | "
+                     f"{_ms(job['p50'])}/{_ms(job['p95'])} | {_ms(job['floor_p50'])} | {job['ratio_p50']:.1f} | "
+                     f"{_ms(dep['p50'])}/{_ms(dep['p95'])} | {_ms(dep['floor_p50'])} | {dep['ratio_p50']:.1f} | "
+                     f"{s['operator_peak_rss_mib']:.0f} | {s['operator_cpu_seconds']:.1f} | {requests} |")
+    for s in results["scales"]:
+        lines.append(f"N={s['deployments']}: EngineBuilds {s['engine_builds']}, Jobs {s['jobs']}, distinct recipes "
+                     f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
+                     + ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items()
+                                 if k.startswith("reconciles"))
+                     + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}")
+    idle_row = results.get("idle")
+    if idle_row:
+        r = idle_row["resync"]
+        lines += [f"resync pass at N={results['scales'][-1]['deployments']}: {r['seconds']:.1f}s, "
+                  f"writes {r['writes'] or 0}",
+                  f"idle {idle_row['seconds']:.0f}s (between resyncs): {idle_row['operator_writes']} operator writes "
+                  f"{idle_row['writes_by_kind']}, {idle_row['cpu_seconds']:.2f} CPU s "
+                  f"({idle_row['cpu_percent_of_a_core']:.1f} % of a core), RSS {idle_row['rss_mib']:.0f} MiB"]
     return "\n".join(lines)
 
 

@@ -2,7 +2,8 @@
 
 Only `on.event` handlers: they keep no state on the objects (kopf's create/update handlers would
 write progress annotations), so reconciliation stays level-triggered and an idle operator writes
-nothing. Every watched object lands in the Store first; reconciles read from it. Children are
+nothing. Every watched object lands in the Store first; reconciles read from it. A handler only
+adds keys to the Reconciler's work queue: kopf's event loop never waits for a reconcile. Children are
 watched with server-side label selectors, so the operator never lists every pod of the cluster.
 A background loop re-lists (in case a watch missed something), resyncs and collects unused engines.
 """
@@ -77,7 +78,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         if watched.label_selector:
             group, version = watched.group_version
             settings.watching.label_selectors[group or version, watched.plural] = watched.label_selector
-    store = Store(w.kind for w in WATCHED)
+    store = Store((w.kind for w in WATCHED), indexed_labels=(LABEL_INSTANCE, LABEL_ENGINE_BUILD))
     kube = Kube.from_environment(store)
     # With scanning off, kopf would wait silently for CRDs that appear later: say what is missing instead.
     missing = {w.plural for w in WATCHED if w.group_version == (GROUP, VERSION)} - kube.served_resources(
@@ -130,11 +131,12 @@ def _resync_loop(interval: float, namespaces: list[str | None]) -> None:
         _WAKE.clear()
         if _STOP.is_set():
             return
-        for namespace in namespaces:
-            try:
-                reconciler().resync(namespace, refreshes)
-            except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
-                log.exception("resync pass failed (namespace %s)", namespace or "all")
+        with metrics.RESYNC_SECONDS.time():
+            for namespace in namespaces:
+                try:
+                    reconciler().resync(namespace, refreshes)
+                except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
+                    log.exception("resync pass failed (namespace %s)", namespace or "all")
 
 
 @kopf.on.probe(id="workers")
@@ -144,6 +146,7 @@ def workers_alive(**_) -> str:
     dead = [name for name, alive in (
         ("event poster", r is None or r.kube.event_poster_alive),
         ("delayed reconciles", r is None or r.requeue.alive),
+        ("reconcile workers", r is None or r.workers_alive),
         ("resync", "resync" not in _state or _state["resync"].is_alive()),
         ("leader election", "leadership" not in _state or _state["leadership"].alive),
     ) if not alive]
@@ -158,37 +161,38 @@ def speculative_deployment_event(event, namespace, name, **_) -> None:
     if event.get("type") == "DELETED":
         reconciler().forget(namespace, name)
         return
-    reconciler().deployment(namespace, name)
+    reconciler().enqueue("SpeculativeDeployment", namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "enginebuilds")
 def engine_build_event(event, namespace, name, **_) -> None:
     _observe("EngineBuild", event)
     if event.get("type") == "DELETED":
+        reconciler().engine_build_gone(namespace, name)
         return
-    reconciler().engine_build_and_users(namespace, name)
+    reconciler().engine_build_seen(event["object"])
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_ENGINE_BUILD: kopf.PRESENT})
 def build_job_event(event, namespace, labels, **_) -> None:
     _observe("Job", event)
-    reconciler().engine_build_and_users(namespace, labels[LABEL_ENGINE_BUILD])
+    reconciler().enqueue("EngineBuild", namespace, labels[LABEL_ENGINE_BUILD])  # its users hear from it
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def pod_event(event, namespace, labels, **_) -> None:
     _observe("Pod", event)
     if LABEL_ENGINE_BUILD in labels:
-        reconciler().engine_build(namespace, labels[LABEL_ENGINE_BUILD])
+        reconciler().enqueue("EngineBuild", namespace, labels[LABEL_ENGINE_BUILD])
     elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
-        reconciler().deployment(namespace, labels[LABEL_INSTANCE])
+        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def runtime_deployment_event(event, namespace, labels, **_) -> None:
     _observe("Deployment", event)
     if LABEL_DEPLOYMENT in labels:
-        reconciler().deployment(namespace, labels[LABEL_DEPLOYMENT])
+        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 
 @kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})

@@ -2,7 +2,8 @@
 
 Level-triggered: every entry point re-reads what it needs (from the watch cache, see store.py) and
 the outcome depends only on the observed state, never on which event woke us. One lock per object
-serializes concurrent triggers. Entry points never raise: whatever goes wrong is written to the
+serializes concurrent triggers. Watch events only add keys to a work queue (workqueue.py), so
+a burst of events for one object costs one reconcile. Entry points never raise: whatever goes wrong is written to the
 object's status (reason and message) and the object is reconciled again after a back-off.
 
 Ownership: the operator writes only objects it controls. A child of a deployment must carry that
@@ -17,6 +18,7 @@ import collections
 import datetime
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
@@ -32,10 +34,15 @@ from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
 from specdec.status import (STUCK_REASONS, BuildState, build_state_from_status, deployment_conditions,
                             evaluate_build)
+from specdec.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild no deployment needs
+# Workers per kind: reconciles mostly wait for the API server, so more than there are cores. Each
+# kind has its own queue (as controller-runtime has one per controller): the few EngineBuilds that
+# every deployment waits for never queue behind a thousand deployments.
+WORKERS = {"SpeculativeDeployment": 8, "EngineBuild": 2}
 # A Job without pods this long may have pods the API server refuses: look at its FailedCreate Events.
 POD_CREATION_GRACE_SECONDS = 10.0
 REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build Job could not be had
@@ -94,36 +101,83 @@ class Reconciler:
         self.settings = settings
         self.requeue = requeue or DelayQueue()
         self.active = active
+        self.queues = {"SpeculativeDeployment": WorkQueue(self._deployment_key, WORKERS["SpeculativeDeployment"]),
+                       "EngineBuild": WorkQueue(self._engine_build_key, WORKERS["EngineBuild"])}
+        # The work queue never runs one key twice at once; a resync pass runs beside it.
         self._locks: dict[tuple, threading.Lock] = collections.defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
         self._users: dict[tuple[str, str], set[str]] = collections.defaultdict(set)  # (ns, eb) -> sds
+        # What each EngineBuild's users last heard (see _tell_users); guarded with _users.
+        self._told: dict[tuple[str, str], tuple] = {}
+        self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
+        self._lookups = ThreadPoolExecutor(2 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
 
     def _lock(self, *key: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks[key]
 
     def users_of(self, namespace: str, engine_build: str) -> list[str]:
-        return sorted(self._users.get((namespace, engine_build), ()))
+        with self._users_guard:
+            return sorted(self._users.get((namespace, engine_build), ()))
+
+    def _use(self, namespace: str, engine_build: str, user: str) -> None:
+        with self._users_guard:
+            self._users[(namespace, engine_build)].add(user)
 
     def forget(self, namespace: str, name: str) -> None:
-        for (ns, _), users in list(self._users.items()):  # other threads may add keys meanwhile
-            if ns == namespace:
-                users.discard(name)
+        with self._users_guard:
+            for (ns, _), users in self._users.items():
+                if ns == namespace:
+                    users.discard(name)
         self._failures.pop(("SpeculativeDeployment", namespace, name), None)
 
-    def _retry_later(self, key: tuple[str, str, str], call: Callable[[], None]) -> None:
+    # -- the work queue ---------------------------------------------------------------------------
+
+    def enqueue(self, kind: str, namespace: str, name: str) -> None:
+        """Reconcile this SpeculativeDeployment or EngineBuild soon, once however often asked."""
+        self.queues[kind].add((kind, namespace, name))
+
+    @property
+    def workers_alive(self) -> bool:
+        return all(q.alive for q in self.queues.values())
+
+    def _engine_build_key(self, key: tuple[str, str, str]) -> None:
+        self.engine_build(key[1], key[2])
+
+    def _deployment_key(self, key: tuple[str, str, str]) -> None:
+        self.deployment(key[1], key[2])
+
+    def _retry_later(self, key: tuple[str, str, str]) -> None:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        self.requeue.after(backoff(failures), key, call)
+        self.requeue.after(backoff(failures), key, lambda: self.enqueue(*key))
 
     def _settled(self, key: tuple[str, str, str]) -> None:
         self._failures.pop(key, None)
 
-    def engine_build_and_users(self, namespace: str, name: str) -> None:
-        """An EngineBuild changed: it and every deployment that uses it may need to act."""
-        self.engine_build(namespace, name)
-        for user in self.users_of(namespace, name):
-            self.deployment(namespace, user)
+    def engine_build_seen(self, eb: dict[str, Any]) -> None:
+        """A watch event of an EngineBuild: reconcile it, and wake its users if what they read changed."""
+        meta = eb["metadata"]
+        self.enqueue("EngineBuild", meta["namespace"], meta["name"])
+        self._tell_users(eb)
+
+    def engine_build_gone(self, namespace: str, name: str) -> None:
+        with self._users_guard:
+            self._told.pop((namespace, name), None)
+
+    def _tell_users(self, eb: dict[str, Any]) -> None:
+        """Deployments read an EngineBuild's spec, our label and its status (as a BuildState): wake
+        them only when one of those changed, not on every Job or pod event of a build they share."""
+        meta = eb["metadata"]
+        key = (meta["namespace"], meta["name"])
+        heard = (build_state_from_status(eb), _ours(eb), eb.get("spec"))
+        with self._users_guard:
+            if self._told.get(key) == heard:
+                return
+            self._told[key] = heard
+            users = list(self._users.get(key, ()))
+        for user in users:
+            self.enqueue("SpeculativeDeployment", key[0], user)
 
     # -- EngineBuild ------------------------------------------------------------------------------
 
@@ -140,14 +194,14 @@ class Reconciler:
                     state, look_again = self._reconcile_engine_build(eb)
             except Exception as error:  # noqa: BLE001 — whatever it is, log it and retry later
                 self._log_failure("EngineBuild", namespace, name, error)
-                self._retry_later(key, lambda: self.engine_build(namespace, name))
+                self._retry_later(key)
                 return None
             if state.reason in REFUSED_BUILD_REASONS:  # may clear up (a quota, a foreign Job): back off
                 self._retry_later(key, lambda: self.engine_build(namespace, name))
                 return state
             self._settled(key)
             if look_again:
-                self.requeue.after(POD_CREATION_GRACE_SECONDS, key, lambda: self.engine_build(namespace, name))
+                self.requeue.after(POD_CREATION_GRACE_SECONDS, key, lambda: self.enqueue(*key))
             return state
 
     def _reconcile_engine_build(self, eb: dict[str, Any]) -> tuple[BuildState, bool]:
@@ -167,7 +221,8 @@ class Reconciler:
                                            eb["metadata"].get("generation"), conditions.now()),
         }
         if _status_changed(status, desired):
-            self.kube.patch("EngineBuild", namespace, name, {"status": desired}, subresource="status")
+            self._tell_users(self.kube.patch("EngineBuild", namespace, name, {"status": desired},
+                                             subresource="status"))
             old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
             if status.get("phase") != state.phase or old_ready.get("reason") != state.reason:
                 self.kube.event(eb, state.reason, state.message,
@@ -220,7 +275,7 @@ class Reconciler:
                 self._log_failure("SpeculativeDeployment", namespace, name, error)
                 failed = True
             if failed:
-                self._retry_later(key, lambda: self.deployment(namespace, name))
+                self._retry_later(key)
             else:
                 self._settled(key)
 
@@ -246,7 +301,7 @@ class Reconciler:
             try:
                 self._ensure_cache_claim(result)
                 for engine in result.engines:
-                    self._users[(namespace, engine.name)].add(name)
+                    self._use(namespace, engine.name, name)
                     states[engine.name] = build_state_from_status(self._ensure_engine_build(sd, engine))
                 deployment, current = self._runtime(sd, result, states)
             except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
@@ -281,6 +336,8 @@ class Reconciler:
         if eb is None:
             eb, created = self.kube.create(desired)
             if created:
+                # Its Job next, without waiting for the watch to report the new build.
+                self.enqueue("EngineBuild", eb["metadata"]["namespace"], engine.name)
                 self.kube.event(sd, "EngineBuildCreated", f"{engine.role} engine {engine.name}")
         if not (_ours(eb) and contains(eb.get("spec"), desired["spec"])):
             raise NameConflict("EngineBuild", engine.name, "was not created by specdec-operator for this "
@@ -310,8 +367,10 @@ class Reconciler:
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
             return existing, False
         # Every name is checked before anything is written: a conflict leaves nothing half-made.
-        config_map, existing, service = (self._owned(kind, p.namespace, name, uid, live=True) for kind, name in (
-            ("ConfigMap", config_map_name(p)), ("Deployment", runtime_name(p)), ("Service", runtime_name(p))))
+        # The names are looked up at once: a first write waits for one round trip, not three.
+        kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
+        config_map, existing, service = self._lookups.map(
+            lambda kind, name: self._owned(kind, p.namespace, name, uid, live=True), kinds, names)
         self.kube.apply(build_config_map(p, uid), config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if written:

@@ -29,6 +29,15 @@ def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) ->
     return True
 
 
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """Without managedFields: no reconcile reads them, and on server-side-applied objects they are
+    a good part of the size (client-go informers drop them with a transform for the same reason)."""
+    meta = obj["metadata"]
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def matches(labels: dict[str, str] | None, selector: str | None) -> bool:
     """The label selectors we use: comma-separated `key=value` and `key` (exists)."""
     labels = labels or {}
@@ -39,10 +48,20 @@ def matches(labels: dict[str, str] | None, selector: str | None) -> bool:
     return True
 
 
+def _terms(selector: str | None) -> list[tuple[str, str]]:
+    return [(key, value) for key, _, value in (t.partition("=") for t in (selector or "").split(",") if t)]
+
+
 class Store:
-    def __init__(self, kinds: Iterable[str]):
+    """Objects by (kind, namespace) and name, so a lookup never scans other kinds or namespaces;
+    `indexed_labels` (like client-go's indexers) answer `label=value` selectors without a scan of
+    the namespace: a reconcile that lists its own pods costs the same among a thousand deployments."""
+
+    def __init__(self, kinds: Iterable[str], indexed_labels: Iterable[str] = ()):
         self.kinds = frozenset(kinds)
-        self._objects: dict[Key, dict[str, Any]] = {}
+        self.indexed_labels = frozenset(indexed_labels)
+        self._scopes: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._by_label: dict[tuple[str, str, str, str], set[str]] = {}  # kind, namespace, label, value
         self._lock = threading.Lock()
 
     def caches(self, kind: str) -> bool:
@@ -51,14 +70,14 @@ class Store:
     def put(self, obj: dict[str, Any]) -> None:
         if obj.get("kind") not in self.kinds:
             return
-        key = _key(obj)
+        kind, namespace, name = _key(obj)
         with self._lock:
-            if _newer_or_same(obj, self._objects.get(key)):
-                self._objects[key] = obj
+            if _newer_or_same(obj, self._scopes.get((kind, namespace), {}).get(name)):
+                self._put(kind, namespace, name, obj)
 
     def remove(self, kind: str, namespace: str | None, name: str) -> None:
         with self._lock:
-            self._objects.pop((kind, namespace or "", name), None)
+            self._remove(kind, namespace or "", name)
 
     def observe(self, kind: str, event: dict[str, Any]) -> None:
         """Apply one watch event (kopf's raw event: type and object; listed objects may lack a kind)."""
@@ -69,24 +88,58 @@ class Store:
             self.put(obj)
 
     def replace(self, kind: str, namespace: str | None, label_selector: str | None,
-                objects: list[dict[str, Any]]) -> None:
-        """What a LIST returned is all there is (of that kind, namespace and selector)."""
+                objects: list[dict[str, Any]], version: str = "") -> None:
+        """What a LIST (at resourceVersion `version`) returned is all there is (of that kind, namespace
+        and selector), except what is newer than the list: our own writes since, or their watch events."""
+        listed = {_key(obj): obj for obj in objects}
+        snapshot = {"metadata": {"resourceVersion": version}}
         with self._lock:
-            for key in self._matching(kind, namespace, label_selector):
-                del self._objects[key]
-            for obj in objects:
-                self._objects[_key(obj)] = obj
+            for obj in self._matching(kind, namespace, label_selector):
+                if _key(obj) not in listed and _newer_or_same(snapshot, obj):
+                    self._remove(*_key(obj))
+            for key, obj in listed.items():
+                if _newer_or_same(obj, self._scopes.get(key[:2], {}).get(key[2])):
+                    self._put(*key, obj)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         with self._lock:
-            return self._objects.get((kind, namespace or "", name))
+            return self._scopes.get((kind, namespace or ""), {}).get(name)
 
     def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
-            return [self._objects[key] for key in self._matching(kind, namespace, label_selector)]
+            return self._matching(kind, namespace, label_selector)
 
-    def _matching(self, kind: str, namespace: str | None, label_selector: str | None) -> list[Key]:
-        """Keys of the cached objects in scope (the caller holds the lock)."""
-        return [key for key, obj in self._objects.items()
-                if key[0] == kind and (namespace is None or key[1] == namespace)
-                and matches(obj["metadata"].get("labels"), label_selector)]
+    # The caller of these holds the lock.
+
+    def _put(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        self._remove(kind, namespace, name)
+        obj = _slim(obj)
+        self._scopes.setdefault((kind, namespace), {})[name] = obj
+        for label, value in (obj["metadata"].get("labels") or {}).items():
+            if label in self.indexed_labels:
+                self._by_label.setdefault((kind, namespace, label, value), set()).add(name)
+
+    def _remove(self, kind: str, namespace: str, name: str) -> None:
+        scope = self._scopes.get((kind, namespace), {})
+        obj = scope.pop(name, None)
+        if obj is None:
+            return
+        for label, value in (obj["metadata"].get("labels") or {}).items():
+            names = self._by_label.get((kind, namespace, label, value))
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._by_label[(kind, namespace, label, value)]
+
+    def _matching(self, kind: str, namespace: str | None, label_selector: str | None) -> list[dict[str, Any]]:
+        if namespace is None:
+            candidates = [o for (k, _), scope in self._scopes.items() if k == kind for o in scope.values()]
+        else:
+            scope = self._scopes.get((kind, namespace), {})
+            indexed = [(k, v) for k, v in _terms(label_selector) if k in self.indexed_labels and v]
+            if indexed:
+                names = self._by_label.get((kind, namespace, *indexed[0]), set())
+                candidates = [scope[n] for n in names]
+            else:
+                candidates = list(scope.values())
+        return [o for o in candidates if matches(o["metadata"].get("labels"), label_selector)]

@@ -126,3 +126,12 @@ def test_delay_queue_runs_the_earliest_entry_per_key_and_survives_errors():
     assert done.wait(5)
     time.sleep(0.3)  # the superseded entry's due time passes without running it
     assert ran == ["early", "other"] and queue.alive
+
+
+def test_a_resync_lists_from_the_watch_cache_and_a_conflict_check_reads_through(server: Kube):
+    Scripted.script = [(200, {}, {"items": [CM]}), (404, {}, status(404, "not found"))]
+    server.refresh("ConfigMap", "ns", "app=x")
+    assert server.get_live("ConfigMap", "ns", "y") is None  # a name taken by someone else must be seen
+    (_, listed, _), (_, read, _) = Scripted.seen
+    assert "resourceVersion=0" in listed and "labelSelector=app%3Dx" in listed
+    assert "resourceVersion" not in read

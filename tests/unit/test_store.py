@@ -48,3 +48,38 @@ def test_replace_drops_what_a_list_no_longer_returns_in_its_scope_only():
     store.put(obj("Job", "unlabelled", "1"))
     store.replace("Job", "a", "x", [obj("Job", "new", "2", {"x": "1"})])
     assert {o["metadata"]["name"] for o in store.list("Job", None)} == {"other-ns", "unlabelled", "new"}
+
+
+def test_indexed_labels_answer_selectors_and_follow_relabels_and_deletions():
+    store = Store(["Pod"], indexed_labels=["app"])
+    store.put(obj("Pod", "p1", "1", {"app": "x", "tier": "web"}))
+    store.put(obj("Pod", "p2", "1", {"app": "x"}))
+    store.put(obj("Pod", "p3", "1", {"app": "x"}, ns="b"))
+    names = lambda sel, ns="a": sorted(o["metadata"]["name"] for o in store.list("Pod", ns, sel))  # noqa: E731
+    assert names("app=x") == ["p1", "p2"] and names("app=x,tier=web") == ["p1"] and names("app=x", "b") == ["p3"]
+    store.put(obj("Pod", "p1", "2", {"app": "y"}))  # relabelled: leaves the old index entry
+    assert names("app=x") == ["p2"] and names("app=y") == ["p1"]
+    store.remove("Pod", "a", "p2")
+    store.replace("Pod", "b", None, [])
+    assert names("app=x") == [] and names("app=x", "b") == [] and names(None) == ["p1"]
+
+
+def test_cached_objects_drop_managed_fields_and_the_callers_copy_keeps_them():
+    store = Store(["Job"])
+    written = obj("Job", "j", "1")
+    written["metadata"]["managedFields"] = [{"manager": "specdec-operator"}]
+    store.put(written)
+    assert "managedFields" not in store.get("Job", "a", "j")["metadata"]
+    assert written["metadata"]["managedFields"] == [{"manager": "specdec-operator"}]
+
+
+def test_a_list_from_the_watch_cache_does_not_undo_writes_newer_than_itself():
+    store = Store(["Job"])
+    store.put(obj("Job", "deleted", "10"))
+    store.put(obj("Job", "created-since", "20"))  # our own write, after the list's snapshot
+    store.put(obj("Job", "updated-since", "18"))
+    store.replace("Job", "a", None, [obj("Job", "updated-since", "12"), obj("Job", "listed", "14")], "15")
+    assert store.get("Job", "a", "deleted") is None
+    assert store.get("Job", "a", "created-since")["metadata"]["resourceVersion"] == "20"
+    assert store.get("Job", "a", "updated-since")["metadata"]["resourceVersion"] == "18"
+    assert store.get("Job", "a", "listed") is not None

@@ -181,14 +181,14 @@ def install(cluster: LocalCluster, sample: bool = True) -> None:
         _log(f"applied sample {SAMPLE} in namespace default")
 
 
-def start_operator(cluster: LocalCluster) -> None:
+def start_operator(cluster: LocalCluster, metrics_port: int = 0) -> None:
     if cluster.operator_pid():
         _log(f"operator already running (pid {cluster.operator_pid()}, log {cluster.operator_log})")
         return
     log = cluster.operator_log.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "specdec.cli", "operator",
-         "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz"],
+         "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz", "--metrics-port", str(metrics_port)],
         env=cluster.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     cluster.operator_pid_file.write_text(str(process.pid))
     problem = wait_healthy(process, cluster.operator_port)

@@ -1,0 +1,49 @@
+"""Which watch events wake whom: a shared EngineBuild wakes its users only when what they read changed."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from specdec.kube import Kube
+from specdec.reconcile import Reconciler
+from specdec.settings import Settings
+from specdec.store import Store
+
+
+class Recorded:
+    def __init__(self):
+        self.keys: list[tuple] = []
+
+    def add(self, key: tuple) -> None:
+        self.keys.append(key)
+
+
+def engine_build(rv: str, phase: str | None = None) -> dict:
+    eb = {"kind": "EngineBuild", "metadata": {"name": "eb", "namespace": "ns", "resourceVersion": rv,
+                                              "labels": {"app.kubernetes.io/managed-by": "specdec-operator"}},
+          "spec": {"enginePath": "engines/eb"}}
+    if phase:
+        eb["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "False", "reason": phase}]}
+    return eb
+
+
+def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_changes():
+    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
+    builds, deployments = Recorded(), Recorded()
+    reconciler.queues = {"EngineBuild": builds, "SpeculativeDeployment": deployments}
+    for user in ("a", "b"):
+        reconciler._use("ns", "eb", user)
+
+    reconciler.engine_build_seen(engine_build("1"))
+    first = sorted(deployments.keys)
+    reconciler.engine_build_seen(engine_build("2"))  # e.g. an annotation: nothing its users read
+    unchanged = len(deployments.keys)
+    reconciler.engine_build_seen(engine_build("3", "Fetching"))
+    reconciler.engine_build_seen(engine_build("4", "Fetching"))
+
+    assert first == [("SpeculativeDeployment", "ns", "a"), ("SpeculativeDeployment", "ns", "b")]
+    assert unchanged == 2 and len(deployments.keys) == 4
+    assert builds.keys == [("EngineBuild", "ns", "eb")] * 4  # the build itself reconciles on every event
+    reconciler.engine_build_gone("ns", "eb")
+    reconciler.engine_build_seen(engine_build("5", "Fetching"))  # recreated: its users hear again
+    assert len(deployments.keys) == 6

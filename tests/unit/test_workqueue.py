@@ -1,0 +1,82 @@
+"""The work queue: repeated adds of a key collapse, and one key never runs twice at once."""
+
+from __future__ import annotations
+
+import threading
+
+from specdec.workqueue import WorkQueue
+
+
+class Recorder:
+    """A handler that blocks on `gate` for key "hold", and records every call."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self.running: set[str] = set()
+        self.overlaps = 0
+        self.gate = threading.Event()
+        self.holding = threading.Event()
+        self.lock = threading.Lock()
+        self.done = threading.Condition(self.lock)
+
+    def __call__(self, key: str) -> None:
+        with self.lock:
+            self.overlaps += key in self.running
+            self.running.add(key)
+        if key == "hold":
+            self.holding.set()
+            self.gate.wait(10)
+        with self.lock:
+            self.running.discard(key)
+            self.calls.append(key)
+            self.done.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self.lock:
+            assert self.done.wait_for(lambda: len(self.calls) >= count, 10), self.calls
+
+
+def test_adds_while_waiting_collapse_into_one_reconcile():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=1)
+    queue.add("hold")
+    assert handler.holding.wait(10)  # the only worker is busy: what follows waits
+    for _ in range(5):
+        queue.add("a")
+        queue.add("b")
+    handler.gate.set()
+    handler.wait_for(3)
+    queue.add("end")
+    handler.wait_for(4)
+    assert handler.calls == ["hold", "a", "b", "end"]
+
+
+def test_a_key_added_while_it_runs_runs_once_more_afterwards_never_alongside():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=4)
+    queue.add("hold")
+    assert handler.holding.wait(10)
+    for _ in range(5):
+        queue.add("hold")  # three idle workers must not pick it up while it runs
+    handler.holding.clear()
+    handler.gate.set()
+    handler.wait_for(2)
+    queue.add("end")
+    handler.wait_for(3)
+    assert sorted(handler.calls) == ["end", "hold", "hold"] and handler.overlaps == 0
+
+
+def test_a_failing_handler_does_not_stop_the_workers():
+    calls: list[str] = []
+    finished = threading.Event()
+
+    def handle(key: str) -> None:
+        calls.append(key)
+        if key == "boom":
+            raise RuntimeError("boom")
+        finished.set()
+
+    queue = WorkQueue(handle, workers=1)
+    queue.add("boom")
+    queue.add("next")
+    assert finished.wait(10) and calls == ["boom", "next"] and queue.alive
