@@ -153,7 +153,8 @@ def test_cluster_wide_install_reconciles_with_the_charts_own_credentials(
     assert obj["status"]["phase"] == "Ready" and obj["status"]["readyReplicas"] == 1
     assert sorted(b["status"]["phase"] for b in sd.engine_builds()) == ["Succeeded", "Succeeded"]
     assert_runtime_is_up(kube, work, sd)
-    assert {e.reason for e in kube.events_for(work, sd.name)} >= {"EngineBuildCreated", "RuntimeApplied", "Ready"}
+    wanted = {"EngineBuildCreated", "RuntimeApplied", "Ready"}  # posted from a queue, after the status
+    wait_for(lambda: {e.reason for e in kube.events_for(work, sd.name)} >= wanted, f"Events {sorted(wanted)}")
     assert operator.forbidden() == []
 
 

@@ -96,8 +96,9 @@ def test_draft_target_goes_ready_through_builds_and_rollout(kube: Kube, namespac
     assert kube.core.read_namespaced_service("llama2-13b-spec", namespace).spec.ports[0].port == 8000
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"SpecValid": "True", "EnginesReady": "True", "RuntimeAvailable": "True", "Ready": "True"}
-    reasons = {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")}
-    assert {"EngineBuildCreated", "RuntimeApplied", "Ready"} <= reasons
+    wanted = {"EngineBuildCreated", "RuntimeApplied", "Ready"}  # posted from a queue, after the status
+    wait_for(lambda: wanted <= {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")},
+             f"Events {sorted(wanted)}")
 
 
 def test_same_target_is_built_once_for_two_deployments(kube: Kube, namespace: str, operator):
