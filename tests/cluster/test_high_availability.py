@@ -66,7 +66,8 @@ def test_only_the_leader_writes_and_a_killed_leader_is_replaced(kube: Kube, kube
         assert writes(standby_metrics) == 0, standby.logs()
         assert writes(leader_metrics) > 0
         assert len(jobs(kube, namespace)) == 2  # one target, one draft: no duplicate work
-        reasons = [e.reason for e in kube.events_for(namespace, "second")]
+        reasons = wait_for(lambda: (r := [e.reason for e in kube.events_for(namespace, "second")]) and "Ready" in r
+                           and r, "the Ready Event (posted after the others)")
         assert reasons.count("RuntimeApplied") == 1, reasons  # no duplicate Events either
 
         leader.kill()
