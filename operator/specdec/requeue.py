@@ -3,7 +3,8 @@
 controller-runtime's rate-limited work queue does this in Go; kopf has per-object timers that fire
 for every object forever (idle work at any scale) and per-handler retries that it records in
 annotations (writes), but no one-shot "reconcile this key in N seconds". So: one thread, one heap,
-at most one pending entry per key (the earliest wins), the calls run on a small pool.
+at most one pending entry per key (the earliest wins). The calls run on that thread, so they must be
+quick: the reconciler's only add a key to its work queue (workqueue.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Hashable
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,11 @@ def backoff(failures: int) -> float:
 
 
 class DelayQueue:
-    def __init__(self, workers: int = 4):
+    def __init__(self):
         self._heap: list[tuple[float, int, Hashable]] = []
         self._due: dict[Hashable, tuple[float, Callable[[], None]]] = {}
         self._order = itertools.count()
         self._wake = threading.Condition()
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="specdec-requeue")
         self._thread = threading.Thread(target=self._run, daemon=True, name="specdec-requeue")
         self._thread.start()
 
@@ -53,10 +52,6 @@ class DelayQueue:
             heapq.heappush(self._heap, (due, next(self._order), key))
             self._wake.notify()
 
-    def pending(self, key: Hashable) -> bool:
-        with self._wake:
-            return key in self._due
-
     def _run(self) -> None:
         while True:
             with self._wake:
@@ -67,11 +62,11 @@ class DelayQueue:
                 if entry is None or entry[0] != due:  # superseded by an earlier entry for the key
                     continue
                 del self._due[key]
-            self._pool.submit(self._call, key, entry[1])
+            self._call(key, entry[1])
 
     @staticmethod
     def _call(key: Hashable, call: Callable[[], None]) -> None:
         try:
             call()
-        except Exception:  # the callers report their own failures; this only keeps the pool alive
+        except Exception:  # the callers report their own failures; this only keeps the thread alive
             log.exception("delayed reconcile of %s failed", key)

@@ -116,7 +116,7 @@ def test_the_event_poster_survives_failures(server: Kube):
 
 
 def test_delay_queue_runs_the_earliest_entry_per_key_and_survives_errors():
-    queue = DelayQueue(workers=1)
+    queue = DelayQueue()
     ran: list[str] = []
     done = threading.Event()
     queue.after(0.3, "k", lambda: ran.append("late"))

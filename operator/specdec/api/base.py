@@ -60,6 +60,10 @@ def validations(*rules: dict[str, str]) -> ConfigDict:
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
 
 
+# A checkpoint's address: the target's, a draft's, a drafter's or a draft head's.
+ModelUri = Annotated[str, Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN)]
+
+
 class ModelSource(ApiModel):
     """A model checkpoint and how to turn it into an engine."""
 
@@ -70,8 +74,7 @@ class ModelSource(ApiModel):
             "kvCacheDtype fp8 needs quantization fp8", ".kvCacheDtype"),
     )
 
-    model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
-                       description=f"The checkpoint: {MODEL_URI_HELP}.")
+    model: ModelUri = Field(description=f"The checkpoint: {MODEL_URI_HELP}.")
     revision: str | None = Field(None, min_length=1, max_length=128,
                                  description="Hub revision (branch, tag or commit) to fetch; hf:// only.")
     family: Literal["llama", "qwen"] = Field(

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, MODEL_URI_PATTERN, cel, validations
+from specdec.api.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation
 
@@ -24,8 +24,7 @@ class Eagle3Spec(DynamicSpeculation):
             "useDynamicTree needs dynamicTreeMaxTopK", ".useDynamicTree"),
     )
 
-    draft_model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
-                             description=f"The EAGLE-3 draft head (speculative_model): {MODEL_URI_HELP}.")
+    draft_model: ModelUri = Field(description=f"The EAGLE-3 draft head (speculative_model): {MODEL_URI_HELP}.")
     max_draft_len: int = Field(3, ge=1, le=32, description="Draft tokens per step (max_draft_len).")
     use_dynamic_tree: bool = Field(False, description="Dynamic draft tree, EAGLE-2 style (use_dynamic_tree).")
     dynamic_tree_max_top_k: int | None = Field(

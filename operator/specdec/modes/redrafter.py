@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, MODEL_URI_PATTERN, ApiModel, cel, validations
+from specdec.api.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
 from specdec.modes.mode import Mode
 
 
@@ -19,8 +19,7 @@ class ReDrafterSpec(ApiModel):
             ".temperature"),
     )
 
-    drafter_model: str = Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN,
-                               description=f"The drafter checkpoint: {MODEL_URI_HELP}.")
+    drafter_model: ModelUri = Field(description=f"The drafter checkpoint: {MODEL_URI_HELP}.")
     num_beams: int = Field(5, ge=1, le=32, description="Beams explored per step (--redrafter_num_beams).")
     draft_len_per_beam: int = Field(5, ge=1, le=32, description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft length.")
     greedy: bool = Field(True, description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.")
