@@ -90,7 +90,8 @@ class GpuNodeInventory:
             log.exception("reading GPU nodes failed")
             return
         with self._lock:
-            self._nodes = read
+            if read != self._nodes:  # the same snapshot object while nothing changed: plans keyed on it stay
+                self._nodes = read
 
     def snapshot(self) -> GpuNodes:
         with self._lock:

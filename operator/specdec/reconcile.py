@@ -38,7 +38,7 @@ from specdec.builders.engine import build_engine_build
 from specdec.builders.model_cache import build_model_cache
 from specdec.builders.runtime import (build_cache_claim, build_config_map, build_deployment, build_service,
                                       config_map_name, endpoint, runtime_name, selector_labels)
-from specdec.gpu_nodes import GpuNodeInventory
+from specdec.gpu_nodes import GpuNodeInventory, GpuNodes
 from specdec.kube import Kube, api_error_message, contains, permanent
 from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan, Problem, plan
@@ -120,6 +120,18 @@ def _failure(error: Exception) -> conditions.Cond:
                            f"{type(error).__name__}: {error} (an operator bug: please report it)")
 
 
+FAILED_PHASES = ("Failed", "Invalid")
+
+
+def _worth_an_event(old_ready: dict[str, Any], ready: conditions.Cond, old_phase: str | None, phase: str) -> bool:
+    """A deployment's Events: it became Ready, stopped being Ready, or failed (a Warning per new cause).
+    Progress between (fetching, building, rolling out) is in status and in the EngineBuilds' and
+    ModelCaches' own Events: an Event per step would be a write per deployment per step of a shared build."""
+    if phase in FAILED_PHASES:
+        return old_phase != phase or old_ready.get("reason") != ready.reason
+    return (old_ready.get("status") == "True") != bool(ready.status)
+
+
 def _status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
     return any((current or {}).get(k) != v for k, v in desired.items())
 
@@ -144,6 +156,7 @@ class Reconciler:
         self._told: dict[tuple[str, str], tuple] = {}
         self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
+        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, Plan | Problem]] = {}  # see _plan
         self._lookups = ThreadPoolExecutor(2 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
@@ -169,6 +182,20 @@ class Reconciler:
                 if ns == namespace:
                     users.discard(name)
         self._failures.pop(("SpeculativeDeployment", namespace, name), None)
+        self._plans.pop((namespace, name), None)
+
+    def _plan(self, sd: dict[str, Any]) -> Plan | Problem:
+        """plan() of this deployment, kept while its spec (uid, generation) and the GPU nodes are the same:
+        plan() is pure and costs ~2 ms, and a shared build's change wakes all of its users at once."""
+        meta = sd["metadata"]
+        nodes = self.gpu_nodes.snapshot()
+        key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        known = self._plans.get(key)
+        if known is not None and known[0] == version and known[1] is nodes:
+            return known[2]
+        result = plan(sd, self.settings, Observed(gpu_nodes=nodes))
+        self._plans[key] = (version, nodes, result)
+        return result
 
     # -- the work queue ---------------------------------------------------------------------------
 
@@ -344,7 +371,7 @@ class Reconciler:
         """Act on the plan and write the full status; True when something failed (retry later)."""
         meta = sd["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        result = plan(sd, self.settings, Observed(gpu_nodes=self.gpu_nodes.snapshot()))
+        result = self._plan(sd)
         states: dict[str, BuildState] = {}
         caches: dict[str, BuildState] = {}
         deployment = None
@@ -491,9 +518,8 @@ class Reconciler:
             raise
         ready = next(c for c in conds if c.type == "Ready")
         old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-        if old_ready.get("reason") != ready.reason or status.get("phase") != phase:
-            self.kube.event(sd, ready.reason, ready.message or phase,
-                            warning=phase in ("Failed", "Invalid"))
+        if _worth_an_event(old_ready, ready, status.get("phase"), phase):
+            self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
 
     def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond]:
         """What the monitor published for this generation; else what status says (a new leader has not
@@ -534,7 +560,7 @@ class Reconciler:
         used: set[tuple[str, str, str]] = set()
         for sd in self.kube.list("SpeculativeDeployment", namespace):
             ns = sd["metadata"]["namespace"]
-            result = plan(sd, self.settings, Observed(gpu_nodes=self.gpu_nodes.snapshot()))
+            result = self._plan(sd)
             names = set((sd.get("status") or {}).get("engineBuilds") or [])
             if isinstance(result, Plan):
                 names |= set(result.engine_names)

@@ -188,7 +188,9 @@ def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:
 def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
                       kind: str = "EnginesReady") -> Cond | None:
     """An engine without its EngineBuild (or, on backend pytorch, the runtime) waits for its checkpoints:
-    a failed or stuck fetch decides (a `kind` condition); fetches under way are added to `fetching`."""
+    a failed or stuck fetch decides (a `kind` condition); fetches under way are added to `fetching`.
+    Messages name what is awaited, not its current phase (`kubectl get mc` shows that): a shared
+    object's every phase change would otherwise rewrite the status of each of its users."""
     for cache in inputs:
         state = caches.get(cache.name, BuildState("Pending", "ModelCachePending", "creating the ModelCache"))
         what = f"{cache.spec.model}@{cache.spec.revision} (ModelCache {cache.name})"
@@ -197,7 +199,7 @@ def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, Buil
         if state.reason in STUCK_REASONS:
             return Cond(kind, False, FETCH.prefix + state.reason, f"{what}: {state.message}")
         if state.phase != FETCHED:
-            fetching[f"{what}: {state.phase}"] = None
+            fetching[what] = None
     return None
 
 
@@ -218,7 +220,8 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState], caches: dict[s
         if state.reason in STUCK_REASONS:  # waits for something that may never come: say so
             return Cond("EnginesReady", False, BUILD.prefix + state.reason,
                         f"{engine.role} engine {engine.name}: {state.message}")
-        described.append(f"{engine.role} {engine.name}: {state.phase}")
+        # built or not, not the phase: see _inputs_condition
+        described.append(f"{engine.role} {engine.name}: {'built' if state.succeeded else 'in progress'}")
     if fetching:
         return Cond("EnginesReady", False, "Fetching", "GPU builds start once their checkpoints are in the "
                     "cache; fetching " + "; ".join(fetching) + "".join(f"; {d}" for d in described))

@@ -196,7 +196,7 @@ def test_pytorch_runtime_waits_naming_the_checkpoints():
     phase, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
     runtime = next(c for c in conds if c.type == "RuntimeAvailable")
     assert phase == "Building" and (runtime.status, runtime.reason) == (False, "Fetching")
-    assert f"{DRAFT}@main (ModelCache {draft.name}): Fetching" in runtime.message and TARGET not in runtime.message
+    assert runtime.message.endswith(f"fetching {DRAFT}@main (ModelCache {draft.name})") and TARGET not in runtime.message
     assert "EnginesReady" not in {c.type for c in conds}
     failed = {c.name: BuildState("Failed", "FetchFailed", "401 Unauthorized") for c in p.runtime_inputs}
     phase, conds = deployment_conditions(p, {}, None, False, None, caches=failed)

@@ -47,3 +47,25 @@ def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_cha
     reconciler.shared_gone("ns", "eb")
     reconciler.shared_seen("EngineBuild", engine_build("5", "Fetching"))  # recreated: its users hear again
     assert len(deployments.keys) == 6
+
+
+def test_a_deployments_events_mark_ready_not_ready_and_each_new_failure():
+    from specdec.conditions import Cond
+    from specdec.reconcile import _worth_an_event
+
+    def ready(status: str, reason: str) -> dict:
+        return {"type": "Ready", "status": status, "reason": reason}
+
+    # progress between steps is in status only
+    assert not _worth_an_event({}, Cond("Ready", False, "Fetching"), None, "Building")
+    assert not _worth_an_event(ready("False", "Fetching"), Cond("Ready", False, "EnginesBuilding"), "Building",
+                               "Building")
+    assert not _worth_an_event(ready("False", "EnginesBuilding"), Cond("Ready", False, "RollingOut"), "Building",
+                               "RollingOut")
+    assert _worth_an_event(ready("False", "RollingOut"), Cond("Ready", True, "Ready"), "RollingOut", "Ready")
+    assert not _worth_an_event(ready("True", "Ready"), Cond("Ready", True, "Ready"), "Ready", "Ready")
+    assert _worth_an_event(ready("True", "Ready"), Cond("Ready", False, "RollingOut"), "Ready", "RollingOut")
+    # failures: each new cause
+    assert _worth_an_event({}, Cond("Ready", False, "VocabularyMismatch"), None, "Invalid")
+    assert not _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "BuildFailed"), "Failed", "Failed")
+    assert _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "ApiUnavailable"), "Failed", "Failed")

@@ -307,7 +307,7 @@ def test_a_failed_reconcile_keeps_the_observed_conditions_and_fails_ready():
 
 # --- ModelCaches: checkpoints fetched before any GPU build ------------------------------------------
 
-def test_engines_wait_for_their_checkpoints_naming_models_and_phases():
+def test_engines_wait_for_their_checkpoints_naming_models():
     p = plan13b()
     target, draft = p.model_caches  # in the engines' order: target first
     caches = {target.name: BuildState("Fetching", "Fetching", "step fetch running"),
@@ -316,7 +316,7 @@ def test_engines_wait_for_their_checkpoints_naming_models_and_phases():
     c = by_type(conds)
     assert phase == "Building"
     assert (c["EnginesReady"].status, c["EnginesReady"].reason) == (False, "Fetching")
-    assert f"hf://meta-llama/Llama-2-13b-hf@main (ModelCache {target.name}): Fetching" in c["EnginesReady"].message
+    assert f"fetching hf://meta-llama/Llama-2-13b-hf@main (ModelCache {target.name})" in c["EnginesReady"].message
     assert "Llama-2-7b" not in c["EnginesReady"].message  # fetched: its engine is being built, not waiting
 
 
@@ -362,3 +362,23 @@ def test_fetched_size_is_read_from_the_termination_message():
     assert fetched_size([done]) == 1234
     silent = pod(phase="Succeeded", main={"fetch": {"terminated": {"exitCode": 0}}})
     assert fetched_size([silent]) is None
+
+
+def test_a_shared_objects_progress_does_not_rewrite_its_users_status():
+    """A ModelCache or EngineBuild moving from phase to phase leaves its users' conditions as they were:
+    with a thousand users, each step would otherwise be a thousand status writes."""
+    p = plan13b()
+    target, draft = p.model_caches
+
+    def conds_with(cache_phase: str, engine_phase: str) -> dict:
+        caches = {target.name: BuildState(cache_phase, cache_phase, f"{cache_phase} now"),
+                  draft.name: BuildState("Fetched", "Fetched", "checkpoint in the cache")}
+        draft_engine = next(e for e in p.engines if e.role == "draft")
+        states = {draft_engine.name: BuildState(engine_phase, engine_phase, f"step {engine_phase} running")}
+        return {c.type: (c.status, c.reason, c.message)
+                for c in deployment_conditions(p, states, None, False, None, caches=caches)[1]}
+
+    assert conds_with("Pending", "Pending") == conds_with("Fetching", "Converting") == conds_with("Fetching",
+                                                                                                    "Building")
+    assert conds_with("Fetching", "Building")["EnginesReady"][2].endswith(": in progress")
+    assert conds_with("Fetching", "Building") != conds_with("Fetching", "Succeeded")  # built: a change worth a write
