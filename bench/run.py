@@ -30,9 +30,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.api.crd import render_crds
 from specdec.api.models import GROUP, VERSION
-from specdec.builders.engine import job_name
+from specdec.builders import engine as engine_builders
+from specdec.builders import model_cache as cache_builders
 from specdec.dev import cluster as dev
 from specdec.kube import USER_AGENT
+from specdec.plan import Plan, plan
+from specdec.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
@@ -290,9 +293,16 @@ def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]
     return {k: v - before.get(k, 0) for k, v in sorted(after.items()) if v - before.get(k, 0)}
 
 
+def jobs_for(sd: dict) -> list[str]:
+    """The Jobs a deployment waits for: its checkpoints' fetch Jobs, then its engines' build Jobs."""
+    planned = plan(sd, Settings())
+    fetches = [cache_builders.job_name(c.name) for c in planned.model_caches] if isinstance(planned, Plan) else []
+    return fetches + [engine_builders.job_name(e) for e in (sd.get("status") or {}).get("engineBuilds") or []]
+
+
 def scale(api: client.ApiClient, observer: Observer, count: int, models: int, own_every: int) -> dict:
-    """N deployments applied at once; per deployment: apply -> its first new build Job (for those
-    whose model needed one), its last Job done (or its apply, if later) -> its Deployment."""
+    """N deployments applied at once; per deployment: apply -> its first new Job (a fetch Job, for those
+    whose model was new), its last Job done (or its apply, if later) -> its Deployment."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     ns = f"bench-scale-{count}"
     create_namespace(core, ns)
@@ -307,8 +317,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         time.sleep(0.2)
     all_ready = now() - start
     sds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments")["items"]
-    jobs_of = {sd["metadata"]["name"]: [job_name(e) for e in (sd.get("status") or {}).get("engineBuilds") or []]
-               for sd in sds}
+    jobs_of = {sd["metadata"]["name"]: jobs_for(sd) for sd in sds}
     creator: dict[str, str] = {}  # job -> the first deployment applied that uses it
     for name in sorted(applied, key=applied.get):
         for job in jobs_of.get(name, []):

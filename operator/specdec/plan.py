@@ -236,6 +236,14 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
                                                       path=cache_path(uri, revision), pod=pod))
 
 
+def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
+    """The hf:// checkpoints (uri, revision) an engine build reads from the cache."""
+    checkpoints = [(recipe.model, recipe.revision or "main")]
+    if recipe.redrafter:
+        checkpoints.append((recipe.redrafter.drafter_model, "main"))
+    return [(uri, revision) for uri, revision in checkpoints if uri.startswith("hf://")]
+
+
 def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec,
             cache: CachePlan, settings: Settings) -> EnginePlan:
     """An EngineBuild's identity is the recipe plus how its pods are placed (spec.build): one
@@ -251,11 +259,7 @@ def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeplo
         backoff_limit=build.backoff_limit, active_deadline_seconds=build.active_deadline_seconds,
         pod_labels=build.pod_labels, pod_annotations=build.pod_annotations)
     name = engine if pod == models.BuildPodSpec() else f"{engine}-{content_hash(pod.model_dump(mode='json'), 6)}"
-    checkpoints = [(recipe.model, recipe.revision)]
-    if recipe.redrafter:
-        checkpoints.append((recipe.redrafter.drafter_model, None))
-    inputs = tuple(model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in checkpoints
-                   if uri.startswith("hf://"))
+    inputs = tuple(model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in recipe_checkpoints(recipe))
     return EnginePlan(role, name, models.EngineBuildSpec(
         recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod), inputs)
 

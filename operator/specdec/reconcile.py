@@ -12,8 +12,10 @@ carry our label and the spec we want; a Job its EngineBuild's or ModelCache's ow
 managed cache claim our label. A name taken by anything else is a `NameConflict` in status, and the
 object is left untouched.
 
-Order: a deployment's ModelCaches first (hf:// checkpoints fetched into the cache on CPU nodes); an
-EngineBuild, whose Job holds GPUs, only once every checkpoint it reads is Fetched.
+Order: a deployment creates its ModelCaches (hf:// checkpoints fetched into the cache on CPU nodes) and
+EngineBuilds at once; an EngineBuild creates its Job, which holds GPUs, only once every checkpoint it
+reads is Fetched, and a ModelCache's change wakes the EngineBuilds that read it: a build starts without
+waiting for one of its thousand users to be reconciled.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kubernetes.client.rest import ApiException
 
 from specdec import conditions, metrics
 from specdec.admission import Observed
+from specdec.api import models
 from specdec.api.runtime_config import DRAFT_LEN_KEY
 from specdec.builders import common
 from specdec.builders import engine as engine_builders
@@ -41,12 +44,12 @@ from specdec.builders.runtime import (build_cache_claim, build_config_map, build
 from specdec.gpu_nodes import GpuNodeInventory, GpuNodes
 from specdec.kube import Kube, api_error_message, contains, permanent
 from specdec.monitor import SpeculationMonitor
-from specdec.plan import Plan, Problem, plan
+from specdec.plan import Plan, Problem, plan, recipe_checkpoints
 from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
-from specdec.status import (BUILD, FETCH, FETCHED, NO_TRAFFIC, SPECULATION_EFFECTIVE, STUCK_REASONS, BuildState,
-                            JobKind, build_state_from_status, deployment_conditions, evaluate_build, fetched_size,
-                            runtime_inputs_fetched)
+from specdec.status import (BUILD, FETCH, FETCHED, NO_TRAFFIC, SPECULATION_EFFECTIVE, STUCK_REASONS,
+                            WAITING_FOR_CHECKPOINTS, BuildState, JobKind, build_state_from_status,
+                            deployment_conditions, evaluate_build, fetched_size, runtime_inputs_fetched)
 from specdec.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -245,6 +248,8 @@ class Reconciler:
             users = list(self._users.get(key, ()))
         for user in users:
             self.enqueue("SpeculativeDeployment", key[0], user)
+        if eb.get("kind") == "ModelCache":
+            self._wake_builds_reading(eb)
 
     # -- EngineBuild and ModelCache: an object of ours and its Job ---------------------------------
 
@@ -313,6 +318,11 @@ class Reconciler:
         job_name = shared.job_name(name)
         job = self.kube.get("Job", namespace, job_name)
         if job is None:
+            awaited = self._checkpoints_awaited(obj) if kind == "EngineBuild" else []
+            if awaited:  # its Job holds GPUs: none while a download runs
+                return BuildState("Pending", WAITING_FOR_CHECKPOINTS, f"the build Job starts once "
+                                  f"{', '.join(awaited)} is in the cache (a ModelCache fetches it on a CPU "
+                                  "node)"), False, []
             try:
                 job, created = self.kube.create(shared.build_job(obj, self.settings))
             except ApiException as error:
@@ -336,6 +346,28 @@ class Reconciler:
                 latest = max(refused, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
                 state = evaluate_build(job, pods, latest.get("message") or "FailedCreate", kind=shared.job_kind)
         return state, True, pods
+
+    def _fetched_checkpoints(self, namespace: str, claim: str) -> set[tuple[str, str]]:
+        """(uri, revision) of the checkpoints in cache claim `claim`: ModelCaches of one checkpoint with
+        different fetch placement write the same directory, so any one of them Fetched will do."""
+        return {(mc["spec"]["model"], mc["spec"]["revision"]) for mc in self.kube.list("ModelCache", namespace)
+                if _ours(mc) and mc["spec"].get("cacheClaim") == claim
+                and build_state_from_status(mc).phase == FETCHED}
+
+    def _checkpoints_awaited(self, eb: dict[str, Any]) -> list[str]:
+        """The checkpoints this EngineBuild reads that are not in the cache yet, as uri@revision."""
+        spec = models.EngineBuildSpec.model_validate(eb["spec"])
+        fetched = self._fetched_checkpoints(eb["metadata"]["namespace"], spec.cache_claim)
+        return [f"{uri}@{rev}" for uri, rev in recipe_checkpoints(spec.recipe) if (uri, rev) not in fetched]
+
+    def _wake_builds_reading(self, model_cache: dict[str, Any]) -> None:
+        """A ModelCache's state changed: the EngineBuilds that read its checkpoint may start (or not)."""
+        meta, spec = model_cache["metadata"], model_cache.get("spec") or {}
+        checkpoint = (spec.get("model"), spec.get("revision"))
+        for eb in self.kube.list("EngineBuild", meta["namespace"]):
+            build = models.EngineBuildSpec.model_validate(eb["spec"])
+            if build.cache_claim == spec.get("cacheClaim") and checkpoint in recipe_checkpoints(build.recipe):
+                self.enqueue("EngineBuild", meta["namespace"], eb["metadata"]["name"])
 
     # -- SpeculativeDeployment --------------------------------------------------------------------
 
@@ -385,14 +417,10 @@ class Reconciler:
                     self._use(namespace, cache.name, name)
                     caches[cache.name] = build_state_from_status(self._ensure_shared(
                         sd, build_model_cache(namespace, cache), f"checkpoint {cache.spec.model}@{cache.spec.revision}"))
-                for engine in result.engines:
+                for engine in result.engines:  # its Job waits for the checkpoints (_checkpoints_awaited)
                     self._use(namespace, engine.name, name)
-                    # Its Job holds GPUs: created only once every checkpoint it reads is in the cache.
-                    fetched = all(caches[c.name].phase == FETCHED for c in engine.inputs)
-                    eb = self._ensure_shared(sd, build_engine_build(namespace, engine),
-                                             f"{engine.role} engine {engine.name}", create=fetched)
-                    if eb is not None:
-                        states[engine.name] = build_state_from_status(eb)
+                    states[engine.name] = build_state_from_status(self._ensure_shared(
+                        sd, build_engine_build(namespace, engine), f"{engine.role} engine {engine.name}"))
                 deployment, current = self._runtime(sd, result, states, caches)
             except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
                 self._log_failure("SpeculativeDeployment", namespace, name, error)
@@ -421,15 +449,11 @@ class Reconciler:
                                "was not created by specdec-operator (to use it as the engine cache, set "
                                "spec.cache.claimName)", "claim")
 
-    def _ensure_shared(self, sd: dict[str, Any], desired: dict[str, Any], what: str,
-                       create: bool = True) -> dict[str, Any] | None:
-        """The EngineBuild or ModelCache `desired`, created if missing and `create`; None if neither.
-        An existing one is used whatever `create` says: it is ours and holds what we want."""
+    def _ensure_shared(self, sd: dict[str, Any], desired: dict[str, Any], what: str) -> dict[str, Any]:
+        """The EngineBuild or ModelCache `desired`, created if missing."""
         kind, namespace, name = desired["kind"], desired["metadata"]["namespace"], desired["metadata"]["name"]
         obj = self.kube.get(kind, namespace, name)
         if obj is None:
-            if not create:
-                return None
             obj, created = self.kube.create(desired)
             if created:
                 # Its Job next, without waiting for the watch to report the new object.

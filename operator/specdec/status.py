@@ -185,6 +185,9 @@ def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:
 
 # --- SpeculativeDeployment ----------------------------------------------------------------------
 
+WAITING_FOR_CHECKPOINTS = "WaitingForCheckpoints"  # an EngineBuild's, before its Job: see the ModelCaches
+
+
 def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
                       kind: str = "EnginesReady") -> Cond | None:
     """An engine without its EngineBuild (or, on backend pytorch, the runtime) waits for its checkpoints:
@@ -207,7 +210,7 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState], caches: dict[s
     described = []
     fetching: dict[str, None] = {}  # ordered set
     for engine in plan.engines:
-        if engine.name not in states:  # not created: its checkpoints are not all fetched yet
+        if engine.name not in states or states[engine.name].reason == WAITING_FOR_CHECKPOINTS:
             blocked = _inputs_condition(engine.inputs, caches, fetching)
             if blocked:
                 return blocked

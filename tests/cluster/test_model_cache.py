@@ -13,6 +13,18 @@ pytestmark = pytest.mark.cluster
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
 
 
+def build_jobs(kube: Kube, namespace: str) -> list:
+    return kube.batch.list_namespaced_job(namespace, label_selector="specdec.io/engine-build").items
+
+
+def waiting_for_checkpoints(kube: Kube, namespace: str) -> bool:
+    """Every EngineBuild exists and waits, Job-less, for its checkpoints."""
+    builds = engine_builds(kube, namespace)
+    return bool(builds) and all((b.get("status") or {}).get("phase") == "Pending" and {
+        c["type"]: c["reason"] for c in b["status"]["conditions"]}.get("Ready") == "WaitingForCheckpoints"
+        for b in builds)
+
+
 def model_caches(kube: Kube, namespace: str) -> list[dict]:
     return kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "modelcaches")["items"]
 
@@ -22,7 +34,7 @@ def fetch_jobs(kube: Kube, namespace: str) -> dict:
     return {j.metadata.labels["specdec.io/model-cache"]: j for j in jobs}
 
 
-def test_sample_fetches_on_cpu_nodes_before_any_engine_build(kube: Kube, namespace: str, operator):
+def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace: str, operator):
     body = example(SAMPLE)
     body["spec"]["cache"] = {"fetch": {"podAnnotations": {BUILD_DELAY: "3s"}}}  # a download that takes a while
     sd = SD(kube, namespace, body)
@@ -30,7 +42,9 @@ def test_sample_fetches_on_cpu_nodes_before_any_engine_build(kube: Kube, namespa
                         "EnginesReady=False with reason Fetching")
     assert "hf://meta-llama/Llama-3.1-70B-Instruct@main" in fetching["message"], fetching["message"]
     assert "hf://meta-llama/Llama-3.2-1B-Instruct@main" in fetching["message"], fetching["message"]
-    assert engine_builds(kube, namespace) == []  # no GPU Job while the checkpoints download
+    # The EngineBuilds are there at once, but no GPU Job while the checkpoints download.
+    wait_for(lambda: waiting_for_checkpoints(kube, namespace), "EngineBuilds waiting for their checkpoints")
+    assert build_jobs(kube, namespace) == []
 
     obj = sd.wait_ready()
     assert obj["status"]["phase"] == "Ready"
@@ -41,8 +55,10 @@ def test_sample_fetches_on_cpu_nodes_before_any_engine_build(kube: Kube, namespa
     jobs = fetch_jobs(kube, namespace)
     assert set(jobs) == set(caches)
     finished = max(j.status.completion_time for j in jobs.values())
-    for build in engine_builds(kube, namespace):  # created after the fetches finished
-        assert build["metadata"]["creationTimestamp"] >= finished.strftime("%Y-%m-%dT%H:%M:%SZ"), build["metadata"]
+    built = build_jobs(kube, namespace)
+    assert len(built) == 2
+    for job in built:  # created after the fetches finished
+        assert job.metadata.creation_timestamp >= finished, (job.metadata.name, job.metadata.creation_timestamp)
     for name, job in jobs.items():
         assert job.metadata.owner_references[0].kind == "ModelCache" and job.metadata.owner_references[0].name == name
         pods = kube.core.list_namespaced_pod(namespace, label_selector=f"specdec.io/model-cache={name}").items
@@ -65,5 +81,5 @@ def test_failed_fetch_is_reported_and_builds_nothing(kube: Kube, namespace: str,
     assert obj["status"]["phase"] == "Failed"
     assert {c["type"]: c["reason"] for c in obj["status"]["conditions"]}["EnginesReady"] == "FetchFailed"
     assert any(c.get("status", {}).get("phase") == "Failed" for c in model_caches(kube, namespace))
-    assert engine_builds(kube, namespace) == []
+    assert waiting_for_checkpoints(kube, namespace) and build_jobs(kube, namespace) == []
     assert kube.apps.list_namespaced_deployment(namespace).items == []

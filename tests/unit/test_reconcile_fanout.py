@@ -69,3 +69,35 @@ def test_a_deployments_events_mark_ready_not_ready_and_each_new_failure():
     assert _worth_an_event({}, Cond("Ready", False, "VocabularyMismatch"), None, "Invalid")
     assert not _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "BuildFailed"), "Failed", "Failed")
     assert _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "ApiUnavailable"), "Failed", "Failed")
+
+
+def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_reading_it():
+    import yaml
+    from specdec.builders.engine import build_engine_build
+    from specdec.builders.model_cache import build_model_cache
+    from specdec.plan import plan
+    from tests.unit.helpers import ROOT
+
+    sd = yaml.safe_load((ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml").read_text())
+    sd["metadata"].update(namespace="ns", uid="u")
+    p = plan(sd, Settings())
+    store = Store(["EngineBuild", "ModelCache"])
+    reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
+    builds = Recorded()
+    reconciler.queues = {"EngineBuild": builds, "SpeculativeDeployment": Recorded(), "ModelCache": Recorded()}
+    ebs = {e.role: build_engine_build("ns", e) for e in p.engines}
+    caches = {c.spec.model: build_model_cache("ns", c) for c in p.model_caches}
+    for obj in (*ebs.values(), *caches.values()):
+        obj["metadata"]["resourceVersion"] = "1"
+        store.put(obj)
+    target = "hf://meta-llama/Llama-2-13b-hf"
+    assert reconciler._checkpoints_awaited(ebs["target"]) == [f"{target}@main"]
+
+    fetched = {**caches[target], "status": {"phase": "Fetched", "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Fetched"}]}}
+    fetched["metadata"] = {**fetched["metadata"], "resourceVersion": "2"}
+    store.put(fetched)
+    reconciler.shared_seen("ModelCache", fetched)
+    assert reconciler._checkpoints_awaited(ebs["target"]) == []
+    assert reconciler._checkpoints_awaited(ebs["draft"]) == ["hf://meta-llama/Llama-2-7b-hf@main"]
+    assert builds.keys == [("EngineBuild", "ns", ebs["target"]["metadata"]["name"])]  # not the draft's
