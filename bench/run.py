@@ -458,17 +458,24 @@ def main() -> int:
     return 0
 
 
-def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: float) -> dict:
-    """Wait for the next resync pass (its duration and writes), then an idle window without one."""
-    audit = local.logs_dir / "audit.log"
-    offset = audit.stat().st_size
-    before = scrape(METRICS_PORT)
+def wait_resync_pass(before: dict[str, float], resync_seconds: float) -> dict[str, float]:
+    """The operator's counters once a resync pass has ended after `before` was scraped."""
     deadline = now() + resync_seconds + 120
     while now() < deadline:
         after = scrape(METRICS_PORT)
         if after.get("resync_duration_seconds_count", 0) > before.get("resync_duration_seconds_count", 0):
-            break
+            return after
         time.sleep(0.5)
+    raise SystemExit(f"no resync pass ended within {resync_seconds + 120:.0f}s")
+
+
+def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: float) -> dict:
+    """Wait for a whole resync pass that starts after the fleet is Ready (the pass under way may have
+    started during its rollout), measure it (duration and writes), then an idle window without one."""
+    audit = local.logs_dir / "audit.log"
+    before = wait_resync_pass(scrape(METRICS_PORT), resync_seconds)
+    offset = audit.stat().st_size
+    after = wait_resync_pass(before, resync_seconds)
     passes = delta(after, before)
     resync = {"seconds": passes.get("resync_duration_seconds_sum", float("nan")),
               "writes": audit_writes(audit, offset), "requests": {k: v for k, v in passes.items()
