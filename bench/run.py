@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -271,6 +272,41 @@ def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) 
             "all_seconds": now() - start}
 
 
+FANOUT_WRITERS = 8  # as many as the operator's deployment workers (reconcile.WORKERS)
+
+
+def floor_fanout(api: client.ApiClient, count: int) -> dict:
+    """Jobs done → Deployment when a shared build releases `count` deployments at once (the fleet's
+    draft engine does): their ConfigMap, Deployment, Service and status patch made directly by
+    FANOUT_WRITERS writers, each deployment timed from the common start. The sequential floor times one
+    deployment on an idle API server; this is what the same writes cost when they queue as the
+    operator's do."""
+    core, custom, apps = client.CoreV1Api(api), client.CustomObjectsApi(api), client.AppsV1Api(api)
+    ns = f"bench-floor-fanout-{count}"
+    create_namespace(core, ns)
+    names = [body["metadata"]["name"] for body in fleet(count, 1, 0)]
+    for body in fleet(count, 1, 0):  # untimed: the deployments exist before their build completes
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
+
+    def release(name: str) -> float:
+        labels = {"app": name}
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
+        apps.create_namespaced_deployment(ns, {"metadata": {"name": name}, "spec": {
+            "replicas": 0, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+        created = now() - start
+        core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
+            "selector": labels, "ports": [{"port": 8000}]}})
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "speculativedeployments", name,
+                                                     {"status": {"phase": "Ready"}})
+        return created
+
+    start = now()
+    with ThreadPoolExecutor(FANOUT_WRITERS) as writers:
+        to_deployment = list(writers.map(release, names))
+    return {**summary(to_deployment), "all_seconds": now() - start}
+
+
 def scrape(port: int) -> dict[str, float]:
     """The operator's own counters: API requests by verb, reconciles by kind, resync passes."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -406,8 +442,10 @@ def main() -> int:
         print(f"floor: {args.reps} repetitions, fleets {scales}", file=sys.stderr)
         floor_times = floor(api, args.reps)
         floor_fleets = {n: floor_scale(api, n, args.models, args.own_every) for n in scales}
+        for n in scales:
+            floor_fleets[n]["fanout"] = floor_fanout(api, n)
         delete_namespaces(local, [f"bench-floor-{i}" for i in range(args.reps)]
-                          + [f"bench-floor-scale-{n}" for n in scales])
+                          + [f"bench-floor-scale-{n}" for n in scales] + [f"bench-floor-fanout-{n}" for n in scales])
         dev.start_operator(local, metrics_port=METRICS_PORT)
         observer = Observer(api)
         observer.start()
@@ -441,6 +479,9 @@ def main() -> int:
             for stage in ("apply_to_job", "jobs_done_to_deployment"):
                 row[stage]["floor_p50"] = floor_fleets[n][stage]["p50"]
                 row[stage]["ratio_p50"] = row[stage]["p50"] / floor_fleets[n][stage]["p50"]
+            fanout = floor_fleets[n]["fanout"]
+            row["jobs_done_to_deployment"]["fanout_floor_p50"] = fanout["p50"]
+            row["jobs_done_to_deployment"]["fanout_ratio_p50"] = row["jobs_done_to_deployment"]["p50"] / fanout["p50"]
             results["scales"].append(row)
             if n == scales[-1]:  # its namespace goes with the cluster
                 results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds)
@@ -511,6 +552,11 @@ def render_table(results: dict) -> str:
                      f"{_ms(job['p50'])}/{_ms(job['p95'])} | {_ms(job['floor_p50'])} | {job['ratio_p50']:.1f} | "
                      f"{_ms(dep['p50'])}/{_ms(dep['p95'])} | {_ms(dep['floor_p50'])} | {dep['ratio_p50']:.1f} | "
                      f"{s['operator_peak_rss_mib']:.0f} | {s['operator_cpu_seconds']:.1f} | {requests} |")
+    for s in results["scales"]:
+        dep, fanout = s["jobs_done_to_deployment"], s["floor"]["fanout"]
+        lines.append(f"N={s['deployments']}: fan-out floor ({s['deployments']} released at once, {FANOUT_WRITERS} "
+                     f"writers): Jobs done→Deployment p50/p95 {_ms(fanout['p50'])}/{_ms(fanout['p95'])}, all in "
+                     f"{fanout['all_seconds']:.1f}s; operator/fan-out floor p50 {dep['fanout_ratio_p50']:.2f}")
     for s in results["scales"]:
         lines.append(f"N={s['deployments']}: EngineBuilds {s['engine_builds']}, Jobs {s['jobs']}, distinct recipes "
                      f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
