@@ -62,8 +62,10 @@ def reconciler() -> Reconciler:
     return _state["reconciler"]  # type: ignore[return-value]
 
 
-def _observe(kind: str, event) -> None:
-    reconciler().kube.store.observe(kind, event)
+def _observe(kind: str, event) -> bool:
+    """Cache the event's object; False for the echo of our own write: no reconcile needed for it
+    (a deployment's status writes would otherwise each cost a second, idle reconcile)."""
+    return reconciler().kube.store.observe(kind, event)
 
 
 @kopf.on.startup()
@@ -164,7 +166,8 @@ def workers_alive(**_) -> str:
 
 @kopf.on.event(GROUP, VERSION, "speculativedeployments")
 def speculative_deployment_event(event, namespace, name, **_) -> None:
-    _observe("SpeculativeDeployment", event)
+    if not _observe("SpeculativeDeployment", event):
+        return
     if event.get("type") == "DELETED":
         reconciler().forget(namespace, name)
         return
@@ -182,7 +185,8 @@ def model_cache_event(event, namespace, name, **_) -> None:
 
 
 def _shared_event(kind: str, event, namespace: str, name: str) -> None:
-    _observe(kind, event)
+    if not _observe(kind, event):
+        return
     if event.get("type") == "DELETED":
         reconciler().shared_gone(namespace, name)
         return
@@ -200,7 +204,8 @@ def _worker_of(labels) -> tuple[str, str] | None:
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def job_event(event, namespace, labels, **_) -> None:
-    _observe("Job", event)
+    if not _observe("Job", event):
+        return
     owner = _worker_of(labels)
     if owner:
         reconciler().enqueue(owner[0], namespace, owner[1])  # its users hear from it
@@ -208,7 +213,8 @@ def job_event(event, namespace, labels, **_) -> None:
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def pod_event(event, namespace, labels, **_) -> None:
-    _observe("Pod", event)
+    if not _observe("Pod", event):
+        return
     owner = _worker_of(labels)
     if owner:
         reconciler().enqueue(owner[0], namespace, owner[1])
@@ -218,7 +224,8 @@ def pod_event(event, namespace, labels, **_) -> None:
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def runtime_deployment_event(event, namespace, labels, **_) -> None:
-    _observe("Deployment", event)
+    if not _observe("Deployment", event):
+        return
     if LABEL_DEPLOYMENT in labels:
         reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 

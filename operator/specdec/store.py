@@ -18,6 +18,12 @@ def _key(obj: dict[str, Any]) -> Key:
     return obj["kind"], meta.get("namespace") or "", meta["name"]
 
 
+def _newer(candidate: dict[str, Any], current: dict[str, Any]) -> bool:
+    """Strictly newer; where resourceVersions do not parse as numbers, assumed so."""
+    new, old = candidate["metadata"].get("resourceVersion", ""), current["metadata"].get("resourceVersion", "")
+    return not (new.isdigit() and old.isdigit()) or int(new) > int(old)
+
+
 def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) -> bool:
     """A late watch event must not replace what our own write returned. resourceVersions are etcd
     revisions in practice; where they do not parse as numbers, the latest arrival wins."""
@@ -79,13 +85,23 @@ class Store:
         with self._lock:
             self._remove(kind, namespace or "", name)
 
-    def observe(self, kind: str, event: dict[str, Any]) -> None:
-        """Apply one watch event (kopf's raw event: type and object; listed objects may lack a kind)."""
+    def observe(self, kind: str, event: dict[str, Any]) -> bool:
+        """Apply one watch event (kopf's raw event: type and object; listed objects may lack a kind).
+        False when it told nothing new: the echo of our own write (whose answer the cache already
+        holds, and whose writer saw what it wrote) or a late event; the caller need not reconcile."""
         obj = {**(event.get("object") or {}), "kind": kind}
         if event.get("type") == "DELETED":
             self.remove(kind, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        else:
-            self.put(obj)
+            return True
+        if kind not in self.kinds:
+            return True
+        kind, namespace, name = _key(obj)
+        with self._lock:
+            current = self._scopes.get((kind, namespace), {}).get(name)
+            if current is not None and not _newer(obj, current):  # held already, or something newer
+                return False
+            self._put(kind, namespace, name, obj)
+            return True
 
     def replace(self, kind: str, namespace: str | None, label_selector: str | None,
                 objects: list[dict[str, Any]], version: str = "") -> None:

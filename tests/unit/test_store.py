@@ -25,6 +25,18 @@ def test_a_late_watch_event_does_not_undo_our_write():
     assert store.get("Job", "a", "j")["metadata"]["resourceVersion"] == "11"
 
 
+def test_the_echo_of_our_own_write_tells_nothing_new():
+    store = Store(["SpeculativeDeployment"])
+    assert store.observe("SpeculativeDeployment", {"type": "ADDED", "object": obj("SpeculativeDeployment", "sd", "5")})
+    store.put(obj("SpeculativeDeployment", "sd", "7"))  # what our status write returned
+    echo = {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "7")}
+    assert not store.observe("SpeculativeDeployment", echo)
+    assert not store.observe("SpeculativeDeployment", {"type": "MODIFIED",
+                                                       "object": obj("SpeculativeDeployment", "sd", "6")})  # late
+    assert store.observe("SpeculativeDeployment", {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "8")})
+    assert store.observe("SpeculativeDeployment", {"type": "DELETED", "object": obj("SpeculativeDeployment", "sd", "9")})
+
+
 def test_listed_objects_without_a_kind_are_cached_and_deletions_forget():
     store = Store(["Pod"])
     listed = obj("Pod", "p", "1")
