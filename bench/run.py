@@ -307,6 +307,17 @@ def floor_fanout(api: client.ApiClient, count: int) -> dict:
     return {**summary(to_deployment), "all_seconds": now() - start}
 
 
+TIMINGS = {"specdec_api_request_duration_seconds": "request seconds",  # histograms: where time goes
+           "specdec_workqueue_wait_seconds": "queue wait", "specdec_reconcile_duration_seconds": "reconcile seconds"}
+
+
+def mean_timings(counters: dict[str, float]) -> dict[str, float]:
+    """'<what> <verb or kind>' -> mean seconds, from the histograms' sums and counts."""
+    return {key.removesuffix(" sum"): value / counters[key.removesuffix("sum") + "count"]
+            for key, value in counters.items()
+            if key.endswith(" sum") and counters.get(key.removesuffix("sum") + "count")}
+
+
 def scrape(port: int) -> dict[str, float]:
     """The operator's own counters: API requests by verb, reconciles by kind, resync passes."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -319,6 +330,9 @@ def scrape(port: int) -> dict[str, float]:
                 key = f"reconciles {sample.labels['kind']}"
             elif sample.name in ("specdec_resync_duration_seconds_count", "specdec_resync_duration_seconds_sum"):
                 key = sample.name.removeprefix("specdec_")
+            elif sample.name.endswith(("_sum", "_count")) and sample.name.rsplit("_", 1)[0] in TIMINGS:
+                stem, part = sample.name.rsplit("_", 1)
+                key = f"{TIMINGS[stem]} {sample.labels.get('verb') or sample.labels.get('kind')} {part}"
             else:
                 continue
             out[key] = out.get(key, 0) + sample.value
@@ -562,6 +576,7 @@ def render_table(results: dict) -> str:
                      f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
                      + ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items()
                                  if k.startswith("reconciles"))
+                     + "; mean seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in mean_timings(s["requests"]).items())
                      + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}")
     idle_row = results.get("idle")
     if idle_row:

@@ -24,7 +24,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from specdec.metrics import API_REQUESTS, EVENTS_DROPPED
+from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS, EVENTS_DROPPED
 from specdec.store import Store
 
 FIELD_MANAGER = "specdec-operator"
@@ -175,9 +175,10 @@ class Kube:
             method=method, resource_path=path, query_params=query or [], body=body,
             header_params={"Accept": "application/json", "Content-Type": content_type},
             auth_settings=["BearerToken"])
-        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        with API_REQUEST_SECONDS.labels(method).time():
+            response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+            data = response.read()
         API_REQUESTS.labels(method, f"{response.status // 100}xx").inc()
-        data = response.read()
         if not 200 <= response.status < 300:
             raise ApiException.from_response(http_resp=response, body=data.decode(errors="replace"), data=None)
         return json.loads(data) if data else {}

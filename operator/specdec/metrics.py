@@ -30,6 +30,13 @@ EVENTS_DROPPED = Counter("specdec_events_dropped", "Events not posted because th
                          registry=REGISTRY)
 API_REQUESTS = Counter("specdec_api_requests", "Requests to the API server by verb and HTTP status class.",
                        ["verb", "code"], registry=REGISTRY)
+# Where a slow reconcile spends its time, as client-go and controller-runtime report it
+# (rest_client_request_duration_seconds, workqueue_queue_duration_seconds).
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+API_REQUEST_SECONDS = Histogram("specdec_api_request_duration_seconds", "Time one API request takes (each "
+                                "attempt), by verb.", ["verb"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
+QUEUE_WAIT_SECONDS = Histogram("specdec_workqueue_wait_seconds", "Time a key waits in its work queue before a "
+                               "worker takes it, by kind.", ["kind"], buckets=_LATENCY_BUCKETS, registry=REGISTRY)
 
 
 @contextmanager

@@ -148,8 +148,9 @@ class Reconciler:
         self.settings = settings
         self.requeue = requeue or DelayQueue()
         self.active = active
-        self.queues = {"SpeculativeDeployment": WorkQueue(self._deployment_key, WORKERS["SpeculativeDeployment"]),
-                       **{kind: WorkQueue(self._shared_key, WORKERS[kind]) for kind in SHARED}}
+        self.queues = {kind: WorkQueue(self._deployment_key if kind == "SpeculativeDeployment" else self._shared_key,
+                                       workers, metrics.QUEUE_WAIT_SECONDS.labels(kind).observe)
+                       for kind, workers in WORKERS.items()}
         # The work queue never runs one key twice at once; a resync pass runs beside it.
         self._locks: dict[tuple, threading.Lock] = collections.defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()

@@ -12,16 +12,21 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Callable, Hashable
 
 log = logging.getLogger(__name__)
 
 
 class WorkQueue:
-    def __init__(self, handle: Callable[[Hashable], None], workers: int):
+    def __init__(self, handle: Callable[[Hashable], None], workers: int,
+                 waited: Callable[[float], None] = lambda seconds: None):
+        """`waited`: told how long each key waited for a worker (since it was first added)."""
         self._handle = handle
+        self._waited = waited
         self._order: collections.deque[Hashable] = collections.deque()
-        self._waiting: set[Hashable] = set()  # in _order, or to be re-queued when its worker is done
+        self._waiting: dict[Hashable, float] = {}  # in _order, or to be re-queued when its worker is done;
+        # the value: when it was added (monotonic)
         self._processing: set[Hashable] = set()
         self._ready = threading.Condition()
         self._workers = [threading.Thread(target=self._work, daemon=True, name=f"specdec-worker-{i}")
@@ -37,7 +42,7 @@ class WorkQueue:
         with self._ready:
             if key in self._waiting:
                 return
-            self._waiting.add(key)
+            self._waiting[key] = time.monotonic()
             if key in self._processing:  # its worker re-queues it when done
                 return
             self._order.append(key)
@@ -49,8 +54,9 @@ class WorkQueue:
                 while not self._order:
                     self._ready.wait()
                 key = self._order.popleft()
-                self._waiting.discard(key)
+                added = self._waiting.pop(key)
                 self._processing.add(key)
+            self._waited(time.monotonic() - added)
             try:
                 self._handle(key)
             except Exception:  # the handler reports its own failures; this only keeps the worker alive
