@@ -61,17 +61,10 @@ def has_fetch_placement(api: client.ApiClient) -> bool:
     return bool(cache and "fetch" in (cache.properties or {}))
 
 
-def with_step_seconds(body: dict, step_seconds: dict[str, float], fetch_placement: bool) -> dict:
-    annotations = simulated_steps.annotations(step_seconds)
-    body["spec"].setdefault("build", {})["podAnnotations"] = annotations
-    if fetch_placement:
-        body["spec"].setdefault("cache", {})["fetch"] = {"podAnnotations": annotations}
-    return body
-
-
 def ready(custom: client.CustomObjectsApi, namespace: str, name: str) -> bool:
     obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", name)
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def job_pods(api: client.ApiClient, namespace: str) -> list[dict]:
@@ -98,8 +91,8 @@ def run_tree(api: client.ApiClient, kubeconfig: Path, label: str, tree: Path, st
     try:
         applied = {}
         for example, namespace in namespaces.items():
-            body = with_step_seconds(yaml.safe_load((tree / "examples" / example).read_text()), step_seconds,
-                                     fetch_placement)
+            body = simulated_steps.deployment_with_step_seconds(
+                yaml.safe_load((tree / "examples" / example).read_text()), step_seconds, fetch_placement)
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
             applied[example] = (time.time(), body["metadata"]["name"])
         waiting, ready_after = dict(applied), {}

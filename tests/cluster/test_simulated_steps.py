@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from specdec.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from specdec.dev import simulated_steps
 from tests.cluster.test_model_cache import SAMPLE, model_caches
 from tests.cluster.test_operator import DRAFT_TARGET, SD, engine_builds, example
@@ -17,20 +18,14 @@ pytestmark = pytest.mark.cluster
 STEP_SECONDS = {"fetch": 3, "convert": 2, "quantize": 2, "build": 3}
 
 
-def with_step_seconds(body: dict) -> dict:
-    """The deployment with its fetch and build pods' simulated seconds set."""
-    annotations = simulated_steps.annotations(STEP_SECONDS)
-    body["spec"]["cache"] = {"fetch": {"podAnnotations": annotations}}
-    body["spec"].setdefault("build", {})["podAnnotations"] = annotations
-    return body
-
-
 def phases_until_ready(kube: Kube, namespace: str, deployments: list[SD], timeout: float = 120) -> dict[str, list]:
-    """Each ModelCache's and EngineBuild's status.phase, every change seen (polled), until all deployments are Ready."""
+    """Each ModelCache's and EngineBuild's status.phase, every change seen (polled), until every deployment is
+    Ready."""
     seen: dict[str, list] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for kind, objects in (("ModelCache", model_caches(kube, namespace)), ("EngineBuild", engine_builds(kube, namespace))):
+        for kind, objects in (("ModelCache", model_caches(kube, namespace)),
+                              ("EngineBuild", engine_builds(kube, namespace))):
             for obj in objects:
                 phase = (obj.get("status") or {}).get("phase", "Pending")
                 history = seen.setdefault(f"{kind}/{obj['spec'].get('model') or obj['spec']['recipe']['model']}", [])
@@ -43,7 +38,8 @@ def phases_until_ready(kube: Kube, namespace: str, deployments: list[SD], timeou
 
 
 def test_fetch_and_build_phases_follow_the_simulated_steps(kube: Kube, namespace: str, operator):
-    deployments = [SD(kube, namespace, with_step_seconds(example(name))) for name in (SAMPLE, DRAFT_TARGET)]
+    deployments = [SD(kube, namespace, simulated_steps.deployment_with_step_seconds(example(name), STEP_SECONDS))
+                   for name in (SAMPLE, DRAFT_TARGET)]
     seen = phases_until_ready(kube, namespace, deployments)
 
     def steps(key: str) -> list[str]:
@@ -62,7 +58,7 @@ def test_fetch_and_build_phases_follow_the_simulated_steps(kube: Kube, namespace
 
     models = {**{c["metadata"]["name"]: c["spec"]["model"] for c in model_caches(kube, namespace)},
               **{b["metadata"]["name"]: b["spec"]["recipe"]["model"] for b in engine_builds(kube, namespace)}}
-    pods = kube.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/managed-by=specdec-operator").items
+    pods = kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}").items
     fetched = {models[p.metadata.labels["specdec.io/model-cache"]]: p.status.container_statuses[0].state.terminated
                for p in pods if "specdec.io/model-cache" in p.metadata.labels}
     assert all(t and (t.finished_at - t.started_at).total_seconds() >= STEP_SECONDS["fetch"] - 1

@@ -84,3 +84,13 @@ def test_kwokctl_config_writes_the_clusters_step_seconds_into_the_stages(tmp_pat
               for d in documents if d["kind"] == "Stage" and d["metadata"]["name"] in simulated_steps.STAGE_STATUSES}
     assert set(delays) == set(simulated_steps.STAGE_STATUSES)
     assert all('{"build": 30, "fetch": 20}[.name]' in d for d in delays.values()), delays
+
+
+def test_a_deployment_gets_the_seconds_on_its_build_and_fetch_pods():
+    body = {"spec": {"build": {"backoffLimit": 1}}}
+    seconds = simulated_steps.annotations({"fetch": 5})
+    simulated_steps.deployment_with_step_seconds(body, {"fetch": 5})
+    assert body["spec"] == {"build": {"backoffLimit": 1, "podAnnotations": seconds},
+                            "cache": {"fetch": {"podAnnotations": seconds}}}
+    older = simulated_steps.deployment_with_step_seconds({"spec": {}}, {"fetch": 5}, fetch_pods=False)
+    assert older["spec"] == {"build": {"podAnnotations": seconds}}  # an API without fetch Jobs

@@ -41,6 +41,16 @@ def annotations(step_seconds: Mapping[str, float]) -> dict[str, str]:
     return {annotation(step): str(seconds) for step, seconds in step_seconds.items()}
 
 
+def deployment_with_step_seconds(body: dict[str, Any], step_seconds: Mapping[str, float],
+                                 fetch_pods: bool = True) -> dict[str, Any]:
+    """A SpeculativeDeployment whose build pods (and fetch pods, unless its API has none) get these
+    simulated seconds."""
+    body["spec"].setdefault("build", {})["podAnnotations"] = annotations(step_seconds)
+    if fetch_pods:
+        body["spec"].setdefault("cache", {})["fetch"] = {"podAnnotations": annotations(step_seconds)}
+    return body
+
+
 def parse(text: str) -> dict[str, float]:
     """`fetch=20,convert=10` -> {"fetch": 20.0, "convert": 10.0}; steps are those of build_steps."""
     seconds: dict[str, float] = {}
