@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from specdec.dev import cluster, simulation_profile, toolchain
+from specdec.dev import cluster, simulated_steps, simulation_profile, toolchain
 from specdec.settings import Settings
 
 
@@ -62,7 +62,8 @@ def _dev(args: argparse.Namespace) -> int:
         if args.dev_command == "tools":
             print(toolchain.ensure_tools())
         elif args.dev_command == "up":
-            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes)
+            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes,
+                       step_seconds=simulated_steps.parse(args.step_seconds))
             if not args.cluster_only:
                 cluster.install(local, sample=not args.no_sample)
             print(local.exports())
@@ -73,7 +74,8 @@ def _dev(args: argparse.Namespace) -> int:
             print(cluster.status(local))
         elif args.dev_command == "simulate":
             _simulate(local, args)
-    except (toolchain.ToolchainError, cluster.ClusterError, simulation_profile.ProfileError) as error:
+    except (toolchain.ToolchainError, cluster.ClusterError, simulation_profile.ProfileError,
+            simulated_steps.StepSecondsError) as error:
         print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
         return 1
     return 0
@@ -157,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
     up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
                     help="simulated nodes with 8 GPUs each")
+    up.add_argument("--step-seconds", default="", metavar="STEP=SECONDS,...",
+                    help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
+                         "(when the cluster is created; default 0: steps end at once)")
     dev_commands.add_parser("down", help="stop the cluster and remove its processes and data")
     dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
     dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")

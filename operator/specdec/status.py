@@ -98,12 +98,19 @@ def step_failure(pod: dict[str, Any], kind: JobKind = BUILD) -> tuple[str, str, 
     return None
 
 
-def _running_step(pod: dict[str, Any]) -> str | None:
-    for cs in _statuses(pod):
+def _current_step(pod: dict[str, Any]) -> str | None:
+    """The step a live pod is at: its first container not yet ended (init containers first, as the
+    kubelet runs them); before the kubelet reports any, the first it will run; once all ended (the pod
+    succeeded, its Job is not yet marked complete), the last."""
+    statuses = _statuses(pod)
+    for cs in statuses:
         state = cs.get("state") or {}
         if "running" in state or "waiting" in state:
             return cs.get("name")
-    return None
+    if statuses:
+        return statuses[-1].get("name")
+    spec = pod.get("spec") or {}
+    return next((c.get("name") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])), None)
 
 
 def _by_age(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -139,7 +146,7 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
     retry_note = ""
     if failures:
         retry_note = f"; retrying after: {failures[-1][2]}"
-    live = [p for p in _by_age(pods) if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+    live = [p for p in _by_age(pods) if (p.get("status") or {}).get("phase") in ("Pending", "Running", "Succeeded")]
     if not live:
         if pod_creation_failure:
             return BuildState("Pending", "PodCreationFailed",
@@ -152,9 +159,10 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
         return BuildState("Pending", "Unschedulable",
                           f"{noun} pod cannot be scheduled: {scheduled.get('message', '')}" + retry_note,
                           attempts=attempts)
-    step = _running_step(pod) or noun
+    step = _current_step(pod) or noun
     phase = STEP_PHASES.get(step, "Building")
-    return BuildState(phase, phase, f"step {step} running in pod {pod['metadata']['name']}" + retry_note,
+    doing = "done" if pod["status"]["phase"] == "Succeeded" else "running"
+    return BuildState(phase, phase, f"step {step} {doing} in pod {pod['metadata']['name']}" + retry_note,
                       attempts=attempts)
 
 

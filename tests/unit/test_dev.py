@@ -32,7 +32,8 @@ def test_kwokctl_config_binds_loopback_with_rbac_admission_and_local_binaries(tm
 def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
     stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path)) if d["kind"] == "Stage"}
     assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
-                           "pod-container-running-failed", "pvc-provision", "pv-bind", "pv-delete", "pvc-delete"}
+                           "pod-container-running-failed", "job-pod-simulated-step", "pvc-provision", "pv-bind",
+                           "pv-delete", "pvc-delete"}
     delay = stages["pod-complete"]["spec"]["delay"]["durationFrom"]["expressionFrom"]
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in delay
 

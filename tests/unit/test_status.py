@@ -72,6 +72,23 @@ def test_phase_follows_the_running_step():
     assert evaluate_build(job(active=1), [done]).phase == "Building"
 
 
+def test_a_pod_the_kubelet_has_not_reported_is_at_its_first_step():
+    fresh = pod(init={"quantize": waiting()})
+    del fresh["status"]["initContainerStatuses"], fresh["status"]["containerStatuses"]
+    assert evaluate_build(job(active=1), [fresh]).phase == "Quantizing"
+    fetch = pod(phase="Pending", main={"fetch": waiting()})
+    del fetch["status"]["containerStatuses"]
+    assert evaluate_build(job(active=1), [fetch], kind=FETCH).phase == "Fetching"
+
+
+def test_a_succeeded_pod_of_a_job_not_yet_complete_stays_at_its_last_step():
+    done = pod(phase="Succeeded", init={"convert": terminated(0)}, main={"build": terminated(0)})
+    state = evaluate_build(job(active=0, succeeded=1), [done])
+    assert (state.phase, state.message) == ("Building", "step build done in pod eb-build-abcde")
+    fetched = pod(phase="Succeeded", main={"fetch": terminated(0)})
+    assert evaluate_build(job(active=0, succeeded=1), [fetched], kind=FETCH).phase == "Fetching"
+
+
 def test_complete_job_succeeded():
     state = evaluate_build(job(cond("Complete"), succeeded=1), [])
     assert (state.phase, state.reason, state.attempts) == ("Succeeded", "Built", 1)

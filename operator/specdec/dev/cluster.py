@@ -19,11 +19,12 @@ import time
 import urllib.request
 from importlib import resources
 from pathlib import Path
+from typing import Mapping
 
 import yaml
 
 from specdec.api.crd import render_crds
-from specdec.dev import nodes, simulation_profile, toolchain
+from specdec.dev import nodes, simulated_steps, simulation_profile, toolchain
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
@@ -117,8 +118,10 @@ class LocalCluster:
                 f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH")
 
 
-def kwokctl_config(bins: Path, audit_policy: Path | None = None) -> str:
-    """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any)."""
+def kwokctl_config(bins: Path, audit_policy: Path | None = None,
+                   step_seconds: Mapping[str, float] | None = None) -> str:
+    """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any);
+    `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise."""
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -147,9 +150,9 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None) -> str:
     stages = resources.files("specdec.dev").joinpath("stages")
     documents = [yaml.safe_dump(config)]
     for stage in sorted(stages.iterdir(), key=lambda p: p.name):
-        text = stage.read_text()
-        if yaml.safe_load(text).get("kind") == "Stage":
-            documents.append(text)
+        document = yaml.safe_load(stage.read_text())
+        if document.get("kind") == "Stage":
+            documents.append(yaml.safe_dump(simulated_steps.with_step_delays(document, step_seconds or {})))
     return "---\n".join(documents)
 
 
@@ -165,17 +168,21 @@ def _log(message: str) -> None:
 
 
 def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES,
-       audit_policy: Path | None = None) -> None:
+       audit_policy: Path | None = None, step_seconds: Mapping[str, float] | None = None) -> None:
+    """`step_seconds` (simulated step durations) is written into a cluster when it is created."""
     start = time.monotonic()
     bins = toolchain.ensure_tools()
     if cluster.exists() and not cluster.is_serving():
         _log(f"cluster {cluster.name!r} exists but does not answer; starting its processes")
         cluster.run(str(bins / "kwokctl"), "start", "cluster", "--name", cluster.name, "--wait", "2m")
+    if cluster.exists() and step_seconds:
+        _log(f"cluster {cluster.name!r} exists: its simulated step seconds stay as created "
+             f"(`dev down` first, or set them per object with {simulated_steps.annotation('<step>')} annotations)")
     if not cluster.exists():
         _log(f"creating cluster {cluster.name!r} (kwokctl binary runtime, 127.0.0.1)")
         config = cluster.workdir / f"{cluster.name}-kwokctl.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(kwokctl_config(bins, audit_policy))
+        config.write_text(kwokctl_config(bins, audit_policy, step_seconds))
         cluster.run(str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name,
                     "--config", str(config), "--wait", "2m")
     objects, notes = nodes.keep_pod_cidrs(cluster_objects(cpu_nodes, gpu_nodes), pod_cidrs(cluster))
