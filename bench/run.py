@@ -397,17 +397,32 @@ def delete_namespaces(local: dev.LocalCluster, names: list[str]) -> None:
     local.kubectl("wait", "--for=delete", "--timeout=600s", *(f"namespace/{n}" for n in names), check=False)
 
 
-def audit_writes(path: Path, offset: int) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def _audited_writes(path: Path, offset: int):
+    """(user agent, verb, resource) of each write in the API server's audit log from `offset` on."""
     with path.open() as log:
         log.seek(offset)
         for line in log:
             entry = json.loads(line)
-            agent = entry.get("userAgent", "")
-            if entry.get("verb") in WRITE_VERBS and (agent.startswith(USER_AGENT) or agent.startswith("kopf")):
-                key = f"{entry['verb']} {entry['objectRef'].get('resource', '?')}"
-                counts[key] = counts.get(key, 0) + 1
+            if entry.get("verb") in WRITE_VERBS:
+                yield entry.get("userAgent", ""), entry["verb"], entry["objectRef"].get("resource", "?")
+
+
+def audit_writes(path: Path, offset: int) -> dict[str, int]:
+    """The operator's writes, by verb and resource."""
+    counts: dict[str, int] = {}
+    for agent, verb, resource in _audited_writes(path, offset):
+        if agent.startswith(USER_AGENT) or agent.startswith("kopf"):
+            counts[f"{verb} {resource}"] = counts.get(f"{verb} {resource}", 0) + 1
     return counts
+
+
+def writes_by_client(path: Path, offset: int) -> dict[str, int]:
+    """Every client's writes (the operator's share of the API server's work), by user agent's program."""
+    counts: dict[str, int] = {}
+    for agent, _, _ in _audited_writes(path, offset):
+        program = agent.split("/", 1)[0] or "?"
+        counts[program] = counts.get(program, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def main() -> int:
@@ -487,6 +502,7 @@ def main() -> int:
             after = process_stats(pid)
             row["requests"] = delta(scrape(METRICS_PORT), counters)
             row["writes"] = audit_writes(audit, offset)
+            row["writes_by_client"] = writes_by_client(audit, offset)
             row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
             row["operator_peak_rss_mib"] = after["peak_rss_mib"]
             row["floor"] = floor_fleets[n]
@@ -577,7 +593,8 @@ def render_table(results: dict) -> str:
                      + ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items()
                                  if k.startswith("reconciles"))
                      + "; mean seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in mean_timings(s["requests"]).items())
-                     + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}")
+                     + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}"
+                     + f"; all clients' writes {s.get('writes_by_client')}")
     idle_row = results.get("idle")
     if idle_row:
         r = idle_row["resync"]
