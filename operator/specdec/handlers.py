@@ -171,7 +171,9 @@ def speculative_deployment_event(event, namespace, name, **_) -> None:
     if event.get("type") == "DELETED":
         reconciler().forget(namespace, name)
         return
-    reconciler().enqueue("SpeculativeDeployment", namespace, name)
+    obj = event["object"]  # a spec not acted on yet (new or changed) is work, not a status refresh
+    acted_on = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation")
+    reconciler().enqueue("SpeculativeDeployment", namespace, name, urgent=not acted_on)
 
 
 @kopf.on.event(GROUP, VERSION, "enginebuilds")

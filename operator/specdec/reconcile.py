@@ -161,7 +161,8 @@ class Reconciler:
         self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
         self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, Plan | Problem]] = {}  # see _plan
-        self._lookups = ThreadPoolExecutor(2 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
+        # Each deployment worker runs up to 3 requests at once here (see _runtime).
+        self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
@@ -203,9 +204,10 @@ class Reconciler:
 
     # -- the work queue ---------------------------------------------------------------------------
 
-    def enqueue(self, kind: str, namespace: str, name: str) -> None:
-        """Reconcile this SpeculativeDeployment, EngineBuild or ModelCache soon, once however often asked."""
-        self.queues[kind].add((kind, namespace, name))
+    def enqueue(self, kind: str, namespace: str, name: str, urgent: bool = False) -> None:
+        """Reconcile this SpeculativeDeployment, EngineBuild or ModelCache soon, once however often asked;
+        `urgent`: before the others, for there is something to create or apply (see WorkQueue.add)."""
+        self.queues[kind].add((kind, namespace, name), urgent)
 
     @property
     def workers_alive(self) -> bool:
@@ -219,7 +221,7 @@ class Reconciler:
 
     def _retry_later(self, key: tuple[str, str, str]) -> None:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        self.requeue.after(backoff(failures), key, lambda: self.enqueue(*key))
+        self.requeue.after(backoff(failures), key, lambda: self.enqueue(*key, urgent=True))
 
     def _settled(self, key: tuple[str, str, str]) -> None:
         self._failures.pop(key, None)
@@ -247,8 +249,9 @@ class Reconciler:
                 return
             self._told[key] = heard
             users = list(self._users.get(key, ()))
+        done = heard[0].phase in (BUILD.done[0], FETCH.done[0])  # its users have something to create now
         for user in users:
-            self.enqueue("SpeculativeDeployment", key[0], user)
+            self.enqueue("SpeculativeDeployment", key[0], user, urgent=done)
         if eb.get("kind") == "ModelCache":
             self._wake_builds_reading(eb)
 
@@ -368,7 +371,7 @@ class Reconciler:
         for eb in self.kube.list("EngineBuild", meta["namespace"]):
             build = models.EngineBuildSpec.model_validate(eb["spec"])
             if build.cache_claim == spec.get("cacheClaim") and checkpoint in recipe_checkpoints(build.recipe):
-                self.enqueue("EngineBuild", meta["namespace"], eb["metadata"]["name"])
+                self.enqueue("EngineBuild", meta["namespace"], eb["metadata"]["name"], urgent=True)
 
     # -- SpeculativeDeployment --------------------------------------------------------------------
 
@@ -458,7 +461,7 @@ class Reconciler:
             obj, created = self.kube.create(desired)
             if created:
                 # Its Job next, without waiting for the watch to report the new object.
-                self.enqueue(kind, namespace, name)
+                self.enqueue(kind, namespace, name, urgent=True)
                 self.kube.event(sd, f"{kind}Created", what)
         if not (_ours(obj) and contains(obj.get("spec"), desired["spec"])):
             raise NameConflict(kind, name, f"was not created by specdec-operator for this "
@@ -495,12 +498,15 @@ class Reconciler:
         kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
         config_map, existing, service = self._lookups.map(
             lambda kind, name: self._owned(kind, p.namespace, name, uid, live=True), kinds, names)
+        # The Service beside the ConfigMap and Deployment: it depends on neither. The ConfigMap goes first:
+        # new pods must read the new configuration.
+        service_applied = self._lookups.submit(self.kube.apply, build_service(p, uid), service)
         self.kube.apply(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
-        self.kube.apply(build_service(p, uid), service)
+        service_applied.result()
         return deployment, True
 
     def _chosen_draft_len(self, p: Plan, config_map: dict[str, Any] | None) -> int | None:

@@ -5,6 +5,8 @@ EngineBuild telling its thousand users at once) costs one reconcile per key, not
 A key added while a worker reconciles it runs once more afterwards, never twice at the same time.
 `queue.Queue` has no notion of a key already waiting or in progress, and kopf's per-object event
 batching collapses only the events of the object watched, not the reconciles they fan out to.
+Urgent keys (something to create or apply) go before the rest, as in controller-runtime's priority
+queue; within a level, first added, first served.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ class WorkQueue:
         """`waited`: told how long each key waited for a worker (since it was first added)."""
         self._handle = handle
         self._waited = waited
+        self._urgent: collections.deque[Hashable] = collections.deque()  # served first
         self._order: collections.deque[Hashable] = collections.deque()
-        self._waiting: dict[Hashable, float] = {}  # in _order, or to be re-queued when its worker is done;
-        # the value: when it was added (monotonic)
+        # In a deque, or to be re-queued when its worker is done: when it was added (monotonic), urgent.
+        # A key promoted to urgent stays in _order too; a worker skips entries no longer waiting.
+        self._waiting: dict[Hashable, tuple[float, bool]] = {}
         self._processing: set[Hashable] = set()
         self._ready = threading.Condition()
         self._workers = [threading.Thread(target=self._work, daemon=True, name=f"specdec-worker-{i}")
@@ -38,23 +42,39 @@ class WorkQueue:
     def alive(self) -> bool:
         return all(w.is_alive() for w in self._workers)
 
-    def add(self, key: Hashable) -> None:
+    def add(self, key: Hashable, urgent: bool = False) -> None:
+        """`urgent`: there is something to create or apply for this key, not only status to report; it
+        goes before the others (a new deployment's first reconcile starts its downloads and builds, and
+        must not wait behind a thousand status refreshes)."""
         with self._ready:
-            if key in self._waiting:
+            waiting = self._waiting.get(key)
+            if waiting is not None:
+                if urgent and not waiting[1]:
+                    self._waiting[key] = (waiting[0], True)
+                    if key not in self._processing:
+                        self._urgent.append(key)
+                        self._ready.notify()
                 return
-            self._waiting[key] = time.monotonic()
+            self._waiting[key] = (time.monotonic(), urgent)
             if key in self._processing:  # its worker re-queues it when done
                 return
-            self._order.append(key)
+            (self._urgent if urgent else self._order).append(key)
             self._ready.notify()
+
+    def _next(self) -> Hashable:
+        """The next key to work on; the caller holds the lock."""
+        while True:
+            while not self._urgent and not self._order:
+                self._ready.wait()
+            key = (self._urgent or self._order).popleft()
+            if key in self._waiting and key not in self._processing:  # else an entry left by a promotion
+                return key
 
     def _work(self) -> None:
         while True:
             with self._ready:
-                while not self._order:
-                    self._ready.wait()
-                key = self._order.popleft()
-                added = self._waiting.pop(key)
+                key = self._next()
+                added, _ = self._waiting.pop(key)
                 self._processing.add(key)
             self._waited(time.monotonic() - added)
             try:
@@ -64,6 +84,7 @@ class WorkQueue:
             finally:
                 with self._ready:
                     self._processing.discard(key)
-                    if key in self._waiting:
-                        self._order.append(key)
+                    waiting = self._waiting.get(key)
+                    if waiting is not None:
+                        (self._urgent if waiting[1] else self._order).append(key)
                         self._ready.notify()

@@ -40,11 +40,9 @@ def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace:
     sd = SD(kube, namespace, body)
     fetching = wait_for(lambda: (c := sd.condition("EnginesReady")).get("reason") == "Fetching" and c,
                         "EnginesReady=False with reason Fetching")
-    assert "hf://meta-llama/Llama-3.1-70B-Instruct@main" in fetching["message"], fetching["message"]
-    assert "hf://meta-llama/Llama-3.2-1B-Instruct@main" in fetching["message"], fetching["message"]
-    # The EngineBuilds are there at once, but no GPU Job while the checkpoints download.
-    wait_for(lambda: waiting_for_checkpoints(kube, namespace), "EngineBuilds waiting for their checkpoints")
-    assert build_jobs(kube, namespace) == []
+    # Names what is still downloading (one fetch may already have finished when we look).
+    assert ("hf://meta-llama/Llama-3.1-70B-Instruct@main" in fetching["message"]
+            or "hf://meta-llama/Llama-3.2-1B-Instruct@main" in fetching["message"]), fetching["message"]
 
     obj = sd.wait_ready()
     assert obj["status"]["phase"] == "Ready"
@@ -54,11 +52,13 @@ def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace:
     assert all(c["status"]["phase"] == "Fetched" for c in caches.values())
     jobs = fetch_jobs(kube, namespace)
     assert set(jobs) == set(caches)
-    finished = max(j.status.completion_time for j in jobs.values())
+    fetched_at = {caches[name]["spec"]["model"]: job.status.completion_time for name, job in jobs.items()}
     built = build_jobs(kube, namespace)
     assert len(built) == 2
-    for job in built:  # created after the fetches finished
-        assert job.metadata.creation_timestamp >= finished, (job.metadata.name, job.metadata.creation_timestamp)
+    builds = {b["metadata"]["name"]: b for b in engine_builds(kube, namespace)}
+    for job in built:  # each GPU Job created once the checkpoint it reads was in the cache
+        model = builds[job.metadata.labels["specdec.io/engine-build"]]["spec"]["recipe"]["model"]
+        assert job.metadata.creation_timestamp >= fetched_at[model], (job.metadata.name, fetched_at)
     for name, job in jobs.items():
         assert job.metadata.owner_references[0].kind == "ModelCache" and job.metadata.owner_references[0].name == name
         pods = kube.core.list_namespaced_pod(namespace, label_selector=f"specdec.io/model-cache={name}").items

@@ -143,7 +143,9 @@ def test_a_refused_job_is_reported_on_its_model_cache_and_its_users(kube: Kube, 
     caches = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "modelcaches")["items"]
     assert caches and all(c["status"]["conditions"][0]["reason"] == "JobRejected" for c in caches
                           if c.get("status", {}).get("phase") == "Failed")
-    assert engine_builds(kube, namespace) == []
+    builds = engine_builds(kube, namespace)  # there, but without a Job: they wait for the checkpoints
+    assert builds and all((b.get("status") or {}).get("phase", "Pending") == "Pending" for b in builds), builds
+    assert kube.batch.list_namespaced_job(namespace).items == []
     assert sd.get()["status"]["phase"] == "Failed"
     kube.core.delete_namespaced_resource_quota("q-count-jobs-batch", namespace)
     sd.wait_ready(timeout=90)  # retried with back-off: no event is needed once the quota is gone

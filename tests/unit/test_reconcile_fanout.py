@@ -14,7 +14,7 @@ class Recorded:
     def __init__(self):
         self.keys: list[tuple] = []
 
-    def add(self, key: tuple) -> None:
+    def add(self, key: tuple, urgent: bool = False) -> None:
         self.keys.append(key)
 
 

@@ -80,3 +80,33 @@ def test_a_failing_handler_does_not_stop_the_workers():
     queue.add("boom")
     queue.add("next")
     assert finished.wait(10) and calls == ["boom", "next"] and queue.alive
+
+
+def test_urgent_keys_go_first_and_a_promoted_key_runs_once():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=1)
+    queue.add("hold")
+    assert handler.holding.wait(10)
+    queue.add("a")
+    queue.add("b")
+    queue.add("new", urgent=True)
+    queue.add("b", urgent=True)  # promoted: runs among the urgent ones, and only once
+    queue.add("a")  # already waiting: nothing changes
+    handler.gate.set()
+    handler.wait_for(4)
+    queue.add("end")
+    handler.wait_for(5)
+    assert handler.calls == ["hold", "new", "b", "a", "end"]
+
+
+def test_a_key_made_urgent_while_it_runs_runs_again_first():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=1)
+    queue.add("hold")
+    assert handler.holding.wait(10)
+    queue.add("a")
+    queue.add("hold", urgent=True)  # while it runs: once more afterwards, before "a"
+    handler.holding.clear()
+    handler.gate.set()
+    handler.wait_for(3)
+    assert handler.calls == ["hold", "hold", "a"] and handler.overlaps == 0
