@@ -143,8 +143,15 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None,
         },
     }
     # The API server's default service range is a /24: 254 Services, fewer than a fleet of deployments.
-    config["componentsPatches"] = [{"name": "kube-apiserver", "extraArgs": [
-        {"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]}]
+    # The controller manager's clients default to 20 requests/s (and 5 Deployment/ReplicaSet workers):
+    # a fleet of a thousand Deployments would wait minutes on that throttle, not on the API server or
+    # on us; clusters that run fleets raise it the same way.
+    config["componentsPatches"] = [
+        {"name": "kube-apiserver", "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]},
+        {"name": "kube-controller-manager", "extraArgs": [
+            {"key": "kube-api-qps", "value": "200"}, {"key": "kube-api-burst", "value": "400"},
+            {"key": "concurrent-deployment-syncs", "value": "10"},
+            {"key": "concurrent-replicaset-syncs", "value": "10"}]}]
     if audit_policy:  # the API server then logs to <cluster dir>/logs/audit.log
         config["options"]["kubeAuditPolicy"] = str(audit_policy)
     stages = resources.files("specdec.dev").joinpath("stages")
