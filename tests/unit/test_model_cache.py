@@ -183,7 +183,8 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
                                            draft.name: BuildState("Fetching", "Fetching", "")}) == (None, False)
     assert kube.written == []
     _, current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
-    assert current and kube.written == ["ConfigMap", "Deployment", "Service"]
+    assert current and sorted(kube.written) == ["ConfigMap", "Deployment", "Service"]
+    assert kube.written.index("ConfigMap") < kube.written.index("Deployment")  # new pods read the new config
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():
