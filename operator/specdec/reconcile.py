@@ -49,7 +49,8 @@ from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
 from specdec.status import (BUILD, FETCH, FETCHED, NO_TRAFFIC, SPECULATION_EFFECTIVE, STUCK_REASONS,
                             WAITING_FOR_CHECKPOINTS, BuildState, JobKind, build_state_from_status,
-                            deployment_conditions, evaluate_build, fetched_size, runtime_inputs_fetched)
+                            deployment_conditions, evaluate_build, fetched_size, runtime_inputs_fetched,
+                            users_view)
 from specdec.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -243,13 +244,14 @@ class Reconciler:
         they share."""
         meta = eb["metadata"]
         key = (meta["namespace"], meta["name"])
-        heard = (build_state_from_status(eb), _ours(eb), eb.get("spec"))
+        state = build_state_from_status(eb)
+        heard = (users_view(state), _ours(eb), eb.get("spec"))
         with self._users_guard:
             if self._told.get(key) == heard:
                 return
             self._told[key] = heard
             users = list(self._users.get(key, ()))
-        done = heard[0].phase in (BUILD.done[0], FETCH.done[0])  # its users have something to create now
+        done = state.phase in (BUILD.done[0], FETCH.done[0])  # its users have something to create now
         for user in users:
             self.enqueue("SpeculativeDeployment", key[0], user, urgent=done)
         if eb.get("kind") == "ModelCache":

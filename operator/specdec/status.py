@@ -196,6 +196,15 @@ def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:
 WAITING_FOR_CHECKPOINTS = "WaitingForCheckpoints"  # an EngineBuild's, before its Job: see the ModelCaches
 
 
+def users_view(state: BuildState) -> tuple:
+    """What a deployment's status reads of a shared EngineBuild's or ModelCache's state (the conditions
+    below): done or not, waiting for checkpoints, and the reason and message of a failure or of a
+    stuck Job. A change of anything else (the step running, an attempt) wakes none of its users."""
+    if state.failed or state.reason in STUCK_REASONS:
+        return state.phase, state.reason, state.message
+    return state.phase in (BUILD.done[0], FETCH.done[0]), state.reason == WAITING_FOR_CHECKPOINTS
+
+
 def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
                       kind: str = "EnginesReady") -> Cond | None:
     """An engine without its EngineBuild (or, on backend pytorch, the runtime) waits for its checkpoints:

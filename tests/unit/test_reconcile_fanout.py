@@ -37,15 +37,17 @@ def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_cha
     reconciler.shared_seen("EngineBuild", engine_build("1"))
     first = sorted(deployments.keys)
     reconciler.shared_seen("EngineBuild", engine_build("2"))  # e.g. an annotation: nothing its users read
+    reconciler.shared_seen("EngineBuild", engine_build("3", "Converting"))  # a step: nor is this
+    reconciler.shared_seen("EngineBuild", engine_build("4", "Building"))
     unchanged = len(deployments.keys)
-    reconciler.shared_seen("EngineBuild", engine_build("3", "Fetching"))
-    reconciler.shared_seen("EngineBuild", engine_build("4", "Fetching"))
+    reconciler.shared_seen("EngineBuild", engine_build("5", "Succeeded"))
+    reconciler.shared_seen("EngineBuild", engine_build("6", "Succeeded"))
 
     assert first == [("SpeculativeDeployment", "ns", "a"), ("SpeculativeDeployment", "ns", "b")]
     assert unchanged == 2 and len(deployments.keys) == 4
-    assert builds.keys == [("EngineBuild", "ns", "eb")] * 4  # the build itself reconciles on every event
+    assert builds.keys == [("EngineBuild", "ns", "eb")] * 6  # the build itself reconciles on every event
     reconciler.shared_gone("ns", "eb")
-    reconciler.shared_seen("EngineBuild", engine_build("5", "Fetching"))  # recreated: its users hear again
+    reconciler.shared_seen("EngineBuild", engine_build("7", "Succeeded"))  # recreated: its users hear again
     assert len(deployments.keys) == 6
 
 

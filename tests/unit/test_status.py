@@ -399,3 +399,34 @@ def test_a_shared_objects_progress_does_not_rewrite_its_users_status():
                                                                                                     "Building")
     assert conds_with("Fetching", "Building")["EnginesReady"][2].endswith(": in progress")
     assert conds_with("Fetching", "Building") != conds_with("Fetching", "Succeeded")  # built: a change worth a write
+
+
+def test_users_view_holds_all_a_deployment_reads_of_a_shared_object():
+    """Users are woken only when users_view changes: two states with the same view must give the same
+    conditions, whichever of the engines or checkpoints they are."""
+    from specdec.status import users_view
+    p = plan13b()
+    target_cache, _ = p.model_caches
+    engine = next(e for e in p.engines if e.role == "target")
+    anyone = [BuildState("Pending", "JobPending", "a"), BuildState("Failed", "BuildFailed", "h"),
+              BuildState("Failed", "BuildFailed", "i"), BuildState("Failed", "FetchFailed", "i"),
+              BuildState("Pending", "Unschedulable", "j"), BuildState("Pending", "Unschedulable", "k")]
+    engine_states = [*anyone, BuildState("Pending", "WaitingForCheckpoints", "b"),
+                     BuildState("Converting", "Converting", "c"), BuildState("Building", "Building", "d"),
+                     BuildState("Succeeded", "Built", "g")]
+    cache_states = [*anyone, BuildState("Fetching", "Fetching", "e"), BuildState("Fetched", "Fetched", "f")]
+    fetched = BuildState("Fetched", "Fetched", "in the cache")
+    everything_fetched = {c.name: fetched for c in p.model_caches}
+    built = {e.name: BuildState("Succeeded", "Built", "built") for e in p.engines}
+
+    def as_engine(s: BuildState):
+        return deployment_conditions(p, {**built, engine.name: s}, None, False, None, caches=everything_fetched)
+
+    def as_cache(s: BuildState):
+        return deployment_conditions(p, {}, None, False, None, caches={**everything_fetched, target_cache.name: s})
+
+    for states, conditions_with in ((engine_states, as_engine), (cache_states, as_cache)):
+        for a in states:
+            for b in states:
+                if users_view(a) == users_view(b):
+                    assert conditions_with(a) == conditions_with(b), (a, b)
