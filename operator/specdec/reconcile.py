@@ -49,7 +49,7 @@ from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
 from specdec.status import (BUILD, FETCH, FETCHED, NO_TRAFFIC, SPECULATION_EFFECTIVE, STUCK_REASONS,
                             WAITING_FOR_CHECKPOINTS, BuildState, JobKind, build_state_from_status,
-                            deployment_conditions, evaluate_build, fetched_size, runtime_inputs_fetched)
+                            deployment_conditions, evaluate_build, fetched_status, runtime_inputs_fetched)
 from specdec.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -237,11 +237,11 @@ class Reconciler:
 
     def _tell_users(self, eb: dict[str, Any]) -> None:
         """Deployments read an EngineBuild's (or ModelCache's) spec, our label and its status (as a
-        BuildState): wake them only when one of those changed, not on every Job or pod event of a build
-        they share."""
+        BuildState, and a ModelCache's facts: admission's): wake them only when one of those changed, not
+        on every Job or pod event of a build they share."""
         meta = eb["metadata"]
         key = (meta["namespace"], meta["name"])
-        heard = (build_state_from_status(eb), _ours(eb), eb.get("spec"))
+        heard = (build_state_from_status(eb), _ours(eb), eb.get("spec"), (eb.get("status") or {}).get("facts"))
         with self._users_guard:
             if self._told.get(key) == heard:
                 return
@@ -303,8 +303,9 @@ class Reconciler:
         }
         if kind == "EngineBuild":
             desired["failedStep"] = state.failed_step
-        else:  # the size, once a fetch reported it (kept after its pods are gone)
-            desired["sizeBytes"] = (fetched_size(pods) or status.get("sizeBytes")) if done else None
+        else:  # the size and the model's facts, once a fetch reported them (kept after its pods are gone)
+            desired.update(fetched_status(pods, status, obj["spec"]["model"]) if done
+                           else {"sizeBytes": None, "facts": None})
         if _status_changed(status, desired):
             self._tell_users(self.kube.patch(kind, namespace, name, {"status": desired}, subresource="status"))
             old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
