@@ -13,6 +13,8 @@ from typing import Any
 
 from specdec.api.models import ModelCacheFacts
 
+CATALOG_SOURCE = "the operator's model catalog (simulated fetch data)"
+
 # Bytes per weight (or KV-cache element) by precision.
 BYTES_PER_PARAMETER = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -88,7 +90,11 @@ def _stored_quantization(config: dict[str, Any] | None) -> str | None:
 
 
 def same_tokenizer(a: ModelFacts, b: ModelFacts) -> bool | None:
-    """Whether two models share their tokenizer; None when their identities are of different kinds."""
+    """Whether two models share their tokenizer; None when their identities are not comparable: one from
+    the catalog (a family it names) and one from files (a digest), or of different kinds (a digest of
+    tokenizer.json and one of tokenizer.model)."""
+    if (a.source == CATALOG_SOURCE) != (b.source == CATALOG_SOURCE):
+        return None
     if a.tokenizer.split(":", 1)[0] != b.tokenizer.split(":", 1)[0]:
         return None
     return a.tokenizer == b.tokenizer

@@ -15,7 +15,10 @@ object is left untouched.
 Order: a deployment creates its ModelCaches (hf:// checkpoints fetched into the cache on CPU nodes) and
 EngineBuilds at once; an EngineBuild creates its Job, which holds GPUs, only once every checkpoint it
 reads is Fetched, and a ModelCache's change wakes the EngineBuilds that read it: a build starts without
-waiting for one of its thousand users to be reconciled.
+waiting for one of its thousand users to be reconciled. One exception keeps "refused before any GPU
+Job" true: a deployment with a model whose facts only its fetch can tell (an hf:// model the catalog
+does not know, Plan.facts_awaited) creates its EngineBuilds (and runtime) only once admission ran on the
+facts of its fetched files: an EngineBuild, once created, would start its GPU Job at the fetch's end.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from specdec.builders.runtime import (build_cache_claim, build_config_map, build
                                       config_map_name, endpoint, runtime_name, selector_labels)
 from specdec.gpu_nodes import GpuNodeInventory, GpuNodes
 from specdec.kube import Kube, api_error_message, contains, permanent
+from specdec.model_facts import ModelFacts
 from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan, Problem, plan, recipe_checkpoints
 from specdec.requeue import DelayQueue, backoff
@@ -160,7 +164,7 @@ class Reconciler:
         self._told: dict[tuple[str, str], tuple] = {}
         self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
-        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, Plan | Problem]] = {}  # see _plan
+        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
         self._lookups = ThreadPoolExecutor(2 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
@@ -189,17 +193,34 @@ class Reconciler:
         self._plans.pop((namespace, name), None)
 
     def _plan(self, sd: dict[str, Any]) -> Plan | Problem:
-        """plan() of this deployment, kept while its spec (uid, generation) and the GPU nodes are the same:
+        """plan() of this deployment, kept while its spec (uid, generation), the GPU nodes and the fetched
+        models' facts are the same:
         plan() is pure and costs ~2 ms, and a shared build's change wakes all of its users at once."""
         meta = sd["metadata"]
         nodes = self.gpu_nodes.snapshot()
         key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        fetched = self._fetched_facts(meta["namespace"])
         known = self._plans.get(key)
-        if known is not None and known[0] == version and known[1] is nodes:
-            return known[2]
-        result = plan(sd, self.settings, Observed(gpu_nodes=nodes))
-        self._plans[key] = (version, nodes, result)
+        if known is not None and known[0] == version and known[1] is nodes and known[2] == fetched:
+            return known[3]
+        result = plan(sd, self.settings, Observed(fetched, nodes))
+        self._plans[key] = (version, nodes, fetched, result)
         return result
+
+    def _fetched_facts(self, namespace: str) -> dict[tuple[str, str], ModelFacts | None]:
+        """Admission's facts of the namespace's Fetched ModelCaches, by checkpoint (uri, revision); None:
+        fetched, no facts. Of ModelCaches of one checkpoint (different fetch placement), one with facts."""
+        fetched: dict[tuple[str, str], ModelFacts | None] = {}
+        for mc in sorted(self.kube.list("ModelCache", namespace), key=lambda mc: mc["metadata"]["name"]):
+            if not _ours(mc) or build_state_from_status(mc).phase != FETCHED:
+                continue
+            key, facts = (mc["spec"]["model"], mc["spec"]["revision"]), (mc.get("status") or {}).get("facts")
+            if facts and fetched.get(key) is None:
+                fetched[key] = ModelFacts.from_status(
+                    key[0].split("://", 1)[1], facts,
+                    f"the files its fetch read ({key[0]}@{key[1]}, ModelCache {mc['metadata']['name']})")
+            fetched.setdefault(key, None)
+        return fetched
 
     # -- the work queue ---------------------------------------------------------------------------
 
@@ -419,7 +440,9 @@ class Reconciler:
                     self._use(namespace, cache.name, name)
                     caches[cache.name] = build_state_from_status(self._ensure_shared(
                         sd, build_model_cache(namespace, cache), f"checkpoint {cache.spec.model}@{cache.spec.revision}"))
-                for engine in result.engines:  # its Job waits for the checkpoints (_checkpoints_awaited)
+                # Its Job waits for the checkpoints (_checkpoints_awaited); the EngineBuild itself waits for
+                # admission's facts (see the module's docstring).
+                for engine in () if result.facts_awaited else result.engines:
                     self._use(namespace, engine.name, name)
                     states[engine.name] = build_state_from_status(self._ensure_shared(
                         sd, build_engine_build(namespace, engine), f"{engine.role} engine {engine.name}"))
@@ -482,10 +505,10 @@ class Reconciler:
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
                  caches: dict[str, BuildState]) -> tuple[dict | None, bool]:
         """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
-        fetched; until then, touch only the replica count."""
+        fetched and admitted on its facts; until then, touch only the replica count."""
         uid = sd["metadata"]["uid"]
         if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
-                and runtime_inputs_fetched(p, caches)):
+                and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
             existing = self._owned("Deployment", p.namespace, runtime_name(p), uid, live=False)
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
