@@ -15,7 +15,7 @@ from specdec.plan import ModelCachePlan, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
 COMPLETE_MARKER = ".specdec-complete"  # in a checkpoint directory: the download finished
-# The Hub id the fetch pod downloads; the local cluster's simulated fetch reads it too (dev/facts_stage.py).
+# The Hub id the fetch pod downloads; the local cluster's simulated fetch reads it too (dev/simulated_fetch.py).
 MODEL_ENV = "SPECDEC_MODEL"
 
 
