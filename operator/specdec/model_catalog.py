@@ -2,10 +2,11 @@
 
 SIMULATED FETCH DATA. Nothing here is read from a model's files at run time. Admission uses it for the
 models it lists until their fetch has read their own files (then the ModelCache's facts come first), and
-the local cluster's simulated fetch reports it as what it read (specdec.dev.facts_stage). Each entry is an excerpt of the model's config.json (the keys admission and
-`tests/unit/test_model_catalog.py` use, values unchanged), the parameter count from its model card (or
-the Hub's count where they differ) and its tokenizer family. Keyed by Hub id; revision-independent (a
-later commit of these repositories does not change their architecture).
+the local cluster's simulated fetch reports it as what it read (specdec.dev.simulated_fetch). Each entry is
+an excerpt of the model's config.json (the keys admission and `tests/unit/test_model_catalog.py` use,
+values unchanged), the parameter count from its model card (or the Hub's count where they differ) and its
+tokenizer family. Keyed by Hub id; revision-independent (a later commit of these repositories does not
+change their architecture).
 
 Where the values were copied from (upstream Hugging Face files, or copies of them in public repositories;
 the copies named are the ones found, with the commit where there is one):

@@ -56,7 +56,8 @@ class ModelFacts:
             attention_heads=heads, kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
             # transformers 4.56 renamed torch_dtype to dtype
-            dtype=config.get("torch_dtype") or config.get("dtype") or "float16", parameters=parameters, tokenizer=tokenizer,
+            dtype=config.get("torch_dtype") or config.get("dtype") or "float16", parameters=parameters,
+            tokenizer=tokenizer,
             # LlamaConfig's and Qwen2Config's default when the key is absent
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             max_position_embeddings=config.get("max_position_embeddings"),

@@ -279,9 +279,11 @@ def small_pair(draft: str = "hf://meta-llama/Llama-3.2-1B-Instruct") -> dict:
 
 def test_tokenizers_read_from_files_are_compared_by_their_identity():
     target, draft = "hf://meta-llama/Llama-3.1-8B-Instruct", "hf://meta-llama/Llama-3.2-1B-Instruct"
-    same = fetched({target: from_files(target[5:], "vocab-sha256:aa"), draft: from_files(draft[5:], "vocab-sha256:aa")})
+    same = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
+                    draft: from_files(draft[5:], "vocab-sha256:aa")})
     assert admitted(small_pair(), same).unchecked == ()
-    other = fetched({target: from_files(target[5:], "vocab-sha256:aa"), draft: from_files(draft[5:], "vocab-sha256:bb")})
+    other = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
+                     draft: from_files(draft[5:], "vocab-sha256:bb")})
     message = refused(small_pair(), "VocabularyMismatch", other)
     assert "draft meta-llama/Llama-3.2-1B-Instruct: tokenizer vocab-sha256:bb, vocab_size 128256" in message
     kinds = fetched({target: from_files(target[5:], "vocab-sha256:aa"),

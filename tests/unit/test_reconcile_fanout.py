@@ -121,8 +121,10 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     assert isinstance(waiting, Plan) and waiting.facts_awaited == ("hf://example-org/llama-13b-finetune",)
     cache = build_model_cache("ns", waiting.model_caches[0])
     reconciler._use("ns", cache["metadata"]["name"], "sd")
-    fetched_without_facts = {"phase": "Fetched", "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}
-    without_facts = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "2"}, "status": fetched_without_facts}
+    fetched_without_facts = {"phase": "Fetched",
+                             "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}
+    without_facts = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "2"},
+                     "status": fetched_without_facts}
     store.put(without_facts)
     reconciler.shared_seen("ModelCache", without_facts)
     assert reconciler._plan(sd).facts_awaited == ()  # fetched, no facts: built unchecked, as a pvc:// model
@@ -136,6 +138,7 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     assert deployments.keys == [("SpeculativeDeployment", "ns", "sd")]  # facts alone changed: its users hear
     refused = reconciler._plan(sd)
     assert isinstance(refused, Problem) and refused.reason == "TensorParallelDoesNotDivideHeads"
-    assert refused.message.endswith("(facts of example-org/llama-13b-finetune: the files its fetch read "
-                                    f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))")
+    assert refused.message.endswith(
+        "(facts of example-org/llama-13b-finetune: the files its fetch read "
+        f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))")
     assert plan(sd, Settings()).facts_awaited  # the offline plan still waits: it reads no ModelCache
