@@ -129,6 +129,11 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
     status = job.get("status") or {}
     attempts = (status.get("failed") or 0) + (status.get("succeeded") or 0) + (status.get("active") or 0)
     if condition_true(job, "Complete"):
+        if kind is FETCH and any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
+            # Our pod watch lags the Job controller's: the pod's termination message (the checkpoint's
+            # facts, which admission waits for) is not here yet. Fetched without them would let builds start.
+            return BuildState("Fetching", "Fetching", "the fetch finished; waiting for its pod's report",
+                              attempts=attempts)
         return BuildState(*kind.done, attempts=attempts)
     failures = [f for f in (step_failure(p, kind) for p in _by_age(pods)) if f]
     if condition_true(job, "Failed"):

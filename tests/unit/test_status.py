@@ -371,6 +371,10 @@ def test_unschedulable_fetch_says_so():
 
 def test_fetch_job_states():
     assert evaluate_build(job(cond("Complete"), succeeded=1), [], kind=FETCH).phase == "Fetched"
+    # the Job is complete, but the pod (and its report) as we last saw it still runs: not Fetched yet
+    lagging = evaluate_build(job(cond("Complete"), succeeded=1), [pod(main={"fetch": running()})], kind=FETCH)
+    assert (lagging.phase, lagging.reason) == ("Fetching", "Fetching")
+    assert evaluate_build(job(cond("Complete"), succeeded=1), [fetched_pod("{}")], kind=FETCH).phase == "Fetched"
     assert evaluate_build(job(active=1), [pod(main={"fetch": running()})], kind=FETCH).phase == "Fetching"
     failed = pod(phase="Failed", main={"fetch": {"terminated": {"exitCode": 1, "message": "404"}}})
     state = evaluate_build(job(cond("Failed"), failed=1), [failed], kind=FETCH)
