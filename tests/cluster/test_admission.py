@@ -102,3 +102,17 @@ def test_a_model_the_catalog_lacks_is_checked_on_its_fetched_facts_before_any_bu
     assert sd.get()["status"]["phase"] == "Invalid"
     assert engine_builds(kube, namespace) == [] and jobs(kube, namespace) == []
     assert kube.apps.list_namespaced_deployment(namespace).items == []
+
+
+def test_a_fetch_that_reports_no_facts_ends_the_wait_and_the_model_is_built_unchecked(kube: Kube, namespace: str,
+                                                                                     operator):
+    """A model neither the catalog nor the simulated fetch knows: Fetched without facts, then built, and
+    SpecValid says what was not checked."""
+    sd = SD(kube, namespace, named("no-facts", {"target": {"model": UNKNOWN}}))
+    builds = wait_for(lambda: engine_builds(kube, namespace), "its EngineBuild, after the fetch")
+    [cache] = model_caches(kube, namespace)
+    assert cache["status"]["phase"] == "Fetched" and "facts" not in cache["status"], cache["status"]
+    assert [b["spec"]["recipe"]["model"] for b in builds] == [UNKNOWN]
+    assert sd.condition("SpecValid")["message"] == (
+        f"spec accepted; not checked: the vocabulary, attention heads and GPU memory of {UNKNOWN} (not in the "
+        "operator's catalog, and its fetch found no config.json, safetensors or tokenizer to read)")
