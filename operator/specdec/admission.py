@@ -102,6 +102,11 @@ def facts_awaited(spec: SpeculativeDeploymentSpec, observed: Observed) -> tuple[
     return tuple(m.source.model for m in served_models(spec, observed) if observed.awaits_fetch(m.source))
 
 
+def fetched_checkpoints(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[tuple[str, str]]:
+    """The checkpoints (uri, revision) whose facts admission took from their fetch."""
+    return [checkpoint(m.source) for m in served_models(spec, observed) if observed.fetched.get(checkpoint(m.source))]
+
+
 def _without_facts(m: Served, observed: Observed) -> str:
     if observed.awaits_fetch(m.source):
         why = "not in the operator's catalog: read from its files when its fetch finishes; no GPU work starts before"

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from specdec import modes
-from specdec.admission import Observed, admit, facts_awaited
+from specdec.admission import Observed, admit, facts_awaited, fetched_checkpoints
 from specdec.api import models
 from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, RuntimeNone,
                                         RuntimeSpeculativeConfig, ServedModel)
@@ -343,7 +343,8 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
     admitted = admit(spec, runtime.kv_cache.free_gpu_memory_fraction, gpus,
                      node_selector(settings.gpu_node_selector, spec.runtime.node_selector), observed)
     if isinstance(admitted, Problem):
-        return admitted
+        return dataclasses.replace(admitted, model_caches=tuple(
+            model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in fetched_checkpoints(spec, observed)))
     checkpoints = _runtime_checkpoints(spec)
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
     if spec.backend == "pytorch":  # trtllm-serve reads the checkpoints themselves: fetched first

@@ -613,7 +613,7 @@ class Reconciler:
             names = set((sd.get("status") or {}).get("engineBuilds") or [])
             if isinstance(result, Plan):
                 names |= set(result.engine_names)
-                used |= {("ModelCache", ns, c.name) for c in result.model_caches}
+            used |= {("ModelCache", ns, c.name) for c in result.model_caches}  # a refusal's too: see Problem
             used |= {("EngineBuild", ns, n) for n in names}
         deleted = []
         for kind in SHARED:

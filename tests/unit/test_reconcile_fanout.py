@@ -113,7 +113,7 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
           "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
           "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}}}
-    store = Store(["EngineBuild", "ModelCache"])
+    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
     reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     deployments = Recorded()
     reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
@@ -142,3 +142,9 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
         "(facts of example-org/llama-13b-finetune: the files its fetch read "
         f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))")
     assert plan(sd, Settings()).facts_awaited  # the offline plan still waits: it reads no ModelCache
+    # the refusal keeps its ModelCache from collection: collected, its facts would be fetched again
+    assert [c.name for c in refused.model_caches] == [cache["metadata"]["name"]]
+    store.put({**sd, "metadata": {**sd["metadata"], "resourceVersion": "4"}})
+    patches = []
+    reconciler.kube.patch = lambda *args: patches.append(args)
+    assert reconciler.collect_unused_engines("ns") == [] and patches == []  # not even marked unused
