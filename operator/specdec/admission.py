@@ -3,21 +3,24 @@
 Three pure checks, in plan() after the spec's own: draft and target share their tokenizer (a draft of
 another vocabulary proposes token ids that mean other text: ~0 % acceptance), the tensor-parallel size
 splits the attention heads evenly, and weights plus a minimal KV cache fit the GPUs the runtime pod gets.
-They read `ModelFacts` (specdec.model_facts) and the GPU nodes (specdec.gpu_nodes). What they lack
+They read `ModelFacts` (specdec.model_facts): those the fetch read from a checkpoint's own files (its
+ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.gpu_nodes). What they lack
 is not refused: `admit` returns notes saying which check was skipped and why, for SpecValid's message.
+An hf:// model the catalog does not know has no facts until its fetch: `facts_awaited` names it, and the
+operator starts no GPU work for the deployment before then (specdec.reconcile).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Mapping
 
 from specdec import model_catalog, modes
 from specdec.api.base import ModelSource
 from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
-from specdec.model_facts import BYTES_PER_PARAMETER, ModelFacts, same_tokenizer
+from specdec.model_facts import BYTES_PER_PARAMETER, CATALOG_SOURCE, ModelFacts, same_tokenizer
 from specdec.problem import Problem
 
 # Of a GPU's memory, what weights and KV cache may use: the rest goes to the CUDA context, activations
@@ -32,6 +35,11 @@ MAX_TENSOR_PARALLEL = 64  # ModelSource.tensor_parallel_size's bound
 GIB = 1024 ** 3
 
 
+def checkpoint(source: ModelSource) -> tuple[str, str]:
+    """(uri, revision) as a ModelCache's spec names the checkpoint."""
+    return source.model, source.revision or "main"
+
+
 def _catalog_facts(source: ModelSource) -> ModelFacts | None:
     if not source.model.startswith("hf://"):
         return None
@@ -40,11 +48,19 @@ def _catalog_facts(source: ModelSource) -> ModelFacts | None:
 
 @dataclasses.dataclass(frozen=True)
 class Observed:
-    """What admission knows beyond the spec. `model_facts`: today the catalog; the fetch step (issue 14
-    part 1) is to put facts read from the fetched files first."""
+    """What admission knows beyond the spec. `fetched`: the facts of the namespace's Fetched ModelCaches,
+    by checkpoint (None: fetched, but its files gave none)."""
 
-    model_facts: Callable[[ModelSource], ModelFacts | None] = _catalog_facts
+    fetched: Mapping[tuple[str, str], ModelFacts | None] = dataclasses.field(default_factory=dict)
     gpu_nodes: GpuNodes = GpuNodes()
+
+    def model_facts(self, source: ModelSource) -> ModelFacts | None:
+        return self.fetched.get(checkpoint(source)) or _catalog_facts(source)
+
+    def awaits_fetch(self, source: ModelSource) -> bool:
+        """An hf:// model whose facts only its fetch can tell: not in the catalog, not fetched yet."""
+        return (source.model.startswith("hf://") and checkpoint(source) not in self.fetched
+                and _catalog_facts(source) is None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +97,47 @@ def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[S
     return served
 
 
+def facts_awaited(spec: SpeculativeDeploymentSpec, observed: Observed) -> tuple[str, ...]:
+    """The models whose facts come with their fetch (Observed.awaits_fetch)."""
+    return tuple(m.source.model for m in served_models(spec, observed) if observed.awaits_fetch(m.source))
+
+
+def fetched_checkpoints(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[tuple[str, str]]:
+    """The checkpoints (uri, revision) whose facts admission took from their fetch."""
+    return [checkpoint(m.source) for m in served_models(spec, observed) if observed.fetched.get(checkpoint(m.source))]
+
+
+def _without_facts(m: Served, observed: Observed) -> str:
+    if observed.awaits_fetch(m.source):
+        why = "not in the operator's catalog: read from its files when its fetch finishes; no GPU work starts before"
+    elif m.source.model.startswith("hf://"):
+        why = "not in the operator's catalog, and its fetch found no config.json, safetensors or tokenizer to read"
+    else:
+        why = "the operator reads the files of the hf:// checkpoints it fetches, not of pvc:// ones"
+    return f"the vocabulary, attention heads and GPU memory of {m.source.model} ({why})"
+
+
+def _origins(served: list[Served]) -> str:
+    """Where the facts a message used came from."""
+    known = [m.facts for m in served if m.facts is not None]
+    sources = {f.source for f in known}
+    if len(sources) == 1:
+        return f"facts of {' and '.join(f.model for f in known)}: {sources.pop()}"
+    return "facts of " + "; ".join(f"{f.model}: {f.source}" for f in known)
+
+
 def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_selector: dict[str, str],
           observed: Observed) -> Problem | tuple[str, ...]:
     """The first Problem, or the notes of what could not be checked."""
     served = served_models(spec, observed)
-    notes = [f"the vocabulary, attention heads and GPU memory of {m.source.model}, of which the operator has "
-             "no facts (not in its catalog; models' own files are not read yet)" for m in served if m.facts is None]
+    notes = [_without_facts(m, observed) for m in served if m.facts is None]
     dt = spec.speculation.draft_target
     results = (check_vocabulary(served, dt.acceptance if dt else "tokens"),
                check_tensor_parallel(served),
                check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
     for result in results:
         if isinstance(result, Problem):
-            return result
+            return Problem(result.reason, f"{result.message} ({_origins(served)})")
         notes += result
     return tuple(notes)
 
@@ -124,8 +168,10 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
             f"acceptance: logits compares the draft's and the target's logits token by token, so their "
             f"vocab_size must be equal ({numbers}); use acceptance: tokens"))
     if shared is None:
-        return [f"the tokenizers of {draft.model} and {target.model} (identities of different kinds: "
-                f"{draft.tokenizer}, {target.tokenizer})"]
+        mixed = (draft.source == CATALOG_SOURCE) != (target.source == CATALOG_SOURCE)
+        why = (f"the draft's facts come from {draft.source}, the target's from {target.source}: a catalog family "
+               "and an identity read from files are not comparable" if mixed else "identities of different kinds")
+        return [f"the tokenizers of {draft.model} and {target.model} ({why}: {draft.tokenizer}, {target.tokenizer})"]
     # Same tokenizer, vocab_size may differ by padding (Qwen2.5-0.5B 151936, Qwen2.5-7B 152064):
     # tokens acceptance compares token ids only.
     return []

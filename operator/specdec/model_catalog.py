@@ -1,11 +1,12 @@
 """Catalog data: the real config.json values of the models our examples and tests name.
 
-SIMULATED FETCH DATA. Nothing here is read from a model's files at run time: until the fetch step
-(issue 14 part 1) reads each model's own config.json and tokenizer, admission knows the models listed
-here, and only those. Each entry is an excerpt of the model's config.json (the keys admission and
-`tests/unit/test_model_catalog.py` use, values unchanged), the parameter count from its model card (or
-the Hub's count where they differ) and its tokenizer family. Keyed by Hub id; revision-independent (a
-later commit of these repositories does not change their architecture).
+SIMULATED FETCH DATA. Nothing here is read from a model's files at run time. Admission uses it for the
+models it lists until their fetch has read their own files (then the ModelCache's facts come first), and
+the local cluster's simulated fetch reports it as what it read (specdec.dev.simulated_fetch). Each entry is
+an excerpt of the model's config.json (the keys admission and `tests/unit/test_model_catalog.py` use,
+values unchanged), the parameter count from its model card (or the Hub's count where they differ) and its
+tokenizer family. Keyed by Hub id; revision-independent (a later commit of these repositories does not
+change their architecture).
 
 Where the values were copied from (upstream Hugging Face files, or copies of them in public repositories;
 the copies named are the ones found, with the commit where there is one):
@@ -17,9 +18,7 @@ the copies named are the ones found, with the commit where there is one):
 
 from __future__ import annotations
 
-from specdec.model_facts import ModelFacts
-
-CATALOG_SOURCE = "the operator's model catalog (simulated fetch data)"
+from specdec.model_facts import CATALOG_SOURCE, ModelFacts
 
 # Tokenizer families: models of one family encode text to the same token ids.
 LLAMA3 = "family:llama3"  # Llama 3.x: 128,000 BPE tokens + 256 special (bos 128000); 3.2 reuses 3.1's

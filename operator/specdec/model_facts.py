@@ -1,15 +1,19 @@
 """What admission knows about a model: the facts of its config.json and of its tokenizer.
 
 `ModelFacts` is the interface between whoever reads a model's files and the checks (specdec.admission).
-Today the catalog (specdec.model_catalog, simulated fetch data) supplies facts for the Hub ids it lists;
-the fetch step (issue 14 part 1) is to read the same fields from the fetched files with `from_config`
-and hand them to the operator (e.g. in the fetch Job's termination message), for any model.
+The fetch Job reads them from the fetched files (specdec.checkpoint_facts, its termination message), the
+operator keeps them in the ModelCache's status (`to_status`, `from_status`); the catalog
+(specdec.model_catalog) supplies the facts of the Hub ids it lists before any fetch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from specdec.api.models import ModelCacheFacts
+
+CATALOG_SOURCE = "the operator's model catalog (simulated fetch data)"
 
 # Bytes per weight (or KV-cache element) by precision.
 BYTES_PER_PARAMETER = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -51,13 +55,24 @@ class ModelFacts:
             vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], layers=config["num_hidden_layers"],
             attention_heads=heads, kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            dtype=config.get("torch_dtype") or "float16", parameters=parameters, tokenizer=tokenizer,
+            # transformers 4.56 renamed torch_dtype to dtype
+            dtype=config.get("torch_dtype") or config.get("dtype") or "float16", parameters=parameters,
+            tokenizer=tokenizer,
             # LlamaConfig's and Qwen2Config's default when the key is absent
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             max_position_embeddings=config.get("max_position_embeddings"),
             weight_quantization=_stored_quantization(config.get("quantization_config")),
             kv_latent_dim=latent + config.get("qk_rope_head_dim", 0) if latent else None,
             source=source)
+
+    def to_status(self) -> dict[str, Any]:
+        """As a ModelCache's status.facts holds them (the model and source are the ModelCache's own)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("model", "source")}
+        return ModelCacheFacts(**fields).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_status(cls, model: str, facts: dict[str, Any], source: str) -> "ModelFacts":
+        return cls(model=model, source=source, **ModelCacheFacts.model_validate(facts).model_dump())
 
     @property
     def embedding_parameters(self) -> int:
@@ -76,7 +91,11 @@ def _stored_quantization(config: dict[str, Any] | None) -> str | None:
 
 
 def same_tokenizer(a: ModelFacts, b: ModelFacts) -> bool | None:
-    """Whether two models share their tokenizer; None when their identities are of different kinds."""
+    """Whether two models share their tokenizer; None when their identities are not comparable: one from
+    the catalog (a family it names) and one from files (a digest), or of different kinds (a digest of
+    tokenizer.json and one of tokenizer.model)."""
+    if (a.source == CATALOG_SOURCE) != (b.source == CATALOG_SOURCE):
+        return None
     if a.tokenizer.split(":", 1)[0] != b.tokenizer.split(":", 1)[0]:
         return None
     return a.tokenizer == b.tokenizer

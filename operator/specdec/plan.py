@@ -17,7 +17,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from specdec import modes
-from specdec.admission import Observed, admit
+from specdec.admission import Observed, admit, facts_awaited, fetched_checkpoints
 from specdec.api import models
 from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, RuntimeNone,
                                         RuntimeSpeculativeConfig, ServedModel)
@@ -66,6 +66,9 @@ class Plan:
     # Backend pytorch: the hf:// checkpoints the runtime pods read from the cache (no engines): the
     # runtime is applied only once every one is Fetched.
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
+    # Models admission has no facts of until their fetch (specdec.admission.facts_awaited): until then the
+    # operator creates no EngineBuild and no runtime (specdec.reconcile).
+    facts_awaited: tuple[str, ...] = ()
 
     @property
     def engine_names(self) -> list[str]:
@@ -340,7 +343,8 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
     admitted = admit(spec, runtime.kv_cache.free_gpu_memory_fraction, gpus,
                      node_selector(settings.gpu_node_selector, spec.runtime.node_selector), observed)
     if isinstance(admitted, Problem):
-        return admitted
+        return dataclasses.replace(admitted, model_caches=tuple(
+            model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in fetched_checkpoints(spec, observed)))
     checkpoints = _runtime_checkpoints(spec)
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
     if spec.backend == "pytorch":  # trtllm-serve reads the checkpoints themselves: fetched first
@@ -349,4 +353,5 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
                                                     if uri.startswith("hf://"))}.values())
     return Plan(name=meta["name"], namespace=meta.get("namespace", "default"), spec=spec,
                 engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
-                model_claims=model_claims(*checkpoints), unchecked=admitted, runtime_inputs=runtime_inputs)
+                model_claims=model_claims(*checkpoints), unchecked=admitted, runtime_inputs=runtime_inputs,
+                facts_awaited=facts_awaited(spec, observed))

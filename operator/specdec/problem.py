@@ -4,6 +4,7 @@ return the same type plan() does."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,3 +13,6 @@ class Problem:
 
     reason: str
     message: str
+    # A refusal on facts a fetch read: the deployment's ModelCaches (plan.ModelCachePlan) that hold them,
+    # kept from collection while it stands (collected, their facts would be forgotten and fetched again).
+    model_caches: tuple[Any, ...] = ()

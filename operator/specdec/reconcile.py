@@ -15,7 +15,10 @@ object is left untouched.
 Order: a deployment creates its ModelCaches (hf:// checkpoints fetched into the cache on CPU nodes) and
 EngineBuilds at once; an EngineBuild creates its Job, which holds GPUs, only once every checkpoint it
 reads is Fetched, and a ModelCache's change wakes the EngineBuilds that read it: a build starts without
-waiting for one of its thousand users to be reconciled.
+waiting for one of its thousand users to be reconciled. One exception keeps "refused before any GPU
+Job" true: a deployment with a model whose facts only its fetch can tell (an hf:// model the catalog
+does not know, Plan.facts_awaited) creates its EngineBuilds (and runtime) only once admission ran on the
+facts of its fetched files: an EngineBuild, once created, would start its GPU Job at the fetch's end.
 """
 
 from __future__ import annotations
@@ -43,13 +46,14 @@ from specdec.builders.runtime import (build_cache_claim, build_config_map, build
                                       config_map_name, endpoint, runtime_name, selector_labels)
 from specdec.gpu_nodes import GpuNodeInventory, GpuNodes
 from specdec.kube import Kube, api_error_message, contains, permanent
+from specdec.model_facts import ModelFacts
 from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan, Problem, plan, recipe_checkpoints
 from specdec.requeue import DelayQueue, backoff
 from specdec.settings import Settings
 from specdec.status import (BUILD, FETCH, FETCHED, NO_TRAFFIC, SPECULATION_EFFECTIVE, STUCK_REASONS,
                             WAITING_FOR_CHECKPOINTS, BuildState, JobKind, build_state_from_status,
-                            deployment_conditions, evaluate_build, fetched_size, runtime_inputs_fetched,
+                            deployment_conditions, evaluate_build, fetched_status, runtime_inputs_fetched,
                             users_view)
 from specdec.workqueue import WorkQueue
 
@@ -161,7 +165,8 @@ class Reconciler:
         self._told: dict[tuple[str, str], tuple] = {}
         self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
-        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, Plan | Problem]] = {}  # see _plan
+        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
+        self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}  # see _fetched_facts
         # Each deployment worker runs up to 3 requests at once here (see _runtime).
         self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
@@ -191,17 +196,43 @@ class Reconciler:
         self._plans.pop((namespace, name), None)
 
     def _plan(self, sd: dict[str, Any]) -> Plan | Problem:
-        """plan() of this deployment, kept while its spec (uid, generation) and the GPU nodes are the same:
-        plan() is pure and costs ~2 ms, and a shared build's change wakes all of its users at once."""
+        """plan() of this deployment, kept while its spec (uid, generation), the GPU nodes and the fetched
+        models' facts are the same: plan() is pure and costs ~2 ms, and a shared build's change wakes all
+        of its users at once."""
         meta = sd["metadata"]
         nodes = self.gpu_nodes.snapshot()
         key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        fetched = self._fetched_facts(meta["namespace"])
         known = self._plans.get(key)
-        if known is not None and known[0] == version and known[1] is nodes:
-            return known[2]
-        result = plan(sd, self.settings, Observed(gpu_nodes=nodes))
-        self._plans[key] = (version, nodes, result)
+        if known is not None and known[0] == version and known[1] is nodes and known[2] is fetched:
+            return known[3]
+        result = plan(sd, self.settings, Observed(fetched, nodes))
+        self._plans[key] = (version, nodes, fetched, result)
         return result
+
+    def _fetched_facts(self, namespace: str) -> dict[tuple[str, str], ModelFacts | None]:
+        """Admission's facts of the namespace's Fetched ModelCaches, by checkpoint (uri, revision); None:
+        fetched, no facts. Of ModelCaches of one checkpoint (different fetch placement), one with facts.
+        One dict per namespace while its ModelCaches are unchanged: every plan kept in _plans holds it."""
+        caches = sorted(self.kube.list("ModelCache", namespace), key=lambda mc: mc["metadata"]["name"])
+        version = tuple((mc["metadata"]["name"], mc["metadata"].get("resourceVersion")) for mc in caches)
+        known = self._facts_by_namespace.get(namespace)
+        if known is not None and known[0] == version:
+            return known[1]
+        fetched: dict[tuple[str, str], ModelFacts | None] = {}
+        for mc in caches:
+            if not _ours(mc) or build_state_from_status(mc).phase != FETCHED:
+                continue
+            key, facts = (mc["spec"]["model"], mc["spec"]["revision"]), (mc.get("status") or {}).get("facts")
+            if facts and fetched.get(key) is None:
+                fetched[key] = ModelFacts.from_status(
+                    key[0].split("://", 1)[1], facts,
+                    f"the files its fetch read ({key[0]}@{key[1]}, ModelCache {mc['metadata']['name']})")
+            fetched.setdefault(key, None)
+        if known is not None and known[1] == fetched:  # the same facts: plans keyed on them stay
+            fetched = known[1]
+        self._facts_by_namespace[namespace] = (version, fetched)
+        return fetched
 
     # -- the work queue ---------------------------------------------------------------------------
 
@@ -240,12 +271,12 @@ class Reconciler:
 
     def _tell_users(self, eb: dict[str, Any]) -> None:
         """Deployments read an EngineBuild's (or ModelCache's) spec, our label and its status (as a
-        BuildState): wake them only when one of those changed, not on every Job or pod event of a build
-        they share."""
+        BuildState, and a ModelCache's facts: admission's): wake them only when one of those changed, not
+        on every Job or pod event of a build they share."""
         meta = eb["metadata"]
         key = (meta["namespace"], meta["name"])
         state = build_state_from_status(eb)
-        heard = (users_view(state), _ours(eb), eb.get("spec"))
+        heard = (users_view(state), _ours(eb), eb.get("spec"), (eb.get("status") or {}).get("facts"))
         with self._users_guard:
             if self._told.get(key) == heard:
                 return
@@ -308,8 +339,9 @@ class Reconciler:
         }
         if kind == "EngineBuild":
             desired["failedStep"] = state.failed_step
-        else:  # the size, once a fetch reported it (kept after its pods are gone)
-            desired["sizeBytes"] = (fetched_size(pods) or status.get("sizeBytes")) if done else None
+        else:  # the size and the model's facts, once a fetch reported them (kept after its pods are gone)
+            desired.update(fetched_status(pods, status, obj["spec"]["model"]) if done
+                           else {"sizeBytes": None, "facts": None})
         if _status_changed(status, desired):
             self._tell_users(self.kube.patch(kind, namespace, name, {"status": desired}, subresource="status"))
             old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
@@ -423,7 +455,9 @@ class Reconciler:
                     self._use(namespace, cache.name, name)
                     caches[cache.name] = build_state_from_status(self._ensure_shared(
                         sd, build_model_cache(namespace, cache), f"checkpoint {cache.spec.model}@{cache.spec.revision}"))
-                for engine in result.engines:  # its Job waits for the checkpoints (_checkpoints_awaited)
+                # Its Job waits for the checkpoints (_checkpoints_awaited); the EngineBuild itself waits for
+                # admission's facts (see the module's docstring).
+                for engine in () if result.facts_awaited else result.engines:
                     self._use(namespace, engine.name, name)
                     states[engine.name] = build_state_from_status(self._ensure_shared(
                         sd, build_engine_build(namespace, engine), f"{engine.role} engine {engine.name}"))
@@ -486,10 +520,10 @@ class Reconciler:
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
                  caches: dict[str, BuildState]) -> tuple[dict | None, bool]:
         """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
-        fetched; until then, touch only the replica count."""
+        fetched and admitted on its facts; until then, touch only the replica count."""
         uid = sd["metadata"]["uid"]
         if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
-                and runtime_inputs_fetched(p, caches)):
+                and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
             existing = self._owned("Deployment", p.namespace, runtime_name(p), uid, live=False)
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
@@ -597,7 +631,7 @@ class Reconciler:
             names = set((sd.get("status") or {}).get("engineBuilds") or [])
             if isinstance(result, Plan):
                 names |= set(result.engine_names)
-                used |= {("ModelCache", ns, c.name) for c in result.model_caches}
+            used |= {("ModelCache", ns, c.name) for c in result.model_caches}  # a refusal's too: see Problem
             used |= {("EngineBuild", ns, n) for n in names}
         deleted = []
         for kind in SHARED:

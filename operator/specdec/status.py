@@ -8,6 +8,7 @@ from typing import Any
 
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS
 from specdec.conditions import Cond, aggregate_ready
+from specdec.model_facts import ModelFacts
 from specdec.plan import ModelCachePlan, Plan, Problem
 from specdec.speculation import Measurement
 
@@ -128,6 +129,11 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
     status = job.get("status") or {}
     attempts = (status.get("failed") or 0) + (status.get("succeeded") or 0) + (status.get("active") or 0)
     if condition_true(job, "Complete"):
+        if kind is FETCH and any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
+            # Our pod watch lags the Job controller's: the pod's termination message (the checkpoint's
+            # facts, which admission waits for) is not here yet. Fetched without them would let builds start.
+            return BuildState("Fetching", "Fetching", "the fetch finished; waiting for its pod's report",
+                              attempts=attempts)
         return BuildState(*kind.done, attempts=attempts)
     failures = [f for f in (step_failure(p, kind) for p in _by_age(pods)) if f]
     if condition_true(job, "Failed"):
@@ -166,19 +172,34 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
                       attempts=attempts)
 
 
-def fetched_size(pods: list[dict[str, Any]]) -> int | None:
-    """sizeBytes from the termination message of the fetch that succeeded (the fetch script writes it)."""
+def _fetch_report(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The report (specdec.checkpoint_facts) in the termination message of the fetch that succeeded."""
     for pod in reversed(_by_age(pods)):
         for cs in _statuses(pod):
             terminated = (cs.get("state") or {}).get("terminated") or {}
             if cs.get("name") == "fetch" and terminated.get("exitCode") == 0:
                 try:
-                    size = json.loads(terminated.get("message") or "").get("sizeBytes")
-                except (ValueError, AttributeError):
+                    report = json.loads(terminated.get("message") or "")
+                except ValueError:
                     continue
-                if isinstance(size, int) and size >= 0:
-                    return size
+                if isinstance(report, dict):
+                    return report
     return None
+
+
+def fetched_status(pods: list[dict[str, Any]], status: dict[str, Any], model: str) -> dict[str, Any]:
+    """sizeBytes and facts of a Fetched ModelCache: what its fetch reported, or (its pods are gone) what
+    its status kept. Facts only from a report with all they need (config.json, safetensors, tokenizer)."""
+    report = _fetch_report(pods)
+    if report is None:
+        return {"sizeBytes": status.get("sizeBytes"), "facts": status.get("facts")}
+    size = report.get("sizeBytes")
+    try:
+        facts = ModelFacts.from_config(model, report["config"], parameters=report["parameters"],
+                                       tokenizer=report["tokenizer"], source="").to_status()
+    except (KeyError, IndexError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        facts = None
+    return {"sizeBytes": size if isinstance(size, int) and size >= 0 else None, "facts": facts}
 
 
 def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.api.models import GROUP, VERSION
+from specdec.model_catalog import catalog_facts
 from tests.cluster.test_operator import BUILD_DELAY, FAIL_LABEL, SD, engine_builds, example
 from tests.kube_helpers import Kube, wait_for
 
@@ -50,6 +51,12 @@ def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace:
     assert sorted(c["spec"]["model"] for c in caches.values()) == [
         "hf://meta-llama/Llama-3.1-70B-Instruct", "hf://meta-llama/Llama-3.2-1B-Instruct"]
     assert all(c["status"]["phase"] == "Fetched" for c in caches.values())
+    for cache in caches.values():  # the simulated fetch reports the catalog's facts, as a real one reads them
+        facts = catalog_facts(cache["spec"]["model"].split("://", 1)[1])
+        assert cache["status"]["facts"] == facts.to_status(), cache["status"]
+        assert cache["status"]["sizeBytes"] > 0
+    spec_valid = next(c for c in obj["status"]["conditions"] if c["type"] == "SpecValid")
+    assert spec_valid["message"] == "spec accepted"  # every check ran, on the fetched facts
     jobs = fetch_jobs(kube, namespace)
     assert set(jobs) == set(caches)
     fetched_at = {caches[name]["spec"]["model"]: job.status.completion_time for name, job in jobs.items()}

@@ -7,6 +7,7 @@ cluster has them (specdec.dev.nodes: H100 80 GB), and a few others built the sam
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
@@ -14,7 +15,8 @@ import yaml
 from specdec.admission import Observed, Served, kv_bytes_per_token, served_models, weight_bytes_per_gpu
 from specdec.dev import nodes as dev_nodes
 from specdec.gpu_nodes import GpuNodes, gpu_node
-from specdec.model_catalog import catalog_facts
+from specdec.model_facts import ModelFacts
+from specdec.model_catalog import CATALOG_SOURCE, catalog_facts
 from specdec.plan import Plan, Problem, parse_spec, plan
 from specdec.status import deployment_conditions
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example
@@ -66,7 +68,9 @@ def test_draft_of_another_tokenizer_is_refused_naming_both_models_and_vocab_size
     assert message.startswith("the draft and the target do not share a tokenizer (draft Qwen/Qwen2.5-0.5B-Instruct: "
                               "the qwen2 tokenizer, vocab_size 151936; target meta-llama/Llama-3.1-70B-Instruct: "
                               "the llama3 tokenizer, vocab_size 128256)")
-    assert message.endswith("e.g. meta-llama/Llama-3.2-1B-Instruct")  # the smallest draft of the target's family
+    # the smallest draft of the target's family, and where the facts came from
+    assert message.endswith("e.g. meta-llama/Llama-3.2-1B-Instruct (facts of meta-llama/Llama-3.1-70B-Instruct and "
+                            f"Qwen/Qwen2.5-0.5B-Instruct: {CATALOG_SOURCE})")
 
 
 def test_llama2_draft_for_a_llama3_target_is_refused():
@@ -97,11 +101,13 @@ def test_tensor_parallel_size_that_does_not_divide_the_heads_is_refused():
     message = refused(llama70b_fp16(tensorParallelSize=3), "TensorParallelDoesNotDivideHeads")
     assert message == ("spec.target.tensorParallelSize 3 does not divide the 64 attention heads of "
                        "meta-llama/Llama-3.1-70B-Instruct (64 / 3 = 21.33): each GPU computes whole heads; "
-                       "sizes that work for it: 1, 2, 4, 8, 16, 32, 64")
+                       "sizes that work for it: 1, 2, 4, 8, 16, 32, 64 (facts of "
+                       f"meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})")
     qwen = refused({"target": {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "family": "qwen", "tensorParallelSize": 8}},
                    "TensorParallelDoesNotDivideHeads")
     assert "8 does not divide the 28 attention heads of Qwen/Qwen2.5-7B-Instruct" in qwen
-    assert qwen.endswith("sizes that work for it: 1, 2, 4, 28")  # 4 KV heads: 2 and 4 split them, 28 copies them
+    assert qwen.endswith("sizes that work for it: 1, 2, 4, 28 (facts of Qwen/Qwen2.5-7B-Instruct: "
+                         f"{CATALOG_SOURCE})")  # 4 KV heads: 2 and 4 split them, 28 copies them
 
 
 def test_kv_heads_must_split_evenly_or_be_copied():
@@ -130,7 +136,8 @@ def test_70b_fp16_on_one_80gb_gpu_is_refused_naming_the_numbers():
     assert message == (
         "the GPU cannot hold the weights: target meta-llama/Llama-3.1-70B-Instruct: 70.6B parameters × 2 bytes "
         "(float16) / tensorParallelSize 1 = 131.5 GiB, more than one NVIDIA-H100-80GB-HBM3 GPU (81559 MiB; 90% "
-        "usable = 71.7 GiB). Use more GPUs (tensorParallelSize), quantization: fp8, or nodes with larger GPUs")
+        "usable = 71.7 GiB). Use more GPUs (tensorParallelSize), quantization: fp8, or nodes with larger GPUs "
+        f"(facts of meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})")
     assert isinstance(admitted(llama70b_fp16(tensorParallelSize=2)), Plan)  # 65.7 GiB per GPU, and room for KV
 
 
@@ -171,7 +178,9 @@ def test_every_node_the_pod_may_land_on_must_fit_and_the_message_says_which_do()
     message = refused(blog_example(), "ModelDoesNotFitGpu", mixed)
     assert "more than one NVIDIA-A100-SXM4-40GB GPU (40960 MiB" in message
     assert message.endswith("It fits the NVIDIA-H100-80GB-HBM3 GPUs of other nodes: select them with "
-                            "spec.runtime.nodeSelector (nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3)")
+                            "spec.runtime.nodeSelector (nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3) (facts of "
+                            "meta-llama/Llama-3.1-70B-Instruct and meta-llama/Llama-3.2-1B-Instruct: "
+                            f"{CATALOG_SOURCE})")
     pinned = blog_example()
     pinned["runtime"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert isinstance(admitted(pinned, mixed), Plan)
@@ -205,8 +214,9 @@ def test_a_model_without_facts_is_not_refused_and_the_status_says_what_was_skipp
     spec = {"target": {"model": "pvc://models/my-llama", "dtype": "float16"}}
     result = admitted(spec)
     assert isinstance(result, Plan)
-    assert result.unchecked == ("the vocabulary, attention heads and GPU memory of pvc://models/my-llama, of which "
-                                "the operator has no facts (not in its catalog; models' own files are not read yet)",)
+    assert result.unchecked == ("the vocabulary, attention heads and GPU memory of pvc://models/my-llama (the "
+                                "operator reads the files of the hf:// checkpoints it fetches, not of pvc:// ones)",)
+    assert result.facts_awaited == ()  # nothing to wait for: it is built unchecked
     _, conditions = deployment_conditions(result, {}, None, False, None)
     valid = next(c for c in conditions if c.type == "SpecValid")
     assert (valid.status, valid.reason) == (True, "Valid")
@@ -222,13 +232,79 @@ def test_a_draft_without_facts_still_has_its_target_checked():
     assert "target meta-llama/Llama-3.1-70B-Instruct: 70.6B parameters × 2 bytes" in message
 
 
-def test_facts_from_elsewhere_than_the_catalog_reach_the_checks():
-    """The interface the fetch step is to use: a lookup that knows more models than the catalog."""
-    facts = catalog_facts("meta-llama/Llama-3.1-70B-Instruct")
-    fetched = Observed(model_facts=lambda source: facts if source.model == "pvc://models/llama70b" else None,
-                       gpu_nodes=SIMULATED_H100.gpu_nodes)
-    message = refused({"target": {"model": "pvc://models/llama70b"}}, "ModelDoesNotFitGpu", fetched)
-    assert "131.5 GiB" in message
+# --- where the facts come from: a ModelCache's fetched files first, the catalog second --------------
+
+UNKNOWN = "hf://example-org/llama-70b-finetune"  # not in the catalog
+
+
+def from_files(hub_id: str, tokenizer: str, **changes) -> ModelFacts:
+    """A catalog model's facts as a fetch would have read them from its files."""
+    return dataclasses.replace(catalog_facts(hub_id), tokenizer=tokenizer, source=f"the files of {hub_id}",
+                               **changes)
+
+
+def fetched(facts: dict[str, ModelFacts | None], nodes: Observed = SIMULATED_H100) -> Observed:
+    return Observed({(uri, "main"): f for uri, f in facts.items()}, nodes.gpu_nodes)
+
+
+def test_fetched_facts_come_first_and_messages_say_so():
+    """A 70B checkpoint the catalog does not know: no facts (its fetch is awaited), then its fetched facts
+    refuse it; a catalog model's fetched facts win over the catalog's."""
+    awaiting = admitted({"target": {"model": UNKNOWN}})
+    assert awaiting.facts_awaited == (UNKNOWN,)
+    assert awaiting.unchecked == (f"the vocabulary, attention heads and GPU memory of {UNKNOWN} (not in the operator's "
+                                  "catalog: read from its files when its fetch finishes; no GPU work starts before)",)
+    read = from_files("meta-llama/Llama-3.1-70B-Instruct", "vocab-sha256:aa", model="example-org/llama-70b-finetune")
+    message = refused({"target": {"model": UNKNOWN}}, "ModelDoesNotFitGpu", fetched({UNKNOWN: read}))
+    assert "target example-org/llama-70b-finetune: 70.6B parameters × 2 bytes (float16)" in message
+    assert message.endswith("(facts of example-org/llama-70b-finetune: the files of meta-llama/Llama-3.1-70B-Instruct)")
+    fewer_heads = from_files("meta-llama/Llama-3.1-8B-Instruct", "vocab-sha256:bb", attention_heads=30, kv_heads=6)
+    spec = {"target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "tensorParallelSize": 4}}
+    assert isinstance(admitted(spec), Plan)  # the catalog's 32 heads divide by 4
+    assert "does not divide the 30 attention heads" in refused(
+        spec, "TensorParallelDoesNotDivideHeads", fetched({"hf://meta-llama/Llama-3.1-8B-Instruct": fewer_heads}))
+
+
+def test_a_fetch_without_facts_ends_the_wait_and_the_checks_are_skipped():
+    result = admitted({"target": {"model": UNKNOWN}}, fetched({UNKNOWN: None}))
+    assert isinstance(result, Plan) and result.facts_awaited == ()
+    assert "its fetch found no config.json, safetensors or tokenizer to read" in result.unchecked[0]
+
+
+def small_pair(draft: str = "hf://meta-llama/Llama-3.2-1B-Instruct") -> dict:
+    return {"target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "devices": [1]},
+            "speculation": {"mode": "draftTarget", "draftTarget": {"draft": {"model": draft, "devices": [0]},
+                                                                   "draftLen": 4}}}
+
+
+def test_tokenizers_read_from_files_are_compared_by_their_identity():
+    target, draft = "hf://meta-llama/Llama-3.1-8B-Instruct", "hf://meta-llama/Llama-3.2-1B-Instruct"
+    same = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
+                    draft: from_files(draft[5:], "vocab-sha256:aa")})
+    assert admitted(small_pair(), same).unchecked == ()
+    other = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
+                     draft: from_files(draft[5:], "vocab-sha256:bb")})
+    message = refused(small_pair(), "VocabularyMismatch", other)
+    assert "draft meta-llama/Llama-3.2-1B-Instruct: tokenizer vocab-sha256:bb, vocab_size 128256" in message
+    kinds = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
+                     draft: from_files(draft[5:], "sentencepiece-sha256:aa")})
+    assert "(identities of different kinds: sentencepiece-sha256:aa, vocab-sha256:aa)" in admitted(
+        small_pair(), kinds).unchecked[0]
+
+
+def test_a_catalog_family_and_a_file_identity_are_not_compared_but_vocab_sizes_still_are():
+    """The target's facts from its files, the draft's from the catalog: the tokenizer check is skipped and
+    SpecValid says why; logits acceptance still needs equal vocab sizes."""
+    target = "hf://meta-llama/Llama-3.1-8B-Instruct"
+    mixed = fetched({target: from_files(target[5:], "vocab-sha256:aa")})
+    note = admitted(small_pair(), mixed).unchecked
+    assert note == ("the tokenizers of meta-llama/Llama-3.2-1B-Instruct and meta-llama/Llama-3.1-8B-Instruct (the "
+                    f"draft's facts come from {CATALOG_SOURCE}, the target's from the files of "
+                    "meta-llama/Llama-3.1-8B-Instruct: a catalog family and an identity read from files are not "
+                    "comparable: family:llama3, vocab-sha256:aa)",)
+    logits = small_pair("hf://meta-llama/Llama-2-7b-hf")
+    logits["speculation"]["draftTarget"]["acceptance"] = "logits"
+    assert "vocab_size 32000" in refused(logits, "VocabularyMismatch", mixed)
 
 
 # --- the examples ----------------------------------------------------------------------------------

@@ -39,6 +39,30 @@ def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in delay
 
 
+def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
+    """pod-complete's template carries, per catalog model, a report that the operator reads back as exactly
+    the catalog's facts (and the size its precision gives); the empty table it replaces is gone."""
+    from specdec.dev.simulated_fetch import EMPTY_TABLE, simulated_report
+    from specdec.model_catalog import catalog_facts, hub_ids
+    from specdec.model_facts import ModelFacts
+    from specdec.status import fetched_status
+
+    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path)) if d["kind"] == "Stage"}
+    template = stages["pod-complete"]["spec"]["next"]["statusTemplate"]
+    assert EMPTY_TABLE not in template
+    for hub_id in hub_ids():
+        report = json.dumps(simulated_report(hub_id))
+        assert f"{json.dumps(hub_id.lower())} {json.dumps(report)}" in template
+        pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [
+            {"name": "fetch", "state": {"terminated": {"exitCode": 0, "message": report}}}]}}
+        status = fetched_status([pod], {}, f"hf://{hub_id}")
+        facts = catalog_facts(hub_id)
+        assert ModelFacts.from_status(facts.model, status["facts"], facts.source) == facts
+        assert len(report) < 4096
+    assert simulated_report("meta-llama/Llama-3.1-8B-Instruct")["sizeBytes"] == 8_030_000_000 * 2
+    assert simulated_report("deepseek-ai/DeepSeek-R1")["sizeBytes"] == 685_000_000_000  # stored in FP8
+
+
 def test_audit_policy_is_passed_on(tmp_path: Path):
     policy = tmp_path / "policy.yaml"
     options = _docs(cluster.kwokctl_config(tmp_path, policy))[0]["options"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 
 from specdec.builders.common import LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY
 from specdec.builders.model_cache import build_fetch_job, build_model_cache, fetch_script
@@ -86,23 +88,26 @@ def test_render_prints_model_caches_and_fetch_jobs_before_engine_builds():
 
 
 def test_fetch_script_publishes_atomically(tmp_path):
-    """Run the script with a stand-in python3 that 'downloads' one file: the checkpoint appears complete
-    under its path, the partial directory is gone, and a second run does nothing."""
+    """Run the script with a stand-in python3 that 'downloads' one file (and runs the facts program with the
+    real one): the checkpoint appears complete under its path, the partial directory is gone, the
+    termination message has its report, and a second run does nothing."""
     cache = make_plan(spec()).model_caches[0]
     script = fetch_script(cache.name, cache.spec).replace("/cache", str(tmp_path)).replace(
         "/dev/termination-log", str(tmp_path / "termination"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "python3"
-    fake.write_text('#!/bin/bash\necho weights > "${@: -1}/model.safetensors"\necho downloaded\n')
+    fake.write_text(f'#!/bin/bash\nif [[ "$2" != *snapshot_download* ]]; then exec {sys.executable} "$@"; fi\n'
+                    f'echo weights > "${{@: -1}}/model.safetensors"\necho "downloaded $3"\n')
     fake.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SPECDEC_MODEL": "meta-llama/Llama-3.1-70B-Instruct"}
     first = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
     target = tmp_path / cache.spec.path
     assert (target / "model.safetensors").read_text() == "weights\n" and (target / ".specdec-complete").exists()
     assert not (tmp_path / ".work" / f"fetch-{cache.name}").exists()
-    assert '"sizeBytes": ' in (tmp_path / "termination").read_text()
+    assert "downloaded meta-llama/Llama-3.1-70B-Instruct" in first.stdout
+    assert json.loads((tmp_path / "termination").read_text()) == {"sizeBytes": len("weights\n")}
     again = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "already in the cache" in again.stdout
 

@@ -62,9 +62,14 @@ def test_lookup_by_hub_id_is_case_insensitive_and_knows_the_old_meta_names():
     assert model_catalog.catalog_facts("meta-llama/Llama-2-7b-chat-hf") is None
 
 
-def test_tokenizers_compare_only_within_one_kind_of_identity():
+def test_tokenizers_compare_only_within_one_source_and_kind_of_identity():
     llama = model_catalog.catalog_facts("meta-llama/Llama-3.1-8B-Instruct")
     assert same_tokenizer(llama, model_catalog.catalog_facts("meta-llama/Llama-3.2-1B-Instruct")) is True
     assert same_tokenizer(llama, model_catalog.catalog_facts("Qwen/Qwen2.5-0.5B-Instruct")) is False
-    from_files = dataclasses.replace(llama, tokenizer="sha256:0123")
-    assert same_tokenizer(llama, from_files) is None
+    read = dataclasses.replace(llama, tokenizer="vocab-sha256:0123", source="the files its fetch read")
+    assert same_tokenizer(read, dataclasses.replace(read, model="other")) is True
+    assert same_tokenizer(read, dataclasses.replace(read, tokenizer="vocab-sha256:4567")) is False
+    assert same_tokenizer(read, dataclasses.replace(read, tokenizer="sentencepiece-sha256:0123")) is None
+    assert same_tokenizer(llama, read) is None
+    # a catalog family reported by files (the local cluster's simulated fetch) is still not the catalog's
+    assert same_tokenizer(llama, dataclasses.replace(read, tokenizer=llama.tokenizer)) is None

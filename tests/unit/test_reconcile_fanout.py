@@ -103,3 +103,50 @@ def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_rea
     assert reconciler._checkpoints_awaited(ebs["target"]) == []
     assert reconciler._checkpoints_awaited(ebs["draft"]) == ["hf://meta-llama/Llama-2-7b-hf@main"]
     assert builds.keys == [("EngineBuild", "ns", ebs["target"]["metadata"]["name"])]  # not the draft's
+
+
+def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_reports_facts():
+    """No EngineBuild while the facts are awaited (Plan.facts_awaited); a ModelCache's facts wake its users and
+    give a new plan, here a refusal: 40 heads do not split over 3 GPUs."""
+    from specdec.builders.model_cache import build_model_cache
+    from specdec.model_catalog import catalog_facts
+    from specdec.plan import Plan, Problem, plan
+
+    sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
+          "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
+          "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}}}
+    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
+    reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
+    deployments = Recorded()
+    reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
+    waiting = reconciler._plan(sd)
+    assert isinstance(waiting, Plan) and waiting.facts_awaited == ("hf://example-org/llama-13b-finetune",)
+    cache = build_model_cache("ns", waiting.model_caches[0])
+    reconciler._use("ns", cache["metadata"]["name"], "sd")
+    fetched_without_facts = {"phase": "Fetched",
+                             "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}
+    without_facts = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "2"},
+                     "status": fetched_without_facts}
+    store.put(without_facts)
+    reconciler.shared_seen("ModelCache", without_facts)
+    assert reconciler._plan(sd).facts_awaited == ()  # fetched, no facts: built unchecked, as a pvc:// model
+    deployments.keys.clear()
+
+    facts = catalog_facts("meta-llama/Llama-2-13b-hf").to_status()
+    reported = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "3"},
+                "status": {**fetched_without_facts, "facts": facts}}
+    store.put(reported)
+    reconciler.shared_seen("ModelCache", reported)
+    assert deployments.keys == [("SpeculativeDeployment", "ns", "sd")]  # facts alone changed: its users hear
+    refused = reconciler._plan(sd)
+    assert isinstance(refused, Problem) and refused.reason == "TensorParallelDoesNotDivideHeads"
+    assert refused.message.endswith(
+        "(facts of example-org/llama-13b-finetune: the files its fetch read "
+        f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))")
+    assert plan(sd, Settings()).facts_awaited  # the offline plan still waits: it reads no ModelCache
+    # the refusal keeps its ModelCache from collection: collected, its facts would be fetched again
+    assert [c.name for c in refused.model_caches] == [cache["metadata"]["name"]]
+    store.put({**sd, "metadata": {**sd["metadata"], "resourceVersion": "4"}})
+    patches = []
+    reconciler.kube.patch = lambda *args: patches.append(args)
+    assert reconciler.collect_unused_engines("ns") == [] and patches == []  # not even marked unused

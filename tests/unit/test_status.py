@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from specdec import conditions
 from specdec.conditions import Cond
-from specdec.status import FETCH, BuildState, deployment_conditions, evaluate_build, fetched_size, step_failure
+from specdec.model_catalog import catalog_facts, config_excerpt
+from specdec.model_facts import ModelFacts
+from specdec.status import FETCH, BuildState, deployment_conditions, evaluate_build, fetched_status, step_failure
 from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
@@ -366,6 +371,10 @@ def test_unschedulable_fetch_says_so():
 
 def test_fetch_job_states():
     assert evaluate_build(job(cond("Complete"), succeeded=1), [], kind=FETCH).phase == "Fetched"
+    # the Job is complete, but the pod (and its report) as we last saw it still runs: not Fetched yet
+    lagging = evaluate_build(job(cond("Complete"), succeeded=1), [pod(main={"fetch": running()})], kind=FETCH)
+    assert (lagging.phase, lagging.reason) == ("Fetching", "Fetching")
+    assert evaluate_build(job(cond("Complete"), succeeded=1), [fetched_pod("{}")], kind=FETCH).phase == "Fetched"
     assert evaluate_build(job(active=1), [pod(main={"fetch": running()})], kind=FETCH).phase == "Fetching"
     failed = pod(phase="Failed", main={"fetch": {"terminated": {"exitCode": 1, "message": "404"}}})
     state = evaluate_build(job(cond("Failed"), failed=1), [failed], kind=FETCH)
@@ -374,11 +383,31 @@ def test_fetch_job_states():
     assert late.reason == "FetchDeadlineExceeded" and "spec.cache.fetch.activeDeadlineSeconds" in late.message
 
 
-def test_fetched_size_is_read_from_the_termination_message():
-    done = pod(phase="Succeeded", main={"fetch": {"terminated": {"exitCode": 0, "message": '{"sizeBytes": 1234}'}}})
-    assert fetched_size([done]) == 1234
-    silent = pod(phase="Succeeded", main={"fetch": {"terminated": {"exitCode": 0}}})
-    assert fetched_size([silent]) is None
+def fetched_pod(message: str | None) -> dict:
+    return pod(phase="Succeeded", main={"fetch": {"terminated": {"exitCode": 0, "message": message}}})
+
+
+def test_size_and_facts_are_read_from_the_termination_message():
+    """The fetch's report (specdec.checkpoint_facts) becomes status.sizeBytes and status.facts; a report
+    without all the facts need, or none, gives the size alone; pods gone, the status keeps what it had."""
+    llama = catalog_facts("meta-llama/Llama-3.1-8B-Instruct")
+    report = {"sizeBytes": 1234, "config": config_excerpt("meta-llama/Llama-3.1-8B-Instruct"),
+              "parameters": llama.parameters, "tokenizer": "vocab-sha256:ab12"}
+    status = fetched_status([fetched_pod(json.dumps(report))], {}, "hf://meta-llama/Llama-3.1-8B-Instruct")
+    assert status["sizeBytes"] == 1234
+    assert status["facts"] == {"architecture": "LlamaForCausalLM", "vocabSize": 128256, "hiddenSize": 4096,
+                               "layers": 32, "attentionHeads": 32, "kvHeads": 8, "headDim": 128, "dtype": "bfloat16",
+                               "parameters": 8_030_000_000, "tokenizer": "vocab-sha256:ab12",
+                               "tiedEmbeddings": False, "maxPositionEmbeddings": 131072}
+    assert ModelFacts.from_status(llama.model, status["facts"], llama.source) == dataclasses.replace(
+        llama, tokenizer="vocab-sha256:ab12")
+    no_tokenizer = {k: v for k, v in report.items() if k != "tokenizer"}
+    assert fetched_status([fetched_pod(json.dumps(no_tokenizer))], {}, "hf://x/y") == {"sizeBytes": 1234,
+                                                                                      "facts": None}
+    broken = {**report, "config": {"vocab_size": 1}}
+    assert fetched_status([fetched_pod(json.dumps(broken))], {}, "hf://x/y")["facts"] is None
+    kept = {"sizeBytes": 1, "facts": status["facts"]}
+    assert fetched_status([fetched_pod(None)], kept, "hf://x/y") == kept == fetched_status([], kept, "hf://x/y")
 
 
 def test_a_shared_objects_progress_does_not_rewrite_its_users_status():

@@ -363,6 +363,32 @@ class ModelCacheSpec(ApiModel):
     pod: FetchSpec = Field(default_factory=FetchSpec, description="Fetch pod placement.")
 
 
+class ModelCacheFacts(ApiModel):
+    """What admission checks, as the fetch read it from the checkpoint's own files (specdec.model_facts)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    architecture: str = Field(description="config.json architectures[0].")
+    vocab_size: int
+    hidden_size: int
+    layers: int = Field(description="num_hidden_layers.")
+    attention_heads: int = Field(description="num_attention_heads.")
+    kv_heads: int = Field(description="num_key_value_heads (the attention heads when absent).")
+    head_dim: int
+    dtype: str = Field(description="How the checkpoint stores its weights (torch_dtype).")
+    parameters: int = Field(description="Elements of every tensor in the safetensors files.")
+    tokenizer: str = Field(description=(
+        "Identity of the tokenizer: vocab-sha256:<digest of tokenizer.json's id-to-token table> or "
+        "sentencepiece-sha256:<digest of tokenizer.model>; equal identities mean the same token ids."))
+    tied_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    weight_quantization: str | None = Field(None, description="Weights stored quantized (quantization_config).")
+    kv_latent_dim: int | None = Field(None, description="Multi-head latent attention: KV latent size per token and layer.")
+
+
 class ModelCacheStatus(JobStatus):
     phase: str | None = Field(None, description="Pending, Fetching, Fetched or Failed.")
     size_bytes: int | None = Field(None, description="Size of the fetched checkpoint, when the fetch reported it.")
+    facts: ModelCacheFacts | None = Field(None, description=(
+        "The model's facts, when the fetch could read them (config.json, safetensors headers, tokenizer): "
+        "admission checks deployments of this model and revision against them."))

@@ -3,9 +3,11 @@ cache claim on a CPU node, so that no GPU pod waits for a download."""
 
 from __future__ import annotations
 
+import inspect
 import shlex
 from typing import Any
 
+from specdec import checkpoint_facts
 from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
@@ -13,6 +15,8 @@ from specdec.plan import ModelCachePlan, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
 COMPLETE_MARKER = ".specdec-complete"  # in a checkpoint directory: the download finished
+# The Hub id the fetch pod downloads; the local cluster's simulated fetch reads it too (dev/simulated_fetch.py).
+MODEL_ENV = "SPECDEC_MODEL"
 
 
 def job_name(model_cache_name: str) -> str:
@@ -27,15 +31,15 @@ def build_model_cache(namespace: str, cache: ModelCachePlan) -> dict[str, Any]:
 def fetch_script(name: str, spec: models.ModelCacheSpec) -> str:
     """Download into a directory of this ModelCache's own, then publish it by a rename under a lock:
     a reader never sees half a checkpoint, and of two fetches of one checkpoint (ModelCaches with
-    different placement) the first finished wins. The size goes to the termination message."""
+    different placement) the first finished wins. Then specdec.checkpoint_facts (its source, run by the
+    image's python3) reports the size and the model's facts in the termination message."""
     target = f"{CACHE_MOUNT}/{spec.path}"
     partial = f"{CACHE_MOUNT}/.work/fetch-{name}"
     marker = shlex.quote(f"{target}/{COMPLETE_MARKER}")
-    download = shlex.join([
-        "python3", "-c",
-        "import sys; from huggingface_hub import snapshot_download; "
-        "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])",
-        spec.model.split("://", 1)[1], spec.revision, partial])
+    download = " ".join([
+        shlex.join(["python3", "-c", "import sys; from huggingface_hub import snapshot_download; "
+                    "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])"]),
+        f'"${MODEL_ENV}"', shlex.join([spec.revision, partial])])
     q_target, q_partial = shlex.quote(target), shlex.quote(partial)
     return "\n".join([
         f"if [ -e {marker} ]; then echo 'checkpoint already in the cache'; else",
@@ -46,7 +50,7 @@ def fetch_script(name: str, spec: models.ModelCacheSpec) -> str:
         f"  (flock 9 && if [ -e {marker} ]; then rm -rf {q_partial}; else rm -rf {q_target} "
         f"&& mv {q_partial} {q_target}; fi) 9>{shlex.quote(target + '.lock')}",
         "fi",
-        f"printf '{{\"sizeBytes\": %s}}' \"$(du -sb {q_target} | cut -f1)\" > /dev/termination-log",
+        f"{shlex.join(['python3', '-c', inspect.getsource(checkpoint_facts), target])} > /dev/termination-log",
     ])
 
 
@@ -63,7 +67,7 @@ def build_fetch_job(model_cache: dict[str, Any], settings: Settings) -> dict[str
         # the same way whoever asked for it.
         "image": settings.build_image,
         "command": ["/bin/bash", "-euo", "pipefail", "-c", fetch_script(name, spec)],
-        "env": common.hf_env(),
+        "env": [{"name": MODEL_ENV, "value": spec.model.split("://", 1)[1]}, *common.hf_env()],
         "resources": common.resources(pod.resources, 0, GPU_RESOURCE),
         "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": common.container_security_context(),

@@ -24,7 +24,7 @@ from typing import Mapping
 import yaml
 
 from specdec.api.crd import render_crds
-from specdec.dev import nodes, simulated_steps, simulation_profile, toolchain
+from specdec.dev import nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
@@ -159,7 +159,8 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None,
     for stage in sorted(stages.iterdir(), key=lambda p: p.name):
         document = yaml.safe_load(stage.read_text())
         if document.get("kind") == "Stage":
-            documents.append(yaml.safe_dump(simulated_steps.with_step_delays(document, step_seconds or {})))
+            stage = simulated_fetch.with_reports(simulated_steps.with_step_delays(document, step_seconds or {}))
+            documents.append(yaml.safe_dump(stage))
     return "---\n".join(documents)
 
 
