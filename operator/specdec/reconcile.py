@@ -282,11 +282,23 @@ class Reconciler:
                 return
             self._told[key] = heard
             users = list(self._users.get(key, ()))
-        done = state.phase in (BUILD.done[0], FETCH.done[0])  # its users have something to create now
+        done = state.phase in (BUILD.done[0], FETCH.done[0])
         for user in users:
-            self.enqueue("SpeculativeDeployment", key[0], user, urgent=done)
+            self.enqueue("SpeculativeDeployment", key[0], user,
+                         urgent=done and self._waits_on(key[0], user, eb.get("kind")))
         if eb.get("kind") == "ModelCache":
             self._wake_builds_reading(eb)
+
+    def _waits_on(self, namespace: str, user: str, kind: str | None) -> bool:
+        """Whether a deployment has something to create once a shared object of `kind` is done: its runtime
+        after an EngineBuild; after a ModelCache only its EngineBuilds (models admission had no facts of)
+        or a runtime reading checkpoints (backend pytorch), since an EngineBuild starts its own Job. Other
+        users only report, after the deployments with work to do."""
+        if kind == "EngineBuild":
+            return True
+        kept = self._plans.get((namespace, user))
+        result = kept[3] if kept else None
+        return not isinstance(result, Plan) or bool(result.facts_awaited or result.runtime_inputs)
 
     # -- EngineBuild and ModelCache: an object of ours and its Job ---------------------------------
 

@@ -13,9 +13,11 @@ from specdec.store import Store
 class Recorded:
     def __init__(self):
         self.keys: list[tuple] = []
+        self.urgent: list[bool] = []
 
     def add(self, key: tuple, urgent: bool = False) -> None:
         self.keys.append(key)
+        self.urgent.append(urgent)
 
 
 def engine_build(rv: str, phase: str | None = None) -> dict:
@@ -150,3 +152,34 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     patches = []
     reconciler.kube.patch = lambda *args: patches.append(args)
     assert reconciler.collect_unused_engines("ns") == [] and patches == []  # not even marked unused
+
+
+def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
+    import yaml
+    from specdec.plan import plan
+    from tests.unit.helpers import ROOT
+
+    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
+    deployments = Recorded()
+    reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
+    for name, example in (("engines", "llama-2-13b-draft-7b-logits.yaml"),
+                          ("torch", "llama-3.1-8b-draft-1b-pytorch.yaml")):
+        sd = yaml.safe_load((ROOT / "examples" / example).read_text())
+        sd["metadata"].update(name=name, namespace="ns", uid=name, generation=1)
+        reconciler._plan(sd)
+    for user in ("engines", "torch", "unplanned"):
+        reconciler._use("ns", "shared", user)
+    done = {"Fetched": "ModelCache", "Succeeded": "EngineBuild"}
+    heard = {}
+    for rv, phase in enumerate(("Fetched", "Succeeded"), start=1):
+        obj = engine_build(str(rv), phase)
+        obj["kind"] = done[phase]
+        reconciler.shared_gone("ns", "shared")
+        obj["metadata"]["name"] = "shared"
+        deployments.keys.clear(), deployments.urgent.clear()
+        reconciler.shared_seen(done[phase], obj)
+        heard[phase] = dict(zip((k[2] for k in deployments.keys), deployments.urgent))
+    # A fetched checkpoint: the EngineBuild starts its own Job; only the runtime that reads it (pytorch)
+    # and a deployment not planned yet have work. A built engine: every user applies its runtime.
+    assert heard["Fetched"] == {"engines": False, "torch": True, "unplanned": True}
+    assert heard["Succeeded"] == {"engines": True, "torch": True, "unplanned": True}
