@@ -36,6 +36,7 @@ from specdec.builders import model_cache as cache_builders
 from specdec.dev import cluster as dev
 from specdec.kube import USER_AGENT
 from specdec.plan import Plan, plan
+from specdec.reconcile import WORKERS
 from specdec.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,7 +273,7 @@ def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) 
             "all_seconds": now() - start}
 
 
-FANOUT_WRITERS = 8  # as many as the operator's deployment workers (reconcile.WORKERS)
+FANOUT_WRITERS = WORKERS["SpeculativeDeployment"]  # as many as the operator's deployment workers
 
 
 def floor_fanout(api: client.ApiClient, count: int) -> dict:
