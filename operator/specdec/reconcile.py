@@ -107,6 +107,11 @@ def _ours(obj: dict[str, Any]) -> bool:
     return (obj["metadata"].get("labels") or {}).get(common.LABEL_MANAGED_BY) == common.MANAGED_BY
 
 
+def _fetched(model_cache: dict[str, Any]) -> bool:
+    """A ModelCache of ours whose checkpoint is in the cache."""
+    return _ours(model_cache) and build_state_from_status(model_cache).phase == FETCHED
+
+
 def _age_seconds(obj: dict[str, Any]) -> float:
     created = obj["metadata"].get("creationTimestamp")
     if not created:
@@ -222,9 +227,7 @@ class Reconciler:
         if known is not None and known[0] == version:
             return known[1]
         fetched: dict[tuple[str, str], ModelFacts | None] = {}
-        for mc in caches:
-            if not _ours(mc) or build_state_from_status(mc).phase != FETCHED:
-                continue
+        for mc in filter(_fetched, caches):
             key, facts = (mc["spec"]["model"], mc["spec"]["revision"]), (mc.get("status") or {}).get("facts")
             if facts and fetched.get(key) is None:
                 fetched[key] = ModelFacts.from_status(
@@ -284,10 +287,9 @@ class Reconciler:
                 return
             self._told[key] = heard
             users = list(self._users.get(key, ()))
-        done = state.phase in (BUILD.done[0], FETCH.done[0])
         for user in users:
             self.enqueue("SpeculativeDeployment", key[0], user,
-                         urgent=done and self._waits_on(key[0], user, eb.get("kind")))
+                         urgent=state.done and self._waits_on(key[0], user, eb.get("kind")))
         if eb.get("kind") == "ModelCache":
             self._wake_builds_reading(eb)
 
@@ -403,8 +405,7 @@ class Reconciler:
         """(uri, revision) of the checkpoints in cache claim `claim`: ModelCaches of one checkpoint with
         different fetch placement write the same directory, so any one of them Fetched will do."""
         return {(mc["spec"]["model"], mc["spec"]["revision"]) for mc in self.kube.list("ModelCache", namespace)
-                if _ours(mc) and mc["spec"].get("cacheClaim") == claim
-                and build_state_from_status(mc).phase == FETCHED}
+                if _fetched(mc) and mc["spec"].get("cacheClaim") == claim}
 
     def _checkpoints_awaited(self, eb: dict[str, Any]) -> list[str]:
         """The checkpoints this EngineBuild reads that are not in the cache yet, as uri@revision."""

@@ -49,6 +49,11 @@ class BuildState:
     def failed(self) -> bool:
         return self.phase == "Failed"
 
+    @property
+    def done(self) -> bool:
+        """The Job completed: an engine built or a checkpoint fetched."""
+        return self.phase in (BUILD.done[0], FETCH.done[0])
+
 
 def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     for c in ((obj or {}).get("status") or {}).get("conditions") or []:
@@ -223,7 +228,7 @@ def users_view(state: BuildState) -> tuple:
     stuck Job. A change of anything else (the step running, an attempt) wakes none of its users."""
     if state.failed or state.reason in STUCK_REASONS:
         return state.phase, state.reason, state.message
-    return state.phase in (BUILD.done[0], FETCH.done[0]), state.reason == WAITING_FOR_CHECKPOINTS
+    return state.done, state.reason == WAITING_FOR_CHECKPOINTS
 
 
 def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
