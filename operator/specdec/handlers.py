@@ -172,8 +172,10 @@ def speculative_deployment_event(event, namespace, name, **_) -> None:
         reconciler().forget(namespace, name)
         return
     obj = event["object"]  # a spec not acted on yet (new or changed) is work, not a status refresh
-    acted_on = (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation")
-    reconciler().enqueue("SpeculativeDeployment", namespace, name, urgent=not acted_on)
+    if (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation"):
+        reconciler().enqueue("SpeculativeDeployment", namespace, name)
+    else:
+        reconciler().start(namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "enginebuilds")

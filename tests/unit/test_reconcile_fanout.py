@@ -183,3 +183,41 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     # and a deployment not planned yet have work. A built engine: every user applies its runtime.
     assert heard["Fetched"] == {"engines": False, "torch": True, "unplanned": True}
     assert heard["Succeeded"] == {"engines": True, "torch": True, "unplanned": True}
+
+
+def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment_queue():
+    """The start lane creates the ModelCaches and EngineBuilds a spec needs, nothing else (no runtime, no
+    status: the reconcile it hands over to does that), and wakes each new shared object at once."""
+    import yaml
+    from tests.unit.helpers import ROOT
+
+    sd = yaml.safe_load((ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml").read_text())
+    sd["metadata"].update(namespace="ns", uid="u", generation=1, resourceVersion="1")
+    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment", "PersistentVolumeClaim", "Deployment"])
+    store.put(sd)
+    kube = Kube(client.ApiClient(), store)
+    written = []
+
+    def create(obj):
+        written.append((obj["kind"], obj["metadata"]["name"]))
+        obj = {**obj, "metadata": {**obj["metadata"], "uid": f"uid-{len(written)}", "resourceVersion": "2"}}
+        store.put(obj)
+        return obj, True
+
+    kube.create = create
+    kube.patch = kube.apply = lambda *args, **kw: written.append(("write", args))
+    kube.event = lambda *args, **kw: None
+    reconciler = Reconciler(kube, Settings())
+    deployments, caches, builds = Recorded(), Recorded(), Recorded()
+    reconciler.queues = {"EngineBuild": builds, "SpeculativeDeployment": deployments, "ModelCache": caches}
+    reconciler._start_key(("SpeculativeDeployment", "ns", sd["metadata"]["name"]))
+
+    kinds = [kind for kind, _ in written]
+    assert kinds == ["PersistentVolumeClaim", "ModelCache", "ModelCache", "EngineBuild", "EngineBuild"]
+    assert len(caches.keys) == 2 and len(builds.keys) == 2 and all(caches.urgent + builds.urgent)
+    assert deployments.keys == [("SpeculativeDeployment", "ns", sd["metadata"]["name"])] and deployments.urgent == [True]
+
+    written.clear(), deployments.keys.clear()
+    reconciler.kube.create = lambda obj: (_ for _ in ()).throw(AssertionError("created twice"))
+    reconciler._start_key(("SpeculativeDeployment", "ns", sd["metadata"]["name"]))  # all there: no request
+    assert written == [] and len(deployments.keys) == 1
