@@ -25,7 +25,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS, EVENTS_DROPPED
-from specdec.store import Store
+from specdec.store import Store, slim
 
 FIELD_MANAGER = "specdec-operator"
 USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
@@ -36,6 +36,7 @@ RETRY_AFTER_MAX = 30.0
 TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 CONNECTION_FAILED = 0  # the status of an ApiException for a request that got no HTTP answer
 EVENT_QUEUE_SIZE = 1000
+LIST_PAGE_SIZE = 500  # client-go's pager's default
 
 log = logging.getLogger(__name__)
 
@@ -218,17 +219,26 @@ class Kube:
 
     def _list(self, kind: str, namespace: str | None, label_selector: str | None = None,
               field_selector: str | None = None, from_watch_cache: bool = False) -> tuple[list[dict[str, Any]], str]:
-        """(items, the list's resourceVersion). `from_watch_cache`: answered from the API server's own
-        watch cache (resourceVersion=0, as client-go's reflectors list), not read through from etcd:
-        far cheaper for the server at scale, and possibly a moment behind our own latest writes."""
-        query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector),
-                                     ("resourceVersion", "0" if from_watch_cache else None)) if v]
-        result = self._call("GET", KINDS[kind].path(namespace), query=query)
-        items = result.get("items", [])
-        for item in items:  # items of a List carry no kind of their own
-            item.setdefault("kind", kind)
-            item.setdefault("apiVersion", KINDS[kind].api_version)
-        return items, (result.get("metadata") or {}).get("resourceVersion", "")
+        """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
+        them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
+        peak memory. Items are slimmed (store.slim) page by page. `from_watch_cache`: the first page is
+        answered from the API server's own watch cache (resourceVersion=0, as client-go's reflectors
+        list), not read through from etcd: far cheaper for the server at scale, and possibly a moment
+        behind our own latest writes; a server that does not page such a list answers it whole."""
+        query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
+        query.append(("limit", str(LIST_PAGE_SIZE)))
+        page = [("resourceVersion", "0")] if from_watch_cache else []
+        items: list[dict[str, Any]] = []
+        while True:
+            result = self._call("GET", KINDS[kind].path(namespace), query=query + page)
+            for item in result.get("items", []):  # items of a List carry no kind of their own
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", KINDS[kind].api_version)
+                items.append(slim(item))
+            meta = result.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, meta.get("resourceVersion", "")
+            page = [("continue", meta["continue"])]
 
     def refresh(self, kind: str, namespace: str | None, label_selector: str | None = None) -> None:
         """Re-read a cached kind from the API server, in case a watch missed something."""

@@ -35,7 +35,7 @@ def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) ->
     return True
 
 
-def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """Without managedFields: no reconcile reads them, and on server-side-applied objects they are
     a good part of the size (client-go informers drop them with a transform for the same reason)."""
     meta = obj["metadata"]
@@ -129,7 +129,7 @@ class Store:
 
     def _put(self, kind: str, namespace: str, name: str, obj: dict[str, Any]) -> None:
         self._remove(kind, namespace, name)
-        obj = _slim(obj)
+        obj = slim(obj)
         self._scopes.setdefault((kind, namespace), {})[name] = obj
         for label, value in (obj["metadata"].get("labels") or {}).items():
             if label in self.indexed_labels:

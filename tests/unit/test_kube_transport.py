@@ -135,3 +135,17 @@ def test_a_resync_lists_from_the_watch_cache_and_a_conflict_check_reads_through(
     (_, listed, _), (_, read, _) = Scripted.seen
     assert "resourceVersion=0" in listed and "labelSelector=app%3Dx" in listed
     assert "resourceVersion" not in read
+
+
+def test_a_list_is_read_in_pages_and_slimmed(server):
+    def pod(name: str) -> dict:
+        return {"metadata": {"name": name, "namespace": "ns", "managedFields": [{"manager": "kubelet"}]}}
+
+    Scripted.script = [(200, {}, {"metadata": {"continue": "next-1", "resourceVersion": "7"}, "items": [pod("a")]}),
+                       (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [pod("b")]})]
+    items, version = server._list("Pod", "ns", "app=x", from_watch_cache=True)
+    assert [i["metadata"]["name"] for i in items] == ["a", "b"] and version == "9"
+    assert all("managedFields" not in i["metadata"] and i["kind"] == "Pod" for i in items)
+    first, second = (path for _, path, _ in Scripted.seen)
+    assert "limit=500" in first and "resourceVersion=0" in first and "continue" not in first
+    assert "continue=next-1" in second and "resourceVersion" not in second and "labelSelector=app%3Dx" in second
