@@ -218,17 +218,16 @@ class Kube:
         return self._list(kind, namespace, label_selector, field_selector)[0]
 
     def _list(self, kind: str, namespace: str | None, label_selector: str | None = None,
-              field_selector: str | None = None, from_watch_cache: bool = False) -> tuple[list[dict[str, Any]], str]:
+              field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
         them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
-        peak memory. Items are slimmed (store.slim) page by page. `from_watch_cache`: the first page is
-        answered from the API server's own watch cache (resourceVersion=0, as client-go's reflectors
-        list), not read through from etcd: far cheaper for the server at scale, and possibly a moment
-        behind our own latest writes; a server that does not page such a list answers it whole."""
+        peak memory. Items are slimmed (store.slim) page by page. Consistent lists (no resourceVersion=0:
+        the API server ignores `limit` for those); recent API servers answer them, pages too, from their
+        watch cache (ConsistentListFromCache, ListFromCacheSnapshot), not from etcd."""
         query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
         query.append(("limit", str(LIST_PAGE_SIZE)))
-        page = [("resourceVersion", "0")] if from_watch_cache else []
         items: list[dict[str, Any]] = []
+        page: list[tuple[str, str]] = []
         while True:
             result = self._call("GET", KINDS[kind].path(namespace), query=query + page)
             for item in result.get("items", []):  # items of a List carry no kind of their own
@@ -242,7 +241,7 @@ class Kube:
 
     def refresh(self, kind: str, namespace: str | None, label_selector: str | None = None) -> None:
         """Re-read a cached kind from the API server, in case a watch missed something."""
-        items, version = self._list(kind, namespace, label_selector, from_watch_cache=True)
+        items, version = self._list(kind, namespace, label_selector)
         self.store.replace(kind, namespace, label_selector, items, version)
 
     # -- writes -----------------------------------------------------------------------------------

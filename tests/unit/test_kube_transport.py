@@ -128,13 +128,13 @@ def test_delay_queue_runs_the_earliest_entry_per_key_and_survives_errors():
     assert ran == ["early", "other"] and queue.alive
 
 
-def test_a_resync_lists_from_the_watch_cache_and_a_conflict_check_reads_through(server: Kube):
+def test_a_resync_refreshes_the_cache_and_a_conflict_check_reads_through(server: Kube):
     Scripted.script = [(200, {}, {"items": [CM]}), (404, {}, status(404, "not found"))]
     server.refresh("ConfigMap", "ns", "app=x")
+    assert server.store.get("ConfigMap", "ns", CM["metadata"]["name"]) is not None
     assert server.get_live("ConfigMap", "ns", "y") is None  # a name taken by someone else must be seen
     (_, listed, _), (_, read, _) = Scripted.seen
-    assert "resourceVersion=0" in listed and "labelSelector=app%3Dx" in listed
-    assert "resourceVersion" not in read
+    assert "labelSelector=app%3Dx" in listed and "resourceVersion" not in read
 
 
 def test_a_list_is_read_in_pages_and_slimmed(server):
@@ -143,9 +143,9 @@ def test_a_list_is_read_in_pages_and_slimmed(server):
 
     Scripted.script = [(200, {}, {"metadata": {"continue": "next-1", "resourceVersion": "7"}, "items": [pod("a")]}),
                        (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [pod("b")]})]
-    items, version = server._list("Pod", "ns", "app=x", from_watch_cache=True)
+    items, version = server._list("Pod", "ns", "app=x")
     assert [i["metadata"]["name"] for i in items] == ["a", "b"] and version == "9"
     assert all("managedFields" not in i["metadata"] and i["kind"] == "Pod" for i in items)
     first, second = (path for _, path, _ in Scripted.seen)
-    assert "limit=500" in first and "resourceVersion=0" in first and "continue" not in first
+    assert "limit=500" in first and "resourceVersion" not in first and "continue" not in first
     assert "continue=next-1" in second and "resourceVersion" not in second and "labelSelector=app%3Dx" in second
