@@ -187,13 +187,15 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
 
 def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment_queue():
     """The start lane creates the ModelCaches and EngineBuilds a spec needs, nothing else (no runtime, no
-    status: the reconcile it hands over to does that), and wakes each new shared object at once."""
+    status: the reconcile it hands over to does that); it creates each new ModelCache's fetch Job itself,
+    before anything else (the first Job the deployment waits for), and wakes each new EngineBuild at once."""
     import yaml
     from tests.unit.helpers import ROOT
 
     sd = yaml.safe_load((ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml").read_text())
     sd["metadata"].update(namespace="ns", uid="u", generation=1, resourceVersion="1")
-    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment", "PersistentVolumeClaim", "Deployment"])
+    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment", "PersistentVolumeClaim", "Deployment",
+                   "Job", "Pod"])
     store.put(sd)
     kube = Kube(client.ApiClient(), store)
     written = []
@@ -204,18 +206,31 @@ def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment
         store.put(obj)
         return obj, True
 
-    kube.create = create
-    kube.patch = kube.apply = lambda *args, **kw: written.append(("write", args))
+    def patch(kind, namespace, name, body, subresource=None):
+        written.append(("write", name))
+        obj = {**store.get(kind, namespace, name), **body}
+        obj["metadata"] = {**obj["metadata"], "resourceVersion": "3"}
+        store.put(obj)
+        return obj
+
+    kube.create, kube.patch = create, patch
+    kube.apply = lambda *args, **kw: written.append(("write", args))
     kube.event = lambda *args, **kw: None
     reconciler = Reconciler(kube, Settings())
     deployments, caches, builds = Recorded(), Recorded(), Recorded()
     reconciler.queues = {"EngineBuild": builds, "SpeculativeDeployment": deployments, "ModelCache": caches}
     reconciler._start_key(("SpeculativeDeployment", "ns", sd["metadata"]["name"]))
 
-    kinds = [kind for kind, _ in written]
-    assert kinds == ["PersistentVolumeClaim", "ModelCache", "ModelCache", "EngineBuild", "EngineBuild"]
-    assert len(caches.keys) == 2 and len(builds.keys) == 2 and all(caches.urgent + builds.urgent)
-    assert deployments.keys == [("SpeculativeDeployment", "ns", sd["metadata"]["name"])] and deployments.urgent == [True]
+    kinds = [kind for kind, _ in written if kind != "write"]  # "write": the ModelCaches' status
+    assert kinds == ["PersistentVolumeClaim", "ModelCache", "Job", "ModelCache", "Job", "EngineBuild", "EngineBuild"]
+    fetches = [name for kind, name in written if kind == "Job"]
+    assert fetches == [f"{name}-fetch" for kind, name in written if kind == "ModelCache"]
+    assert caches.keys == [] and len(builds.keys) == 2 and all(builds.urgent)
+    assert all(store.get("ModelCache", "ns", name)["status"]["phase"] == "Pending"  # reconciled, not failed
+               for kind, name in written if kind == "ModelCache")
+    # Handed over to the deployment queue (the ModelCaches' status writes told their user too: one key there).
+    assert set(deployments.keys) == {("SpeculativeDeployment", "ns", sd["metadata"]["name"])}
+    assert deployments.urgent[-1]
 
     written.clear(), deployments.keys.clear()
     reconciler.kube.create = lambda obj: (_ for _ in ()).throw(AssertionError("created twice"))
