@@ -308,6 +308,60 @@ def floor_fanout(api: client.ApiClient, count: int) -> dict:
     return {**summary(to_deployment), "all_seconds": now() - start}
 
 
+class Probe:
+    """The floor under the fleet's own load: every `interval` seconds, during the fleet, the writes of one
+    stage made directly, each chain in turn, in a namespace of its own, with objects the operator ignores
+    (no label of ours; the Job suspended, the Deployment at 0 replicas). The sequential floor is measured
+    on an idle API server, before the fleet: beside a fleet of 1000 that one answers a ratio the API
+    server itself cannot reach. Chains: a ModelCache then its Job (what follows the apply, as the
+    operator does it), a ConfigMap then a Deployment (a release)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, interval: float = 0.5):
+        self.api, self.namespace, self.interval = api, namespace, interval
+        self.samples: dict[str, list[tuple[float, float]]] = {"apply_to_job": [], "jobs_done_to_deployment": []}
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        create_namespace(client.CoreV1Api(self.api), self.namespace)
+        self._thread.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        core, custom, batch, apps = (client.CoreV1Api(self.api), client.CustomObjectsApi(self.api),
+                                     client.BatchV1Api(self.api), client.AppsV1Api(self.api))
+        container = {"name": "c", "image": "registry.invalid/x"}
+        i = 0
+        while not self.stop.wait(self.interval):
+            i += 1
+            start = now()
+            try:
+                if i % 2:
+                    custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "modelcaches", {
+                        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ModelCache", "metadata": {"name": f"p-{i}"},
+                        "spec": {"model": "hf://probe/m", "revision": "main", "cacheClaim": "c", "path": f"p/{i}"}})
+                    batch.create_namespaced_job(self.namespace, {"metadata": {"name": f"p-{i}"}, "spec": {
+                        "suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}})
+                    stage = "apply_to_job"
+                else:
+                    labels = {"app": f"p-{i}"}
+                    core.create_namespaced_config_map(self.namespace, {"metadata": {"name": f"p-{i}"}, "data": {}})
+                    apps.create_namespaced_deployment(self.namespace, {"metadata": {"name": f"p-{i}"}, "spec": {
+                        "replicas": 0, "selector": {"matchLabels": labels}, "template": {
+                            "metadata": {"labels": labels}, "spec": {"containers": [container]}}}})
+                    stage = "jobs_done_to_deployment"
+            except client.ApiException:
+                continue
+            self.samples[stage].append((start, now() - start))
+
+    def near(self, stage: str, at: float) -> float:
+        """The chain's seconds of the probe nearest to `at`."""
+        return min(self.samples[stage], key=lambda sample: abs(sample[0] - at))[1]
+
+
 TIMINGS = {"specdec_api_request_duration_seconds": "request seconds",  # histograms: where time goes
            "specdec_workqueue_wait_seconds": "queue wait", "specdec_reconcile_duration_seconds": "reconcile seconds"}
 
@@ -358,15 +412,20 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
     ns = f"bench-scale-{count}"
     create_namespace(core, ns)
     applied: dict[str, float] = {}
+    posted: dict[str, float] = {}  # seconds of each SD's create request
+    probe = Probe(api, f"bench-probe-{count}")
+    probe.start()
     start = now()
     for body in fleet(count, models, own_every):
-        applied[body["metadata"]["name"]] = now()
+        sent = applied[body["metadata"]["name"]] = now()
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
+        posted[body["metadata"]["name"]] = now() - sent
     apply_seconds = now() - start
     deadline = start + 900
     while now() < deadline and observer.count(ns, "ready:") < count:
         time.sleep(0.2)
     all_ready = now() - start
+    probe.finish()
     sds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments")["items"]
     jobs_of = {sd["metadata"]["name"]: jobs_for(sd) for sd in sds}
     creator: dict[str, str] = {}  # job -> the first deployment applied that uses it
@@ -374,21 +433,26 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         for job in jobs_of.get(name, []):
             creator.setdefault(job, name)
     to_job, to_deployment = [], []
+    loaded = {"apply_to_job": [], "jobs_done_to_deployment": []}  # the probe's floor beside each deployment
     for name, jobs in jobs_of.items():
         new = [observer.at(ns, f"job:{j}") for j in jobs if creator[j] == name]
         if new and None not in new:
             to_job.append(min(new) - applied[name])
+            loaded["apply_to_job"].append(posted[name] + probe.near("apply_to_job", applied[name]))
         done = [observer.at(ns, f"job-done:{j}") for j in jobs]
         deployment = observer.at(ns, f"deployment:{name}")
         if deployment is not None and None not in done:
-            to_deployment.append(deployment - max([applied[name], *done]))
+            released = max([applied[name], *done])
+            to_deployment.append(deployment - released)
+            loaded["jobs_done_to_deployment"].append(probe.near("jobs_done_to_deployment", released))
     builds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds")["items"]
     jobs = client.BatchV1Api(api).list_namespaced_job(ns).items
     recipes = {json.dumps(b["spec"]["recipe"], sort_keys=True) for b in builds}
     expected = len({target_model(i, models, own_every) for i in range(count)}) + 1  # + the shared draft
     return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
             "all_ready_seconds": all_ready, "apply_to_job": summary(to_job),
-            "jobs_done_to_deployment": summary(to_deployment), "engine_builds": len(builds), "jobs": len(jobs),
+            "jobs_done_to_deployment": summary(to_deployment), "loaded_floor": {k: summary(v) for k, v in loaded.items()},
+            "probes": {k: len(v) for k, v in probe.samples.items()}, "engine_builds": len(builds), "jobs": len(jobs),
             "distinct_recipes": len(recipes), "expected_recipes": expected}
 
 
@@ -510,6 +574,9 @@ def main() -> int:
             for stage in ("apply_to_job", "jobs_done_to_deployment"):
                 row[stage]["floor_p50"] = floor_fleets[n][stage]["p50"]
                 row[stage]["ratio_p50"] = row[stage]["p50"] / floor_fleets[n][stage]["p50"]
+            for stage, floor_row in row["loaded_floor"].items():
+                row[stage]["loaded_floor_p50"] = floor_row["p50"]
+                row[stage]["loaded_ratio_p50"] = row[stage]["p50"] / floor_row["p50"]
             fanout = floor_fleets[n]["fanout"]
             row["jobs_done_to_deployment"]["fanout_floor_p50"] = fanout["p50"]
             row["jobs_done_to_deployment"]["fanout_ratio_p50"] = row["jobs_done_to_deployment"]["p50"] / fanout["p50"]
@@ -517,7 +584,7 @@ def main() -> int:
             if n == scales[-1]:  # its namespace goes with the cluster
                 results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds)
             else:
-                delete_namespaces(local, [f"bench-scale-{n}"])
+                delete_namespaces(local, [f"bench-scale-{n}", f"bench-probe-{n}"])
         observer.stop.set()
     finally:
         if not args.keep:
@@ -588,6 +655,14 @@ def render_table(results: dict) -> str:
         lines.append(f"N={s['deployments']}: fan-out floor ({s['deployments']} released at once, {FANOUT_WRITERS} "
                      f"writers): Jobs done→Deployment p50/p95 {_ms(fanout['p50'])}/{_ms(fanout['p95'])}, all in "
                      f"{fanout['all_seconds']:.1f}s; operator/fan-out floor p50 {dep['fanout_ratio_p50']:.2f}")
+    for s in results["scales"]:
+        job, dep, loaded = s["apply_to_job"], s["jobs_done_to_deployment"], s["loaded_floor"]
+        lines.append(f"N={s['deployments']}: loaded floor (the same stage's writes made directly during the fleet, "
+                     f"{s['probes']['apply_to_job']}+{s['probes']['jobs_done_to_deployment']} probes): apply→Job "
+                     f"p50/p95 {_ms(loaded['apply_to_job']['p50'])}/{_ms(loaded['apply_to_job']['p95'])}, "
+                     f"operator/loaded floor p50 {job['loaded_ratio_p50']:.2f}; Jobs done→Deployment p50/p95 "
+                     f"{_ms(loaded['jobs_done_to_deployment']['p50'])}/{_ms(loaded['jobs_done_to_deployment']['p95'])}, "
+                     f"operator/loaded floor p50 {dep['loaded_ratio_p50']:.2f}")
     for s in results["scales"]:
         lines.append(f"N={s['deployments']}: EngineBuilds {s['engine_builds']}, Jobs {s['jobs']}, distinct recipes "
                      f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
