@@ -89,7 +89,8 @@ class Observer:
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         self.mark(ns, "job-created")
         self.mark(ns, f"job:{name}")
-        if any(c["type"] == "Complete" and c["status"] == "True" for c in (job.get("status") or {}).get("conditions") or []):
+        conditions = (job.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Complete" and c["status"] == "True" for c in conditions):
             self.mark(ns, f"job-done:{name}")
 
     def _deployment(self, kind, deployment) -> None:
@@ -452,8 +453,10 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
     expected = len({target_model(i, models, own_every) for i in range(count)}) + 1  # + the shared draft
     return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
             "all_ready_seconds": all_ready, "apply_to_job": summary(to_job),
-            "jobs_done_to_deployment": summary(to_deployment), "loaded_floor": {k: summary(v) for k, v in loaded.items()},
-            "probes": {k: len(v) for k, v in probe.samples.items()}, "first_jobs": first_jobs, "engine_builds": len(builds), "jobs": len(jobs),
+            "jobs_done_to_deployment": summary(to_deployment),
+            "loaded_floor": {k: summary(v) for k, v in loaded.items()},
+            "probes": {k: len(v) for k, v in probe.samples.items()}, "first_jobs": first_jobs,
+            "engine_builds": len(builds), "jobs": len(jobs),
             "distinct_recipes": len(recipes), "expected_recipes": expected}
 
 
@@ -495,12 +498,13 @@ def apply_chain(path: Path, offset: int, namespace: str, first_jobs: dict[str, s
                                      "operator: ModelCache created → Job create sent": [], "Job create": [],
                                      "SD create received → Job created": []}
     for sd, job in first_jobs.items():
-        steps = [created.get(key) for key in (("speculativedeployments", sd), ("modelcaches", job.removesuffix("-fetch")),
-                                              ("jobs", job))]
+        steps = [created.get(key) for key in (("speculativedeployments", sd),
+                                              ("modelcaches", job.removesuffix("-fetch")), ("jobs", job))]
         if None in steps:
             continue
         (sd_in, sd_out), (mc_in, mc_out), (job_in, job_out) = steps
-        for key, value in zip(parts, (mc_in - sd_out, mc_out - mc_in, job_in - mc_out, job_out - job_in, job_out - sd_in)):
+        values = (mc_in - sd_out, mc_out - mc_in, job_in - mc_out, job_out - job_in, job_out - sd_in)
+        for key, value in zip(parts, values):
             parts[key].append(value)
     return {key: summary(values) for key, values in parts.items()}
 
@@ -695,7 +699,8 @@ def render_table(results: dict) -> str:
                      f"{s['probes']['apply_to_job']}+{s['probes']['jobs_done_to_deployment']} probes): apply→Job "
                      f"p50/p95 {_ms(loaded['apply_to_job']['p50'])}/{_ms(loaded['apply_to_job']['p95'])}, "
                      f"operator/loaded floor p50 {job['loaded_ratio_p50']:.2f}; Jobs done→Deployment p50/p95 "
-                     f"{_ms(loaded['jobs_done_to_deployment']['p50'])}/{_ms(loaded['jobs_done_to_deployment']['p95'])}, "
+                     f"{_ms(loaded['jobs_done_to_deployment']['p50'])}/"
+                     f"{_ms(loaded['jobs_done_to_deployment']['p95'])}, "
                      f"operator/loaded floor p50 {dep['loaded_ratio_p50']:.2f}")
     for s in results["scales"]:
         lines.append(f"N={s['deployments']}: apply→Job on the API server's clock (audit log), p50/p95: " + "; ".join(
