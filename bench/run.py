@@ -155,6 +155,29 @@ def sd_body(name: str) -> dict:
     return body
 
 
+# Objects the floors and the probe write directly: the operator's kinds, stripped to what the API server
+# needs (no label of ours: the operator ignores them; a suspended Job and 0 replicas: no pods).
+STAND_IN_CONTAINER = {"name": "c", "image": "registry.invalid/x"}
+
+
+def direct_engine_build(name: str, model: str) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": name},
+            "spec": {"recipe": {"model": model, "dtype": "float16", "quantization": "none", "kvCacheDtype": "auto",
+                                "tensorParallelSize": 1, "image": "x"},
+                     "cacheClaim": "c", "enginePath": f"engines/{name}"}}
+
+
+def direct_job(name: str, suspend: bool = True) -> dict:
+    spec = {"template": {"spec": {"restartPolicy": "Never", "containers": [STAND_IN_CONTAINER]}}}
+    return {"metadata": {"name": name}, "spec": {"suspend": True, **spec} if suspend else spec}
+
+
+def direct_deployment(name: str, app: str | None = None) -> dict:
+    labels = {"app": app or name}
+    return {"metadata": {"name": name}, "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
+        "metadata": {"labels": labels}, "spec": {"containers": [STAND_IN_CONTAINER]}}}}
+
+
 def create_namespace(core: client.CoreV1Api, name: str) -> None:
     core.create_namespace({"metadata": {"name": name}})
 
@@ -182,14 +205,8 @@ def floor(api: client.ApiClient, reps: int) -> dict[str, list[float]]:
     core, custom, batch, apps = (client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api),
                                  client.AppsV1Api(api))
     out: dict[str, list[float]] = {"apply_to_job": [], "jobs_done_to_deployment": [], "available_to_ready": []}
-    job = {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
-        "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}
-    eb = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": "e"},
-          "spec": {"recipe": {"model": "hf://a/b", "dtype": "float16", "quantization": "none", "kvCacheDtype": "auto",
-                              "tensorParallelSize": 1, "image": "x"}, "cacheClaim": "c", "enginePath": "engines/e"}}
-    labels = {"app": "floor"}
-    deployment = {"metadata": {"name": "d"}, "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
-        "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}
+    job, eb, deployment = direct_job("j", suspend=False), direct_engine_build("e", "hf://a/b"), direct_deployment(
+        "d", app="floor")
     for i in range(reps):
         ns = f"bench-floor-{i}"
         create_namespace(core, ns)
@@ -250,21 +267,14 @@ def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) 
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
         if model not in seen_models:
             seen_models.add(model)
-            eb = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": f"e-{i}"},
-                  "spec": {"recipe": {"model": model, "dtype": "float16", "quantization": "none",
-                                      "kvCacheDtype": "auto", "tensorParallelSize": 1, "image": "x"},
-                           "cacheClaim": "c", "enginePath": f"engines/e-{i}"}}
-            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds", eb)
-            batch.create_namespaced_job(ns, {"metadata": {"name": f"j-{i}"}, "spec": {
-                "suspend": True, "template": {"spec": {
-                    "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds",
+                                                   direct_engine_build(f"e-{i}", model))
+            batch.create_namespaced_job(ns, direct_job(f"j-{i}"))
             to_job.append(now() - t)
         t = now()
         labels = {"app": name}
         core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
-        apps.create_namespaced_deployment(ns, {"metadata": {"name": name}, "spec": {
-            "replicas": 0, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+        apps.create_namespaced_deployment(ns, direct_deployment(name))
         core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
             "selector": labels, "ports": [{"port": 8000}]}})
         to_deployment.append(now() - t)
@@ -293,9 +303,7 @@ def floor_fanout(api: client.ApiClient, count: int) -> dict:
     def release(name: str) -> float:
         labels = {"app": name}
         core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
-        apps.create_namespaced_deployment(ns, {"metadata": {"name": name}, "spec": {
-            "replicas": 0, "selector": {"matchLabels": labels}, "template": {
-                "metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}})
+        apps.create_namespaced_deployment(ns, direct_deployment(name))
         created = now() - start
         core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
             "selector": labels, "ports": [{"port": 8000}]}})
@@ -334,7 +342,6 @@ class Probe:
     def _run(self) -> None:
         core, custom, batch, apps = (client.CoreV1Api(self.api), client.CustomObjectsApi(self.api),
                                      client.BatchV1Api(self.api), client.AppsV1Api(self.api))
-        container = {"name": "c", "image": "registry.invalid/x"}
         i = 0
         while not self.stop.wait(self.interval):
             i += 1
@@ -344,15 +351,11 @@ class Probe:
                     custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "modelcaches", {
                         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ModelCache", "metadata": {"name": f"p-{i}"},
                         "spec": {"model": "hf://probe/m", "revision": "main", "cacheClaim": "c", "path": f"p/{i}"}})
-                    batch.create_namespaced_job(self.namespace, {"metadata": {"name": f"p-{i}"}, "spec": {
-                        "suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}})
+                    batch.create_namespaced_job(self.namespace, direct_job(f"p-{i}"))
                     stage = "apply_to_job"
                 else:
-                    labels = {"app": f"p-{i}"}
                     core.create_namespaced_config_map(self.namespace, {"metadata": {"name": f"p-{i}"}, "data": {}})
-                    apps.create_namespaced_deployment(self.namespace, {"metadata": {"name": f"p-{i}"}, "spec": {
-                        "replicas": 0, "selector": {"matchLabels": labels}, "template": {
-                            "metadata": {"labels": labels}, "spec": {"containers": [container]}}}})
+                    apps.create_namespaced_deployment(self.namespace, direct_deployment(f"p-{i}"))
                     stage = "jobs_done_to_deployment"
             except client.ApiException:
                 continue
@@ -436,10 +439,10 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
     to_job, to_deployment, first_jobs = [], [], {}
     loaded = {"apply_to_job": [], "jobs_done_to_deployment": []}  # the probe's floor beside each deployment
     for name, jobs in jobs_of.items():
-        new = [observer.at(ns, f"job:{j}") for j in jobs if creator[j] == name]
-        if new and None not in new:
-            to_job.append(min(new) - applied[name])
-            first_jobs[name] = min((j for j in jobs if creator[j] == name), key=lambda j: observer.at(ns, f"job:{j}"))
+        new = {j: observer.at(ns, f"job:{j}") for j in jobs if creator[j] == name}  # the Jobs it was first to need
+        if new and None not in new.values():
+            first_jobs[name] = min(new, key=new.get)
+            to_job.append(new[first_jobs[name]] - applied[name])
             loaded["apply_to_job"].append(posted[name] + probe.near("apply_to_job", applied[name]))
         done = [observer.at(ns, f"job-done:{j}") for j in jobs]
         deployment = observer.at(ns, f"deployment:{name}")
@@ -466,14 +469,19 @@ def delete_namespaces(local: dev.LocalCluster, names: list[str]) -> None:
     local.kubectl("wait", "--for=delete", "--timeout=600s", *(f"namespace/{n}" for n in names), check=False)
 
 
-def _audited_writes(path: Path, offset: int):
-    """(user agent, verb, resource) of each write in the API server's audit log from `offset` on."""
+def _audit_entries(path: Path, offset: int):
+    """Each entry of the API server's audit log (writes only: AUDIT_POLICY) from `offset` on."""
     with path.open() as log:
         log.seek(offset)
         for line in log:
-            entry = json.loads(line)
-            if entry.get("verb") in WRITE_VERBS:
-                yield entry.get("userAgent", ""), entry["verb"], entry["objectRef"].get("resource", "?")
+            yield json.loads(line)
+
+
+def _audited_writes(path: Path, offset: int):
+    """(user agent, verb, resource) of each write in the API server's audit log from `offset` on."""
+    for entry in _audit_entries(path, offset):
+        if entry.get("verb") in WRITE_VERBS:
+            yield entry.get("userAgent", ""), entry["verb"], entry["objectRef"].get("resource", "?")
 
 
 def _stamp(text: str) -> float:
@@ -486,14 +494,11 @@ def apply_chain(path: Path, offset: int, namespace: str, first_jobs: dict[str, s
     (from the SD's create answered to the ModelCache's create received, and from that answered to the
     Job's create received) and the API server's (each create's own seconds)."""
     created: dict[tuple[str, str], tuple[float, float]] = {}  # (resource, name) -> (received, answered)
-    with path.open() as log:
-        log.seek(offset)
-        for line in log:
-            entry = json.loads(line)
-            ref = entry["objectRef"]
-            if entry.get("verb") == "create" and ref.get("namespace") == namespace and ref.get("name"):
-                created[(ref["resource"], ref["name"])] = (_stamp(entry["requestReceivedTimestamp"]),
-                                                           _stamp(entry["stageTimestamp"]))
+    for entry in _audit_entries(path, offset):
+        ref = entry["objectRef"]
+        if entry.get("verb") == "create" and ref.get("namespace") == namespace and ref.get("name"):
+            created[(ref["resource"], ref["name"])] = (_stamp(entry["requestReceivedTimestamp"]),
+                                                       _stamp(entry["stageTimestamp"]))
     parts: dict[str, list[float]] = {"operator: SD created → ModelCache create sent": [], "ModelCache create": [],
                                      "operator: ModelCache created → Job create sent": [], "Job create": [],
                                      "SD create received → Job created": []}
