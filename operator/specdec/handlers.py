@@ -234,8 +234,14 @@ def runtime_deployment_event(event, namespace, labels, **_) -> None:
         reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 
-@kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def runtime_service_event(event, namespace, labels, **_) -> None:
+    """Its deployment is Ready only with its Service: one changed or deleted by someone else is applied again."""
+    if _observe("Service", event) and LABEL_DEPLOYMENT in labels:
+        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
+
+
+@kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def child_event(event, resource, **_) -> None:
     """Only cached: their owner reconciles when its own watch tells it to."""

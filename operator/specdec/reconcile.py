@@ -65,7 +65,12 @@ ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild or Mode
 # every deployment waits for never queue behind a thousand deployments. 16 deployment workers: with 8, a
 # fleet of 1000 kept keys waiting 35 s on average for a worker whose requests waited on the API server
 # (bench/run.py: all Ready 123 s with 8, 99.5 s with 16, on 2 cores).
-WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2}
+# Services have a lane of their own: kube-apiserver allocates every ClusterIP of the cluster under one lock held
+# across the create of its IPAddress object (MetaAllocator.AllocateNextService, 1.36), so Service creates are
+# served one at a time, ~2 s each beside a fleet of 1000 with 16 in flight: a deployment worker that waited for
+# its Service held up the rollouts behind it (bench/run.py: Jobs done -> Deployment p50 34 s). Two workers keep
+# one create waiting at that lock while the other's answer comes back; a deployment is Ready once its Service is.
+WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2, "Service": 2}
 # A new or changed spec's first step, creating its ModelCaches and EngineBuilds (which start the downloads
 # and GPU builds, the long pole), has workers of its own: it never waits behind the rollouts and status
 # reports of a thousand deployments (bench/run.py at N=1000: apply -> first Job p95 35 s in one queue).
@@ -166,8 +171,9 @@ class Reconciler:
         self.settings = settings
         self.requeue = requeue or DelayQueue()
         self.active = active
-        self.queues = {kind: WorkQueue(self._deployment_key if kind == "SpeculativeDeployment" else self._shared_key,
-                                       workers, metrics.QUEUE_WAIT_SECONDS.labels(kind).observe)
+        handlers = {"SpeculativeDeployment": self._deployment_key, "Service": self._service_key}
+        self.queues = {kind: WorkQueue(handlers.get(kind, self._shared_key), workers,
+                                       metrics.QUEUE_WAIT_SECONDS.labels(kind).observe)
                        for kind, workers in WORKERS.items()}
         self.starts = WorkQueue(self._start_key, START_WORKERS, metrics.QUEUE_WAIT_SECONDS.labels("start").observe)
         # The work queue never runs one key twice at once; a resync pass runs beside it.
@@ -179,9 +185,11 @@ class Reconciler:
         self._told: dict[tuple[str, str], tuple] = {}
         self._users_guard = threading.Lock()
         self._failures: dict[tuple[str, str, str], int] = {}  # consecutive failed reconciles, by key
+        # By deployment: why the Service lane could not apply its Service, for which generation.
+        self._service_failures: dict[tuple[str, str], tuple[int | None, Exception]] = {}
         self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
         self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}  # see _fetched_facts
-        # Each deployment worker runs up to 3 requests at once here (see _runtime).
+        # Each deployment worker looks up to 3 names at once here (see _runtime).
         self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
@@ -207,6 +215,8 @@ class Reconciler:
                 if ns == namespace:
                     users.discard(name)
         self._failures.pop(("SpeculativeDeployment", namespace, name), None)
+        self._failures.pop(("Service", namespace, name), None)
+        self._service_failures.pop((namespace, name), None)
         self._plans.pop((namespace, name), None)
 
     def _plan(self, sd: dict[str, Any]) -> Plan | Problem:
@@ -486,13 +496,13 @@ class Reconciler:
         states: dict[str, BuildState] = {}  # by EngineBuild
         caches: dict[str, BuildState] = {}  # by ModelCache
         deployment = None
-        current = False
+        current = service_current = False
         failure = None
         in_use: list[str] = []
         if isinstance(result, Plan):
             try:
                 caches, states = self._ensure_inputs(sd, result)
-                deployment, current = self._runtime(sd, result, states, caches)
+                deployment, current, service_current = self._runtime(sd, result, states, caches)
             except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
                 self._log_failure("SpeculativeDeployment", namespace, name, error)
                 failure = _failure(error)
@@ -503,11 +513,15 @@ class Reconciler:
         pods = []
         if deployment is not None and isinstance(result, Plan):
             pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector_labels(result).items()))
+        failed = failure is not None
+        service_failure = self._service_failures.get((namespace, name))
+        if not failed and isinstance(result, Plan) and service_failure:  # the Service lane retries it, tells us
+            failure = _failure(service_failure[1])
         phase, conds = deployment_conditions(result, states, deployment, current,
                                              endpoint(result) if isinstance(result, Plan) else None, failure, pods,
-                                             caches)
+                                             caches, service_current)
         self._write_status(sd, result, phase, conds, deployment, in_use)
-        return failure is not None
+        return failed
 
     def _ensure_inputs(self, sd: dict[str, Any], p: Plan,
                        fetch_now: bool = False) -> tuple[dict[str, BuildState], dict[str, BuildState]]:
@@ -576,9 +590,10 @@ class Reconciler:
         return obj
 
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
-                 caches: dict[str, BuildState]) -> tuple[dict | None, bool]:
+                 caches: dict[str, BuildState]) -> tuple[dict | None, bool, bool]:
         """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
-        fetched and admitted on its facts; until then, touch only the replica count."""
+        fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
+        it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
         uid = sd["metadata"]["uid"]
         if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
                 and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
@@ -586,22 +601,47 @@ class Reconciler:
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
-            return existing, False
+            return existing, False, False
         # Every name is checked before anything is written: a conflict leaves nothing half-made.
         # The names are looked up at once: a first write waits for one round trip, not three.
         kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
         config_map, existing, service = self._lookups.map(
             lambda kind, name: self._owned(kind, p.namespace, name, uid, live=True), kinds, names)
-        # The Service beside the ConfigMap and Deployment: it depends on neither. The ConfigMap goes first:
-        # new pods must read the new configuration.
-        service_applied = self._lookups.submit(self.kube.apply, build_service(p, uid), service)
+        service_current = service is not None and contains(service, build_service(p, uid))
+        failed = self._service_failures.get((p.namespace, p.name))
+        if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
+            self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
+        # The ConfigMap goes first: new pods must read the new configuration.
         self.kube.apply(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
-        service_applied.result()
-        return deployment, True
+        return deployment, True, service_current
+
+    def _service_key(self, key: tuple[str, str, str]) -> None:
+        """Apply a deployment's Service (queued by _runtime once every name was checked), then tell the
+        deployment: its Ready waits for the Service, and a failure is reported in its status."""
+        _, namespace, name = key
+        if not self.active():
+            return
+        sd = self.kube.get("SpeculativeDeployment", namespace, name)
+        result = self._plan(sd) if sd and not sd["metadata"].get("deletionTimestamp") else None
+        if not isinstance(result, Plan):
+            return
+        uid = sd["metadata"]["uid"]
+        try:
+            with metrics.reconciling("Service"):
+                service = self._owned("Service", namespace, runtime_name(result), uid, live=True)
+                self.kube.apply(build_service(result, uid), service)
+        except Exception as error:  # noqa: BLE001 — reported in the deployment's status, retried with back-off
+            self._log_failure("Service", namespace, name, error)
+            self._service_failures[(namespace, name)] = (sd["metadata"].get("generation"), error)
+            self._retry_later(key)
+        else:
+            self._service_failures.pop((namespace, name), None)
+            self._settled(key)
+        self.enqueue("SpeculativeDeployment", namespace, name)
 
     def _chosen_draft_len(self, p: Plan, config_map: dict[str, Any] | None) -> int | None:
         """draftLen: auto: the monitor's choice; after a restart of the operator, what the pods were last

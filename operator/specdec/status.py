@@ -337,12 +337,14 @@ def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
                           deployment: dict[str, Any] | None, runtime_current: bool,
                           endpoint: str | None, failure: Cond | None = None,
                           pods: list[dict[str, Any]] | None = None,
-                          caches: dict[str, BuildState] | None = None) -> tuple[str, list[Cond]]:
+                          caches: dict[str, BuildState] | None = None,
+                          service_current: bool = True) -> tuple[str, list[Cond]]:
     """(phase, conditions) of a SpeculativeDeployment; sub-conditions appear only where they apply.
 
     `failure`: why this reconcile could not finish (an API error, a name taken by a foreign object).
     The sub-conditions still say what was observed; Ready carries the failure. `pods`: the runtime's;
-    `caches`: the ModelCaches' states, by name (an engine is created once its checkpoints are fetched)."""
+    `caches`: the ModelCaches' states, by name (an engine is created once its checkpoints are fetched);
+    `service_current`: the runtime's Service is applied (nothing is served at the endpoint before)."""
     if isinstance(plan, Problem):
         valid = Cond("SpecValid", False, plan.reason, plan.message)
         return "Invalid", [valid, aggregate_ready([valid], "")]
@@ -351,6 +353,9 @@ def deployment_conditions(plan: Plan | Problem, states: dict[str, BuildState],
         parts.append(_engines_condition(plan, states, caches or {}))
     parts.append(_runtime_condition(plan, deployment, runtime_current, pods or [], caches or {}))
     ready = aggregate_ready(parts, f"serving at {endpoint}")
+    if ready.status and not service_current:
+        ready = Cond("Ready", False, "ServicePending", f"the runtime is available; the Service behind {endpoint} is "
+                     "being applied (the API server allocates the cluster's Service IPs one at a time)")
     if failure is not None:
         return "Failed", parts + [Cond("Ready", False, failure.reason, failure.message)]
     if ready.status:

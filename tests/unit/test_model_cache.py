@@ -168,6 +168,16 @@ class NoWrites:
         pass
 
 
+class Queued:
+    """A work queue that only records what is added."""
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+
+    def add(self, key, urgent=False):
+        self.keys.append((key, urgent))
+
+
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from kubernetes import client
 
@@ -179,17 +189,25 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     reconciler.kube = kube = NoWrites()
+    services = reconciler.queues["Service"] = Queued()
+    deployments = reconciler.queues["SpeculativeDeployment"] = Queued()
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     target, draft = p.runtime_inputs
     fetched = BuildState("Fetched", "Fetched", "checkpoint in the cache")
-    assert reconciler._runtime(sd, p, {}, {}) == (None, False)
-    assert reconciler._runtime(sd, p, {}, {target.name: fetched,
-                                           draft.name: BuildState("Fetching", "Fetching", "")}) == (None, False)
+    assert reconciler._runtime(sd, p, {}, {}) == (None, False, False)
+    assert reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: BuildState(
+        "Fetching", "Fetching", "")}) == (None, False, False)
     assert kube.written == []
-    _, current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
-    assert current and sorted(kube.written) == ["ConfigMap", "Deployment", "Service"]
-    assert kube.written.index("ConfigMap") < kube.written.index("Deployment")  # new pods read the new config
+    _, current, service_current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
+    assert current and not service_current
+    assert kube.written == ["ConfigMap", "Deployment"]  # new pods read the new config; the Service has its lane
+    assert services.keys == [(("Service", p.namespace, p.name), True)]
+    reconciler._plan = lambda _: p
+    kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
+    reconciler._service_key(("Service", p.namespace, p.name))
+    assert kube.written == ["ConfigMap", "Deployment", "Service"]
+    assert deployments.keys == [(("SpeculativeDeployment", p.namespace, p.name), False)]  # its Ready waits for it
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():

@@ -223,6 +223,15 @@ def test_ready_when_everything_is():
     assert c["Ready"].status and c["Ready"].message == "serving at http://x/v1"
 
 
+def test_ready_waits_for_the_service_behind_the_endpoint():
+    p = plan13b()
+    phase, conds = deployment_conditions(p, built(p), available_deployment(), True, "http://x/v1",
+                                         service_current=False)
+    c = by_type(conds)
+    assert phase == "RollingOut" and c["RuntimeAvailable"].status
+    assert not c["Ready"].status and c["Ready"].reason == "ServicePending" and "http://x/v1" in c["Ready"].message
+
+
 def test_failed_engine_decides_ready():
     p = plan13b()
     states = built(p)
