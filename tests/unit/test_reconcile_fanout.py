@@ -236,3 +236,46 @@ def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment
     reconciler.kube.create = lambda obj: (_ for _ in ()).throw(AssertionError("created twice"))
     reconciler._start_key(("SpeculativeDeployment", "ns", sd["metadata"]["name"]))  # all there: no request
     assert written == [] and len(deployments.keys) == 1
+
+
+class StatusWrites:
+    """A Kube that records status patches and answers with the object patched."""
+
+    def __init__(self):
+        self.patched: list[dict] = []
+
+    def patch(self, kind, namespace, name, patch, subresource=None):
+        self.patched.append(patch["status"])
+        return patch
+
+    def event(self, *args, **kwargs):
+        pass
+
+
+def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at_once():
+    from specdec.conditions import Cond
+    from specdec.problem import Problem
+    from specdec.reconcile import PROGRESS_WRITE_SECONDS
+
+    reconciler = Reconciler(Kube(client.ApiClient(), Store(["SpeculativeDeployment"])), Settings())
+    reconciler.kube = kube = StatusWrites()
+    deferred = []
+    reconciler.requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
+    problem = Problem("ModelDoesNotFitGpu", "too big")
+    sd = {"metadata": {"namespace": "ns", "name": "sd", "generation": 1}}
+
+    def write(reason: str, message: str) -> None:
+        conds = [Cond("SpecValid", False, reason, message), Cond("Ready", False, reason, message)]
+        reconciler._write_status(sd, problem, "Invalid", conds, None, [])
+        if kube.patched:
+            sd["status"] = kube.patched[-1]
+
+    write("ModelDoesNotFitGpu", "needs 200 GiB")  # a first status: at once
+    write("ModelDoesNotFitGpu", "needs 210 GiB")  # only a message moved, just after: later
+    assert len(kube.patched) == 1 and deferred == [(deferred[0][0], ("SpeculativeDeployment", "ns", "sd"))]
+    assert 0 < deferred[0][0] <= PROGRESS_WRITE_SECONDS
+    write("VocabularyMismatch", "the draft's tokenizer differs")  # a new reason: at once
+    assert len(kube.patched) == 2 and kube.patched[-1]["conditions"][-1]["reason"] == "VocabularyMismatch"
+    reconciler._status_written[("ns", "sd")] -= PROGRESS_WRITE_SECONDS  # the interval has passed
+    write("VocabularyMismatch", "the draft's tokenizer differs in 3 tokens")
+    assert len(kube.patched) == 3 and len(deferred) == 1
