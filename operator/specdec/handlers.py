@@ -24,6 +24,7 @@ from specdec.kube import Kube
 from specdec.leader import Leadership
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
+from specdec.status import unschedulable
 from specdec.store import Store
 
 log = logging.getLogger("specdec")
@@ -216,14 +217,19 @@ def job_event(event, namespace, labels, **_) -> None:
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def pod_event(event, namespace, labels, **_) -> None:
+def pod_event(event, namespace, name, labels, **_) -> None:
+    before = reconciler().kube.store.get("Pod", namespace, name)
     if not _observe("Pod", event):
         return
     owner = _worker_of(labels)
     if owner:
         reconciler().enqueue(owner[0], namespace, owner[1])
     elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
-        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
+        # Only whether a runtime pod is unschedulable: its readiness wakes the deployment through its Deployment's
+        # status, and a reconcile per pod event was 2-3 more per deployment in a fleet (bench/run.py).
+        after = None if event.get("type") == "DELETED" else event["object"]
+        if unschedulable(before) != unschedulable(after):
+            reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})

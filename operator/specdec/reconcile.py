@@ -69,10 +69,10 @@ ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild or Mode
 # Services have a lane of their own: kube-apiserver allocates every ClusterIP of the cluster under one lock held
 # across the create of its IPAddress object (MetaAllocator.AllocateNextService, 1.36), so Service creates are
 # served one at a time, ~2 s each beside a fleet of 1000 with 16 in flight: a deployment worker that waited for
-# its Service held up the rollouts behind it (bench/run.py: Jobs done -> Deployment p50 34 s). The lock is held
-# ~0.11 s of a create's ~0.45 s under load (audit log), so 4 workers keep it busy: with 2, Services came at
-# 2.5/s while the fleet was applied. A deployment is Ready once its Service is.
-WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2, "Service": 4}
+# its Service held up the rollouts behind it (bench/run.py: Jobs done -> Deployment p50 34 s). While a fleet is
+# applied the lock is held ~0.1 s of each create's ~0.7 s (audit log): 2 workers gave 2.5 Services/s, 4 gave
+# 4/s with the lock busy 45 % of the time. A deployment is Ready once its Service is.
+WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2, "Service": 8}
 # A new or changed spec's first step, creating its ModelCaches and EngineBuilds (which start the downloads
 # and GPU builds, the long pole), has workers of its own: it never waits behind the rollouts and status
 # reports of a thousand deployments (bench/run.py at N=1000: apply -> first Job p95 35 s in one queue).
@@ -208,7 +208,7 @@ class Reconciler:
         self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
         self._status_written: dict[tuple[str, str], float] = {}  # by deployment, monotonic: see _write_status
         self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}  # see _fetched_facts
-        # Each deployment worker looks up to 3 names at once here (see _runtime).
+        # Each deployment worker looks up to 3 names at once here, then writes its ConfigMap (see _runtime).
         self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
@@ -631,9 +631,14 @@ class Reconciler:
         failed = self._service_failures.get((p.namespace, p.name))
         if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
-        # The ConfigMap goes first: new pods must read the new configuration.
-        self.kube.apply(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map)
+        # The ConfigMap goes first: new pods must read the new configuration. A first one is written beside the
+        # Deployment: there is no old configuration, and a pod waits for a ConfigMap volume until it exists.
+        config = build_config_map(p, uid, self._chosen_draft_len(p, config_map))
+        config_applied = self._lookups.submit(self.kube.apply, config, config_map)
+        if config_map is not None:
+            config_applied.result()
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
+        config_applied.result()
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")

@@ -284,11 +284,19 @@ def _runtime_blocked(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> 
         return Cond("RuntimeAvailable", False, "PodCreationFailed",
                     f"runtime pods cannot be created: {failure.get('message', '')}")
     for pod in _by_age(pods):
-        scheduled = _condition(pod, "PodScheduled")
-        if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        scheduled = unschedulable(pod)
+        if scheduled:
             return Cond("RuntimeAvailable", False, "PodsUnschedulable",
                         f"runtime pod {pod['metadata']['name']} cannot be scheduled: {scheduled.get('message', '')}")
     return None
+
+
+def unschedulable(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The PodScheduled condition of a pod no node can take; None for any other pod. All a deployment's
+    status reads of its runtime pods (their readiness comes with the Deployment's status)."""
+    scheduled = _condition(pod, "PodScheduled")
+    return scheduled if (scheduled or {}).get("status") == "False" and scheduled.get("reason") == "Unschedulable" \
+        else None
 
 
 def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:

@@ -253,6 +253,20 @@ def test_delete_removes_children_and_unused_engines_after_retention(kube: Kube, 
     assert kube.core.read_namespaced_persistent_volume_claim("specdec-engine-cache", namespace)  # cache kept
 
 
+def test_runtime_pods_no_node_can_take_are_reported_without_a_resync(kube: Kube, namespace: str, operator_env,
+                                                                     request):
+    operator_env["SPECDEC_RESYNC_SECONDS"] = "3600"  # no resync pass: the watch events (pods, Deployment) tell
+    request.getfixturevalue("operator")
+    body = example(DRAFT_TARGET)
+    body["spec"].setdefault("runtime", {})["nodeSelector"] = {"specdec.io/no-such-pool": "true"}
+    sd = SD(kube, namespace, body)
+    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "PodsUnschedulable" and c,
+                     "Ready=False/PodsUnschedulable", timeout=120)
+    assert "cannot be scheduled" in ready["message"] and sd.get()["status"]["phase"] == "RollingOut"
+    sd.patch({"spec": {"runtime": {"nodeSelector": None}}})
+    sd.wait_ready()
+
+
 def test_engine_build_spec_is_immutable(kube: Kube, namespace: str, operator):
     SD(kube, namespace, example(DRAFT_TARGET))
     build = wait_for(lambda: engine_builds(kube, namespace), "EngineBuilds created")[0]

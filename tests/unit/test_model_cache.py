@@ -201,13 +201,19 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     assert kube.written == []
     _, current, service_current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
     assert current and not service_current
-    assert kube.written == ["ConfigMap", "Deployment"]  # new pods read the new config; the Service has its lane
+    assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
     assert services.keys == [(("Service", p.namespace, p.name), True)]
     reconciler._plan = lambda _: p
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
     reconciler._service_key(("Service", p.namespace, p.name))
-    assert kube.written == ["ConfigMap", "Deployment", "Service"]
+    assert kube.written[2:] == ["Service"]
     assert deployments.keys == [(("SpeculativeDeployment", p.namespace, p.name), False)]  # its Ready waits for it
+    # A change: the ConfigMap first, for new pods must read the new configuration.
+    ours = {"metadata": {"ownerReferences": [{"controller": True, "uid": "uid-1"}]}, "spec": {}, "data": {}}
+    kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else {**ours, "kind": kind}
+    kube.written.clear()
+    reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
+    assert kube.written == ["ConfigMap", "Deployment"]
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():
