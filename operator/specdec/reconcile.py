@@ -69,10 +69,10 @@ ANNOTATION_UNUSED_SINCE = "specdec.io/unused-since"  # on an EngineBuild or Mode
 # Services have a lane of their own: kube-apiserver allocates every ClusterIP of the cluster under one lock held
 # across the create of its IPAddress object (MetaAllocator.AllocateNextService, 1.36), so Service creates are
 # served one at a time, ~2 s each beside a fleet of 1000 with 16 in flight: a deployment worker that waited for
-# its Service held up the rollouts behind it (bench/run.py: Jobs done -> Deployment p50 34 s). While a fleet is
-# applied the lock is held ~0.1 s of each create's ~0.7 s (audit log): 2 workers gave 2.5 Services/s, 4 gave
-# 4/s with the lock busy 45 % of the time. A deployment is Ready once its Service is.
-WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2, "Service": 8}
+# its Service held up the rollouts behind it (bench/run.py: Jobs done -> Deployment p50 34 s). While a fleet of
+# 1000 is applied the API server serves ~4.5 Service creates/s whether 4 or 8 workers send them (idle: ~37/s
+# from 16 direct writers, 27 ms each in turn); 2 workers gave 2.5/s. A deployment is Ready once its Service is.
+WORKERS = {"SpeculativeDeployment": 16, "EngineBuild": 2, "ModelCache": 2, "Service": 4}
 # A new or changed spec's first step, creating its ModelCaches and EngineBuilds (which start the downloads
 # and GPU builds, the long pole), has workers of its own: it never waits behind the rollouts and status
 # reports of a thousand deployments (bench/run.py at N=1000: apply -> first Job p95 35 s in one queue).
