@@ -149,6 +149,27 @@ def process_stats(pid: int) -> dict[str, float]:
             "cpu_seconds": (int(stat[11]) + int(stat[12])) / ticks}
 
 
+CLUSTER_PROCESSES = ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok")  # /proc comm prefixes
+
+
+def cpu_by_process(operator_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the local cluster's processes (by name), the operator and this bench: where a
+    fleet's two cores go."""
+    ticks, seconds = os.sysconf("SC_CLK_TCK"), {"operator": process_stats(operator_pid)["cpu_seconds"]}
+    for proc in Path("/proc").iterdir():
+        try:
+            comm = (proc / "comm").read_text().strip()
+            name = next((n for n in CLUSTER_PROCESSES if comm.startswith(n)), None)
+            if name and proc.name.isdigit():
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                seconds[name] = seconds.get(name, 0.0) + (int(stat[11]) + int(stat[12])) / ticks
+        except OSError:  # gone meanwhile
+            continue
+    own = os.times()
+    seconds["bench"] = own.user + own.system
+    return seconds
+
+
 def sd_body(name: str) -> dict:
     body = yaml.safe_load(EXAMPLE.read_text())
     body["metadata"] = {"name": name}
@@ -605,8 +626,10 @@ def main() -> int:
             print(f"scale: {n} deployments", file=sys.stderr)
             audit = local.logs_dir / "audit.log"
             counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
+            cpu = cpu_by_process(pid)
             row = scale(api, observer, n, args.models, args.own_every)
             after = process_stats(pid)
+            row["cpu_seconds_by_process"] = {k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid).items()}
             row["requests"] = delta(scrape(METRICS_PORT), counters)
             row["writes"] = audit_writes(audit, offset)
             row["apply_chain"] = apply_chain(audit, offset, f"bench-scale-{n}", row.pop("first_jobs"))
@@ -717,7 +740,8 @@ def render_table(results: dict) -> str:
                                  if k.startswith("reconciles"))
                      + "; mean seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in mean_timings(s["requests"]).items())
                      + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}"
-                     + f"; all clients' writes {s.get('writes_by_client')}")
+                     + f"; all clients' writes {s.get('writes_by_client')}"
+                     + f"; CPU seconds by process {s.get('cpu_seconds_by_process')}")
     idle_row = results.get("idle")
     if idle_row:
         r = idle_row["resync"]

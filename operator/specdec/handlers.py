@@ -54,6 +54,21 @@ WATCHED = (
     Watched("PersistentVolumeClaim", ("", "v1"), "persistentvolumeclaims", MANAGED),
 )
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff base: kopf deep-copies every object of every watch event into one, for on.create/on.update
+    handlers to diff against; this operator has on.event handlers only, and nothing reads it (kopf has no
+    setting to skip it). The copies were ~8 % of the operator's CPU in a fleet of 1000 (py-spy)."""
+
+    def build(self, *, body, extra_fields=None):  # noqa: ARG002 — kopf's signature
+        return None
+
+    def fetch(self, *, body):  # noqa: ARG002
+        return None
+
+    def store(self, *, body, patch, essence):  # noqa: ARG002
+        pass
+
+
 _state: dict[str, object] = {}
 _STOP = threading.Event()
 _WAKE = threading.Event()  # a resync pass now, not at the next interval
@@ -73,6 +88,7 @@ def _observe(kind: str, event) -> bool:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     ours = Settings.from_env()
     settings.posting.enabled = False  # we post our own Events, only when something changes
+    settings.persistence.diffbase_storage = NoDiffBase()
     # No namespace or CRD scanning: it needs cluster-wide list/watch rights a namespaced install does not
     # have (kopf retries for a minute before watching). The namespaces and resources are known.
     settings.scanning.disabled = True
