@@ -92,7 +92,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     # No namespace or CRD scanning: it needs cluster-wide list/watch rights a namespaced install does not
     # have (kopf retries for a minute before watching). The namespaces and resources are known.
     settings.scanning.disabled = True
-    settings.execution.max_workers = 16
+    settings.execution.max_workers = 2  # for the sync handlers: this one, the probe, the cleanup
     watch_resilience.install()
     for watched in WATCHED:
         if watched.label_selector:
@@ -181,8 +181,11 @@ def workers_alive(**_) -> str:
     return "ok"
 
 
+# The watch handlers are coroutines that never await: each caches the event and adds keys to a work queue
+# (microseconds, under locks held as briefly), so kopf runs them on its event loop. As plain functions each
+# event went through kopf's thread pool and back: two GIL hand-offs among busy reconcile threads per event.
 @kopf.on.event(GROUP, VERSION, "speculativedeployments")
-def speculative_deployment_event(event, namespace, name, **_) -> None:
+async def speculative_deployment_event(event, namespace, name, **_) -> None:
     if not _observe("SpeculativeDeployment", event):
         return
     if event.get("type") == "DELETED":
@@ -196,12 +199,12 @@ def speculative_deployment_event(event, namespace, name, **_) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "enginebuilds")
-def engine_build_event(event, namespace, name, **_) -> None:
+async def engine_build_event(event, namespace, name, **_) -> None:
     _shared_event("EngineBuild", event, namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "modelcaches")
-def model_cache_event(event, namespace, name, **_) -> None:
+async def model_cache_event(event, namespace, name, **_) -> None:
     _shared_event("ModelCache", event, namespace, name)
 
 
@@ -224,7 +227,7 @@ def _worker_of(labels) -> tuple[str, str] | None:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def job_event(event, namespace, labels, **_) -> None:
+async def job_event(event, namespace, labels, **_) -> None:
     if not _observe("Job", event):
         return
     owner = _worker_of(labels)
@@ -233,7 +236,7 @@ def job_event(event, namespace, labels, **_) -> None:
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def pod_event(event, namespace, name, labels, **_) -> None:
+async def pod_event(event, namespace, name, labels, **_) -> None:
     before = reconciler().kube.store.get("Pod", namespace, name)
     if not _observe("Pod", event):
         return
@@ -249,7 +252,7 @@ def pod_event(event, namespace, name, labels, **_) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def runtime_deployment_event(event, namespace, labels, **_) -> None:
+async def runtime_deployment_event(event, namespace, labels, **_) -> None:
     if not _observe("Deployment", event):
         return
     if LABEL_DEPLOYMENT in labels:
@@ -257,7 +260,7 @@ def runtime_deployment_event(event, namespace, labels, **_) -> None:
 
 
 @kopf.on.event("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def runtime_service_event(event, namespace, labels, **_) -> None:
+async def runtime_service_event(event, namespace, labels, **_) -> None:
     """Its deployment is Ready only with its Service: one changed or deleted by someone else is applied again."""
     if _observe("Service", event) and LABEL_DEPLOYMENT in labels:
         reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
@@ -265,6 +268,6 @@ def runtime_service_event(event, namespace, labels, **_) -> None:
 
 @kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})
 @kopf.on.event("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def child_event(event, resource, **_) -> None:
+async def child_event(event, resource, **_) -> None:
     """Only cached: their owner reconciles when its own watch tells it to."""
     _observe(resource.kind, event)
