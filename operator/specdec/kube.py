@@ -17,7 +17,7 @@ import queue
 import random
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote
 
 import urllib3
@@ -218,12 +218,13 @@ class Kube:
         return self._list(kind, namespace, label_selector, field_selector)[0]
 
     def _list(self, kind: str, namespace: str | None, label_selector: str | None = None,
-              field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+              field_selector: str | None = None,
+              keep: Callable[[dict[str, Any]], dict[str, Any]] = slim) -> tuple[list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
         them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
-        peak memory. Items are slimmed (store.slim) page by page. Consistent lists (no resourceVersion=0:
-        the API server ignores `limit` for those); recent API servers answer them, pages too, from their
-        watch cache (ConsistentListFromCache, ListFromCacheSnapshot), not from etcd."""
+        peak memory. What is kept of each item (`keep`: by default store.slim) is chosen page by page.
+        Consistent lists (no resourceVersion=0: the API server ignores `limit` for those); recent API servers
+        answer them, pages too, from their watch cache (ConsistentListFromCache, ListFromCacheSnapshot)."""
         query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
         query.append(("limit", str(LIST_PAGE_SIZE)))
         items: list[dict[str, Any]] = []
@@ -233,15 +234,22 @@ class Kube:
             for item in result.get("items", []):  # items of a List carry no kind of their own
                 item.setdefault("kind", kind)
                 item.setdefault("apiVersion", KINDS[kind].api_version)
-                items.append(slim(item))
+                items.append(keep(item))
             meta = result.get("metadata") or {}
             if not meta.get("continue"):
                 return items, meta.get("resourceVersion", "")
             page = [("continue", meta["continue"])]
 
     def refresh(self, kind: str, namespace: str | None, label_selector: str | None = None) -> None:
-        """Re-read a cached kind from the API server, in case a watch missed something."""
-        items, version = self._list(kind, namespace, label_selector)
+        """Re-read a cached kind from the API server, in case a watch missed something. An object unchanged
+        since (same resourceVersion) stays the one cached: a pass over a fleet holds one page of new copies
+        at a time, not a second copy of every object (the operator's peak memory at N=1000)."""
+        def cached_or_listed(item: dict[str, Any]) -> dict[str, Any]:
+            meta = item["metadata"]
+            held = self.store.get(kind, meta.get("namespace"), meta["name"])
+            unchanged = held is not None and held["metadata"].get("resourceVersion") == meta.get("resourceVersion")
+            return held if unchanged else slim(item)
+        items, version = self._list(kind, namespace, label_selector, keep=cached_or_listed)
         self.store.replace(kind, namespace, label_selector, items, version)
 
     # -- writes -----------------------------------------------------------------------------------

@@ -149,3 +149,19 @@ def test_a_list_is_read_in_pages_and_slimmed(server):
     first, second = (path for _, path, _ in Scripted.seen)
     assert "limit=500" in first and "resourceVersion" not in first and "continue" not in first
     assert "continue=next-1" in second and "resourceVersion" not in second and "labelSelector=app%3Dx" in second
+
+
+def test_a_resync_keeps_the_cached_copy_of_what_did_not_change(server: Kube):
+    def cm(name: str, version: str) -> dict:
+        return {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {
+            "name": name, "namespace": "ns", "resourceVersion": version, "labels": {"app": "x"},
+            "managedFields": [{"manager": "kubectl"}]}}
+
+    Scripted.script = [(200, {}, {"metadata": {"resourceVersion": "5"}, "items": [cm("same", "3"), cm("moved", "4")]}),
+                       (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [cm("same", "3"), cm("moved", "8")]})]
+    server.refresh("ConfigMap", "ns", "app=x")
+    same, moved = (server.store.get("ConfigMap", "ns", name) for name in ("same", "moved"))
+    server.refresh("ConfigMap", "ns", "app=x")
+    assert server.store.get("ConfigMap", "ns", "same") is same  # not a second copy of an unchanged object
+    now = server.store.get("ConfigMap", "ns", "moved")
+    assert now is not moved and now["metadata"]["resourceVersion"] == "8" and "managedFields" not in now["metadata"]
