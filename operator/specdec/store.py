@@ -37,11 +37,22 @@ def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) ->
 
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """Without managedFields: no reconcile reads them, and on server-side-applied objects they are
-    a good part of the size (client-go informers drop them with a transform for the same reason)."""
+    a good part of the size (client-go informers drop them with a transform for the same reason). A Pod's
+    spec only as far as status.py reads it, its containers' names and memory limits: the rest (env, volumes,
+    probes, the API server's defaults) of a fleet's pods was most of what the cache held of them."""
     meta = obj["metadata"]
-    if "managedFields" not in meta:
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    if "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    if obj.get("kind") == "Pod" and "spec" in obj:
+        obj = {**obj, "spec": _containers_only(obj["spec"] or {})}
+    return obj
+
+
+def _containers_only(spec: dict[str, Any]) -> dict[str, Any]:
+    def container(c: dict[str, Any]) -> dict[str, Any]:
+        memory = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        return {"name": c.get("name"), **({"resources": {"limits": {"memory": memory}}} if memory else {})}
+    return {group: [container(c) for c in spec[group]] for group in ("initContainers", "containers") if spec.get(group)}
 
 
 def matches(labels: dict[str, str] | None, selector: str | None) -> bool:

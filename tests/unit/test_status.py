@@ -127,6 +127,23 @@ def test_oom_killed_build_reports_the_memory_limit():
     assert "64Gi" in state.message and "spec.build.resources.limits.memory" in state.message
 
 
+def test_a_cached_pod_keeps_what_build_states_read():
+    from specdec.store import slim
+
+    full = pod(phase="Failed", init={"convert": terminated(0)}, main={"build": terminated(137, reason="OOMKilled")},
+               limits={"memory": "64Gi", "cpu": "8"})
+    full["kind"] = "Pod"
+    for c in full["spec"]["initContainers"] + full["spec"]["containers"]:
+        c.update(image="trtllm:1.2", env=[{"name": "HF_HOME", "value": "/cache"}], volumeMounts=[{"name": "cache"}])
+    full["spec"].update(volumes=[{"name": "cache"}], nodeSelector={"gpu": "h100"}, tolerations=[{"key": "gpu"}])
+    cached = slim(full)
+    assert cached["spec"] == {"initContainers": [{"name": "convert", "resources": {"limits": {"memory": "64Gi"}}}],
+                              "containers": [{"name": "build", "resources": {"limits": {"memory": "64Gi"}}}]}
+    assert cached["status"] is full["status"] and slim(cached) == cached
+    state = evaluate_build(job(cond("Failed"), failed=1), [cached])
+    assert state == evaluate_build(job(cond("Failed"), failed=1), [full]) and "64Gi" in state.message
+
+
 def test_oom_from_last_state_counts_too():
     p = pod(init={"quantize": running()})
     p["status"]["initContainerStatuses"][0]["lastState"] = terminated(137, reason="OOMKilled")
