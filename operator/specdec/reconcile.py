@@ -622,10 +622,12 @@ class Reconciler:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
             return existing, False, False
-        # Every name is checked before anything is written: a conflict leaves nothing half-made.
-        # The names are looked up at once: a first write waits for one round trip, not three.
+        # Every name is checked before anything is written: a conflict leaves nothing half-made. Names the
+        # cache does not hold are asked of the API server at once: a first write waits for one round trip, not
+        # three; the reconciles after it (all three cached) make no request and no hop through the pool.
         kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
-        config_map, existing, service = self._lookups.map(
+        cached = all(self.kube.get(kind, p.namespace, name) is not None for kind, name in zip(kinds, names))
+        config_map, existing, service = (map if cached else self._lookups.map)(
             lambda kind, name: self._owned(kind, p.namespace, name, uid, live=True), kinds, names)
         service_current = service is not None and contains(service, build_service(p, uid))
         failed = self._service_failures.get((p.namespace, p.name))
@@ -634,11 +636,12 @@ class Reconciler:
         # The ConfigMap goes first: new pods must read the new configuration. A first one is written beside the
         # Deployment: there is no old configuration, and a pod waits for a ConfigMap volume until it exists.
         config = build_config_map(p, uid, self._chosen_draft_len(p, config_map))
-        config_applied = self._lookups.submit(self.kube.apply, config, config_map)
+        config_applied = self._lookups.submit(self.kube.apply, config, None) if config_map is None else None
         if config_map is not None:
-            config_applied.result()
+            self.kube.apply(config, config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
-        config_applied.result()
+        if config_applied is not None:
+            config_applied.result()
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
