@@ -54,6 +54,7 @@ WATCHED = (
     Watched("PersistentVolumeClaim", ("", "v1"), "persistentvolumeclaims", MANAGED),
 )
 
+
 class NoDiffBase(kopf.DiffBaseStorage):
     """No diff base: kopf deep-copies every object of every watch event into one, for on.create/on.update
     handlers to diff against; this operator has on.event handlers only, and nothing reads it (kopf has no
