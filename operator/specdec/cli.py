@@ -132,9 +132,6 @@ def _operator(args: argparse.Namespace) -> int:
     if args.log_level != "DEBUG":  # kopf logs every handled watch event at INFO: noise at any scale
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     namespaces = args.namespace or []
-    # kopf's event loop (every watch event) is one thread among ~40 reconcile and lookup threads: one back from
-    # the network waits for the GIL until the holder's switch interval ends. 1 ms instead of Python's 5 ms.
-    sys.setswitchinterval(0.001)
     try:
         kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
                  liveness_endpoint=args.liveness,
