@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
+from specdec.reconcile import PROGRESS_WRITE_SECONDS
 from tests.conftest import free_port
 from tests.kube_helpers import Kube, wait_for
 from tests.operator_runner import OperatorProcess
@@ -264,6 +266,29 @@ def test_runtime_pods_no_node_can_take_are_reported_without_a_resync(kube: Kube,
                      "Ready=False/PodsUnschedulable", timeout=120)
     assert "cannot be scheduled" in ready["message"] and sd.get()["status"]["phase"] == "RollingOut"
     sd.patch({"spec": {"runtime": {"nodeSelector": None}}})
+    sd.wait_ready()
+
+
+def test_a_service_deleted_by_someone_else_is_applied_again(kube: Kube, namespace: str, operator_env, request):
+    # No resync pass and no speculation scrape (its measurements wake a deployment): the Service's event must tell.
+    operator_env.update(SPECDEC_RESYNC_SECONDS="3600", SPECDEC_SPECULATION_SCRAPE_SECONDS="3600")
+    request.getfixturevalue("operator")
+    sd = SD(kube, namespace, example(DRAFT_TARGET))
+    sd.wait_ready()
+    time.sleep(PROGRESS_WRITE_SECONDS + 1)  # a status write deferred during the rollout has woken it by now
+    first = kube.core.read_namespaced_service(sd.name, namespace).metadata.uid
+    kube.core.delete_namespaced_service(sd.name, namespace)
+
+    def recreated():
+        try:
+            service = kube.core.read_namespaced_service(sd.name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return service.metadata.uid != first and service
+    service = wait_for(recreated, "the runtime Service applied again")
+    assert service.metadata.owner_references[0].kind == "SpeculativeDeployment"
     sd.wait_ready()
 
 
