@@ -703,7 +703,8 @@ class Reconciler:
         if not _status_changed(status, desired):
             return
         key = ("SpeculativeDeployment", meta["namespace"], meta["name"])
-        wait = PROGRESS_WRITE_SECONDS - (time.monotonic() - self._status_written.get(key[1:], -PROGRESS_WRITE_SECONDS))
+        last = self._status_written.get(key[1:])
+        wait = 0.0 if last is None else last + PROGRESS_WRITE_SECONDS - time.monotonic()
         if wait > 0 and _progress_only(status, desired):
             self.requeue.after(wait, key, lambda: self.enqueue(*key))
             return
