@@ -636,8 +636,10 @@ class Reconciler:
         # The ConfigMap goes first: new pods must read the new configuration. A first one is written beside the
         # Deployment: there is no old configuration, and a pod waits for a ConfigMap volume until it exists.
         config = build_config_map(p, uid, self._chosen_draft_len(p, config_map))
-        config_applied = self._lookups.submit(self.kube.apply, config, None) if config_map is None else None
-        if config_map is not None:
+        config_applied = None
+        if config_map is None:
+            config_applied = self._lookups.submit(self.kube.apply, config, None)
+        else:
             self.kube.apply(config, config_map)
         deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
         if config_applied is not None:

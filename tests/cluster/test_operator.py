@@ -280,13 +280,8 @@ def test_a_service_deleted_by_someone_else_is_applied_again(kube: Kube, namespac
     kube.core.delete_namespaced_service(sd.name, namespace)
 
     def recreated():
-        try:
-            service = kube.core.read_namespaced_service(sd.name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return service.metadata.uid != first and service
+        return next((s for s in kube.core.list_namespaced_service(namespace).items
+                     if s.metadata.name == sd.name and s.metadata.uid != first), None)
     service = wait_for(recreated, "the runtime Service applied again")
     assert service.metadata.owner_references[0].kind == "SpeculativeDeployment"
     sd.wait_ready()

@@ -105,3 +105,15 @@ def validations(schema: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """(node path, rule) for every x-kubernetes-validations entry in the schema."""
     return [(path, rule) for path, node in schema_nodes(schema)
             for rule in node.get("x-kubernetes-validations") or []]
+
+
+class Recorded:
+    """A work queue that records the keys added (and whether urgent) and runs nothing."""
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.urgent: list[bool] = []
+
+    def add(self, key: tuple, urgent: bool = False) -> None:
+        self.keys.append(key)
+        self.urgent.append(urgent)

@@ -9,7 +9,7 @@ import sys
 from specdec.builders.common import LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY
 from specdec.builders.model_cache import build_fetch_job, build_model_cache, fetch_script
 from specdec.render import render_objects
-from tests.unit.helpers import EXAMPLE_70B, SETTINGS, load_example, make_plan
+from tests.unit.helpers import EXAMPLE_70B, SETTINGS, Recorded, load_example, make_plan
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
 
 
@@ -168,16 +168,6 @@ class NoWrites:
         pass
 
 
-class Queued:
-    """A work queue that only records what is added."""
-
-    def __init__(self):
-        self.keys: list[tuple] = []
-
-    def add(self, key, urgent=False):
-        self.keys.append((key, urgent))
-
-
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from kubernetes import client
 
@@ -189,8 +179,8 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     reconciler.kube = kube = NoWrites()
-    services = reconciler.queues["Service"] = Queued()
-    deployments = reconciler.queues["SpeculativeDeployment"] = Queued()
+    services = reconciler.queues["Service"] = Recorded()
+    deployments = reconciler.queues["SpeculativeDeployment"] = Recorded()
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     target, draft = p.runtime_inputs
@@ -202,12 +192,13 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     _, current, service_current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
     assert current and not service_current
     assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
-    assert services.keys == [(("Service", p.namespace, p.name), True)]
+    assert services.keys == [("Service", p.namespace, p.name)] and services.urgent == [True]
     reconciler._plan = lambda _: p
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
     reconciler._service_key(("Service", p.namespace, p.name))
     assert kube.written[2:] == ["Service"]
-    assert deployments.keys == [(("SpeculativeDeployment", p.namespace, p.name), False)]  # its Ready waits for it
+    assert deployments.keys == [("SpeculativeDeployment", p.namespace, p.name)]  # its Ready waits for it
+    assert deployments.urgent == [False]
     # A change: the ConfigMap first, for new pods must read the new configuration.
     ours = {"metadata": {"ownerReferences": [{"controller": True, "uid": "uid-1"}]}, "spec": {}, "data": {}}
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else {**ours, "kind": kind}

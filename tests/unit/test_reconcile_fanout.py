@@ -8,16 +8,7 @@ from specdec.kube import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
 from specdec.store import Store
-
-
-class Recorded:
-    def __init__(self):
-        self.keys: list[tuple] = []
-        self.urgent: list[bool] = []
-
-    def add(self, key: tuple, urgent: bool = False) -> None:
-        self.keys.append(key)
-        self.urgent.append(urgent)
+from tests.unit.helpers import Recorded
 
 
 def engine_build(rv: str, phase: str | None = None) -> dict:
