@@ -28,6 +28,8 @@ def test_kwokctl_config_binds_loopback_with_rbac_admission_and_local_binaries(tm
     patches = {p["name"]: p["extraArgs"] for p in docs[0]["componentsPatches"]}
     assert {"key": "service-cluster-ip-range", "value": cluster.SERVICE_CIDR} in patches["kube-apiserver"]
     assert {"key": "kube-api-qps", "value": "200"} in patches["kube-controller-manager"]  # a fleet is not throttled
+    controllers = next(a["value"] for a in patches["kube-controller-manager"] if a["key"] == "controllers").split(",")
+    assert controllers[0] == "*" and {"-endpoints-controller", "-endpointslice-controller"} <= set(controllers)
 
 
 def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):

@@ -33,6 +33,7 @@ READY_TIMEOUT_SECONDS = 180
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
 OPERATOR_HEALTH_PORT = 18080
 SERVICE_CIDR = "10.96.0.0/16"
+ENDPOINT_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller")
 # The local operator reads the pods' metrics more often than the production default (15 s), so
 # `kubectl get sd` shows ACCEPT and SPEEDUP seconds after the sample's pod serves.
 DEV_OPERATOR_ENV = {"SPECDEC_SPECULATION_SCRAPE_SECONDS": "5"}
@@ -146,9 +147,14 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None,
     # The controller manager's clients default to 20 requests/s (and 5 Deployment/ReplicaSet workers):
     # a fleet of a thousand Deployments would wait minutes on that throttle, not on the API server or
     # on us; clusters that run fleets raise it the same way.
+    # No Endpoints/EndpointSlice controllers: our pods' IPs are loopback addresses (specdec.dev.nodes), which
+    # the API server refuses in both; the controllers retried every Service's refused write and posted a
+    # warning Event each time (~12,000 requests for a fleet of 1000, a quarter of its writes, none of them
+    # a real cluster's). Nothing here reads them: there is no kube-proxy, clients reach pods by their IPs.
     config["componentsPatches"] = [
         {"name": "kube-apiserver", "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]},
         {"name": "kube-controller-manager", "extraArgs": [
+            {"key": "controllers", "value": f"*,{','.join('-' + c for c in ENDPOINT_CONTROLLERS)}"},
             {"key": "kube-api-qps", "value": "200"}, {"key": "kube-api-burst", "value": "400"},
             {"key": "concurrent-deployment-syncs", "value": "10"},
             {"key": "concurrent-replicaset-syncs", "value": "10"}]}]
