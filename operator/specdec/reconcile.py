@@ -624,11 +624,15 @@ class Reconciler:
             return existing, False, False
         # Every name is checked before anything is written: a conflict leaves nothing half-made. Names the
         # cache does not hold are asked of the API server at once: a first write waits for one round trip, not
-        # three; the reconciles after it (all three cached) make no request and no hop through the pool.
+        # three; the reconciles after it (all three cached) make no request and no hop through the pool. Once
+        # the Deployment is ours, the Service is the Service lane's, which asks before its own write: reconciles
+        # while a Service waits for the lane read the cache (they asked ~3 times per deployment at N=1000).
         kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
-        cached = all(self.kube.get(kind, p.namespace, name) is not None for kind, name in zip(kinds, names))
-        config_map, existing, service = (map if cached else self._lookups.map)(
-            lambda kind, name: self._owned(kind, p.namespace, name, uid, live=True), kinds, names)
+        deployed = self.kube.get("Deployment", p.namespace, runtime_name(p)) is not None
+        ask = [self.kube.get(kind, p.namespace, name) is None and not (deployed and kind == "Service")
+               for kind, name in zip(kinds, names)]
+        config_map, existing, service = (self._lookups.map if any(ask) else map)(
+            lambda kind, name, live: self._owned(kind, p.namespace, name, uid, live), kinds, names, ask)
         service_current = service is not None and contains(service, build_service(p, uid))
         failed = self._service_failures.get((p.namespace, p.name))
         if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
