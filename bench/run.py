@@ -15,6 +15,7 @@ import datetime
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -473,13 +474,16 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         if deployment is not None and None not in done:
             released = max([applied[name], *done])
             to_deployment.append(deployment - released)
-            loaded["jobs_done_to_deployment"].append(probe.near("jobs_done_to_deployment", released))
+            # Released by its own apply (its Jobs were done before): timed from before its SD create, as apply →
+            # Job is, so its floor has that create's seconds too.
+            loaded["jobs_done_to_deployment"].append(probe.near("jobs_done_to_deployment", released)
+                                                     + (posted[name] if released == applied[name] else 0.0))
     builds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds")["items"]
     jobs = client.BatchV1Api(api).list_namespaced_job(ns).items
     recipes = {json.dumps(b["spec"]["recipe"], sort_keys=True) for b in builds}
     expected = len({target_model(i, models, own_every) for i in range(count)}) + 1  # + the shared draft
     return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
-            "all_ready_seconds": all_ready, "apply_to_job": summary(to_job),
+            "all_ready_seconds": all_ready, "ready_at": start + all_ready, "apply_to_job": summary(to_job),
             "jobs_done_to_deployment": summary(to_deployment),
             "loaded_floor": {k: summary(v) for k, v in loaded.items()},
             "probes": {k: len(v) for k, v in probe.samples.items()}, "first_jobs": first_jobs,
@@ -567,7 +571,8 @@ def main() -> int:
                         "(0: none)")
     parser.add_argument("--idle-seconds", type=float, default=60,
                         help="idle window after the largest fleet is Ready (must be under --resync-seconds)")
-    parser.add_argument("--resync-seconds", type=float, default=120, help="the operator's resync interval")
+    parser.add_argument("--resync-seconds", type=float, default=Settings().resync_seconds,
+                        help="the operator's resync interval (default: the operator's own, %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the bench cluster afterwards")
     parser.add_argument("--profile", type=Path, help="record the operator with py-spy during the largest fleet "
                         "into this file (collapsed stacks; `pip install py-spy`)")
@@ -625,7 +630,8 @@ def main() -> int:
             if args.profile and n == scales[-1]:  # py-spy stops and writes the file when the operator exits
                 # --nonblocking: py-spy pausing the operator 50 times a second (its default) slowed the fleet
                 # it measured by minutes; unpaused samples may be torn now and then (py-spy counts them).
-                subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "20",
+                py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))  # e.g. in .venv
+                subprocess.Popen([py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "20",
                                   "--nonblocking", "--output", str(args.profile)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"scale: {n} deployments", file=sys.stderr)
@@ -633,6 +639,7 @@ def main() -> int:
             counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
             cpu = cpu_by_process(pid)
             row = scale(api, observer, n, args.models, args.own_every)
+            ready_at = row.pop("ready_at")  # this process's clock (now())
             after = process_stats(pid)
             row["cpu_seconds_by_process"] = {k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid).items()}
             row["requests"] = delta(scrape(METRICS_PORT), counters)
@@ -653,7 +660,7 @@ def main() -> int:
             row["jobs_done_to_deployment"]["fanout_ratio_p50"] = row["jobs_done_to_deployment"]["p50"] / fanout["p50"]
             results["scales"].append(row)
             if n == scales[-1]:  # its namespace goes with the cluster
-                results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds)
+                results["idle"] = idle(local, pid, args.idle_seconds, args.resync_seconds, ready_at)
             else:
                 delete_namespaces(local, [f"bench-scale-{n}", f"bench-probe-{n}"])
         observer.stop.set()
@@ -679,14 +686,17 @@ def wait_resync_pass(before: dict[str, float], resync_seconds: float) -> dict[st
     raise SystemExit(f"no resync pass ended within {resync_seconds + 120:.0f}s")
 
 
-def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: float) -> dict:
-    """Wait for a whole resync pass that starts after the fleet is Ready (the pass under way may have
-    started during its rollout), measure it (duration and writes), then an idle window without one."""
+def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: float, ready_at: float) -> dict:
+    """The first resync pass that starts after the fleet is Ready (one under way then began during its
+    rollout), measured (duration and writes), then an idle window before the next pass."""
     audit = local.logs_dir / "audit.log"
-    before = wait_resync_pass(scrape(METRICS_PORT), resync_seconds)
-    offset = audit.stat().st_size
-    after = wait_resync_pass(before, resync_seconds)
-    passes = delta(after, before)
+    before, offset = scrape(METRICS_PORT), audit.stat().st_size
+    while True:
+        after = wait_resync_pass(before, resync_seconds)
+        passes = delta(after, before)
+        if now() - passes.get("resync_duration_seconds_sum", 0.0) >= ready_at:
+            break
+        before, offset = after, audit.stat().st_size
     resync = {"seconds": passes.get("resync_duration_seconds_sum", float("nan")),
               "writes": audit_writes(audit, offset), "requests": {k: v for k, v in passes.items()
                                                                   if k.startswith("requests")}}
@@ -743,6 +753,7 @@ def render_table(results: dict) -> str:
                      f"{s['distinct_recipes']} (expected {s['expected_recipes']}); reconciles "
                      + ", ".join(f"{k.split()[1]} {v:.0f}" for k, v in s["requests"].items()
                                  if k.startswith("reconciles"))
+                     + f"; resync passes ended in it {s['requests'].get('resync_duration_seconds_count', 0):.0f}"
                      + "; mean seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in mean_timings(s["requests"]).items())
                      + f"; writes {dict(sorted(s['writes'].items(), key=lambda kv: -kv[1]))}"
                      + f"; all clients' writes {s.get('writes_by_client')}"
