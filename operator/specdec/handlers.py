@@ -213,7 +213,7 @@ def _shared_event(kind: str, event, namespace: str, name: str) -> None:
     if not _observe(kind, event):
         return
     if event.get("type") == "DELETED":
-        reconciler().shared_gone(namespace, name)
+        reconciler().shared_gone(kind, namespace, name)
         return
     reconciler().shared_seen(kind, event["object"])
 

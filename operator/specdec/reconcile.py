@@ -84,8 +84,10 @@ POD_CREATION_GRACE_SECONDS = 10.0
 REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build (or fetch) Job could not be had
 # A deployment's status write that only moves a rollout's progress (pod counts, condition messages; no phase,
 # condition status or reason) waits this long after its last write, and writes what is current then: a pod
-# event each was a status write each (3.6 per deployment in a fleet of 1000, bench/run.py). A new state
-# (Ready, a failure, a new generation) is written at once.
+# event each was a status write each (3.6 per deployment in a fleet of 1000, bench/run.py). So does an
+# EngineBuild's or ModelCache's that none of its users reads (users_view: the step its Job runs, an attempt;
+# 6 writes per shared object at N=1000, its Job's steps a second or less apart). A new state (Ready, done, a
+# failure, a new generation) is written at once.
 PROGRESS_WRITE_SECONDS = 5.0
 
 
@@ -206,7 +208,7 @@ class Reconciler:
         # By deployment: why the Service lane could not apply its Service, for which generation.
         self._service_failures: dict[tuple[str, str], tuple[int | None, Exception]] = {}
         self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
-        self._status_written: dict[tuple[str, str], float] = {}  # by deployment, monotonic: see _write_status
+        self._status_written: dict[tuple[str, str, str], float] = {}  # by key, monotonic: see _write_later
         self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}  # see _fetched_facts
         # Each deployment worker looks up to 3 names at once here, then writes its ConfigMap (see _runtime).
         self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
@@ -237,7 +239,7 @@ class Reconciler:
         self._failures.pop(("Service", namespace, name), None)
         self._service_failures.pop((namespace, name), None)
         self._plans.pop((namespace, name), None)
-        self._status_written.pop((namespace, name), None)
+        self._status_written.pop(("SpeculativeDeployment", namespace, name), None)
 
     def _plan(self, sd: dict[str, Any]) -> Plan | Problem:
         """plan() of this deployment, kept while its spec (uid, generation), the GPU nodes and the fetched
@@ -326,9 +328,10 @@ class Reconciler:
         self.enqueue(kind, meta["namespace"], meta["name"])
         self._tell_users(obj)
 
-    def shared_gone(self, namespace: str, name: str) -> None:
+    def shared_gone(self, kind: str, namespace: str, name: str) -> None:
         with self._users_guard:
             self._told.pop((namespace, name), None)
+        self._status_written.pop((kind, namespace, name), None)
 
     def _tell_users(self, eb: dict[str, Any]) -> None:
         """Deployments read an EngineBuild's (or ModelCache's) spec, our label and its status (as a
@@ -415,7 +418,11 @@ class Reconciler:
             desired.update(fetched_status(pods, status, obj["spec"]["model"]) if done
                            else {"sizeBytes": None, "facts": None})
         if _status_changed(status, desired):
+            key = (kind, namespace, name)  # a step of its Job, an attempt: nothing its users read
+            if self._write_later(key, users_view(state) == users_view(build_state_from_status(obj))):
+                return state, look_again
             self._tell_users(self.kube.patch(kind, namespace, name, {"status": desired}, subresource="status"))
+            self._status_written[key] = time.monotonic()
             old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
             if status.get("phase") != state.phase or old_ready.get("reason") != state.reason:
                 self.kube.event(obj, state.reason, state.message,
@@ -709,15 +716,12 @@ class Reconciler:
         if not _status_changed(status, desired):
             return
         key = ("SpeculativeDeployment", meta["namespace"], meta["name"])
-        last = self._status_written.get(key[1:])
-        wait = 0.0 if last is None else last + PROGRESS_WRITE_SECONDS - time.monotonic()
-        if wait > 0 and _progress_only(status, desired):
-            self.requeue.after(wait, key, lambda: self.enqueue(*key))
+        if self._write_later(key, _progress_only(status, desired)):
             return
         try:
             self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired},
                             subresource="status")
-            self._status_written[key[1:]] = time.monotonic()
+            self._status_written[key] = time.monotonic()
         except ApiException as error:
             if error.status == 404:  # deleted meanwhile (or its namespace is going): nothing to tell
                 return
@@ -726,6 +730,17 @@ class Reconciler:
         old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if _worth_an_event(old_ready, ready, status.get("phase"), phase):
             self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
+
+    def _write_later(self, key: tuple[str, str, str], progress_only: bool) -> bool:
+        """Whether a status write that only moves progress waits (the key requeued) until PROGRESS_WRITE_SECONDS
+        after the object's last one: a fleet's rollouts and builds change such fields many times a second;
+        a new state is written at once."""
+        last = self._status_written.get(key)
+        wait = 0.0 if last is None else last + PROGRESS_WRITE_SECONDS - time.monotonic()
+        if wait > 0 and progress_only:
+            self.requeue.after(wait, key, lambda: self.enqueue(*key))
+            return True
+        return False
 
     def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond]:
         """What the monitor published for this generation; else what status says (a new leader has not

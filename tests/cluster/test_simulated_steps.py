@@ -9,13 +9,16 @@ import pytest
 
 from specdec.builders.common import LABEL_MANAGED_BY, MANAGED_BY
 from specdec.dev import simulated_steps
+from specdec.reconcile import PROGRESS_WRITE_SECONDS
 from tests.cluster.test_model_cache import SAMPLE, model_caches
 from tests.cluster.test_operator import DRAFT_TARGET, SD, engine_builds, example
 from tests.kube_helpers import Kube
 
 pytestmark = pytest.mark.cluster
 
-STEP_SECONDS = {"fetch": 3, "convert": 2, "quantize": 2, "build": 3}
+# Longer than PROGRESS_WRITE_SECONDS: a step that ends sooner after the object's last status write is not
+# written (the operator writes what is current when the wait is over), as in a fleet's instant simulated steps.
+STEP_SECONDS = dict.fromkeys(("fetch", "convert", "quantize", "build"), PROGRESS_WRITE_SECONDS + 3)
 
 
 def phases_until_ready(kube: Kube, namespace: str, deployments: list[SD], timeout: float = 120) -> dict[str, list]:

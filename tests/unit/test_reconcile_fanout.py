@@ -39,7 +39,7 @@ def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_cha
     assert first == [("SpeculativeDeployment", "ns", "a"), ("SpeculativeDeployment", "ns", "b")]
     assert unchanged == 2 and len(deployments.keys) == 4
     assert builds.keys == [("EngineBuild", "ns", "eb")] * 6  # the build itself reconciles on every event
-    reconciler.shared_gone("ns", "eb")
+    reconciler.shared_gone("EngineBuild", "ns", "eb")
     reconciler.shared_seen("EngineBuild", engine_build("7", "Succeeded"))  # recreated: its users hear again
     assert len(deployments.keys) == 6
 
@@ -165,7 +165,7 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     for rv, phase in enumerate(("Fetched", "Succeeded"), start=1):
         obj = engine_build(str(rv), phase)
         obj["kind"] = done[phase]
-        reconciler.shared_gone("ns", "shared")
+        reconciler.shared_gone(done[phase], "ns", "shared")
         obj["metadata"]["name"] = "shared"
         deployments.keys.clear(), deployments.urgent.clear()
         reconciler.shared_seen(done[phase], obj)
@@ -267,6 +267,41 @@ def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at
     assert 0 < deferred[0][0] <= PROGRESS_WRITE_SECONDS
     write("VocabularyMismatch", "the draft's tokenizer differs")  # a new reason: at once
     assert len(kube.patched) == 2 and kube.patched[-1]["conditions"][-1]["reason"] == "VocabularyMismatch"
-    reconciler._status_written[("ns", "sd")] -= PROGRESS_WRITE_SECONDS  # the interval has passed
+    reconciler._status_written[("SpeculativeDeployment", "ns", "sd")] -= PROGRESS_WRITE_SECONDS  # the interval has passed
     write("VocabularyMismatch", "the draft's tokenizer differs in 3 tokens")
     assert len(kube.patched) == 3 and len(deferred) == 1
+
+
+def test_a_shared_objects_job_steps_wait_what_its_users_read_is_written_at_once():
+    """An EngineBuild's status moves with each step of its Job (seconds apart at most in a fleet's simulated
+    builds): a change none of its users reads waits PROGRESS_WRITE_SECONDS after the last write; done is
+    written at once."""
+    from specdec.reconcile import PROGRESS_WRITE_SECONDS
+    from specdec.status import BuildState
+
+    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
+    eb = engine_build("1")
+    patched = []
+
+    def patch(kind, namespace, name, body, subresource=None):
+        patched.append(body["status"]["phase"])
+        eb["status"] = body["status"]
+        return eb
+
+    reconciler.kube.patch, reconciler.kube.event = patch, lambda *args, **kwargs: None
+    deferred = []
+    reconciler.requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
+
+    def step(phase: str) -> None:
+        reconciler._observe_job = lambda kind, obj: (BuildState(phase, phase, f"{phase}: message"), False, [])
+        reconciler._reconcile_shared("EngineBuild", eb)
+
+    step("Pending")  # a first status: at once
+    step("Converting")  # its Job's steps, just after: later, what is current then
+    step("Building")
+    assert patched == ["Pending"] and [key for _, key in deferred] == [("EngineBuild", "ns", "eb")] * 2
+    assert all(0 < seconds <= PROGRESS_WRITE_SECONDS for seconds, _ in deferred)
+    step("Succeeded")  # what its users wait for: at once
+    assert patched == ["Pending", "Succeeded"]
+    step("Failed")  # a failure, just after: its users report it, at once
+    assert patched[-1] == "Failed" and len(deferred) == 2
