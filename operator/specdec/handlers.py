@@ -24,7 +24,7 @@ from specdec.kube import Kube
 from specdec.leader import Leadership
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.status import unschedulable
+from specdec.status import runtime_view, unschedulable
 from specdec.store import Store
 
 log = logging.getLogger("specdec")
@@ -253,10 +253,12 @@ async def pod_event(event, namespace, name, labels, **_) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def runtime_deployment_event(event, namespace, labels, **_) -> None:
+async def runtime_deployment_event(event, namespace, name, labels, **_) -> None:
+    before = reconciler().kube.store.get("Deployment", namespace, name)
     if not _observe("Deployment", event):
         return
-    if LABEL_DEPLOYMENT in labels:
+    after = None if event.get("type") == "DELETED" else event["object"]
+    if LABEL_DEPLOYMENT in labels and runtime_view(before) != runtime_view(after):
         reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 

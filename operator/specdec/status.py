@@ -299,6 +299,22 @@ def unschedulable(pod: dict[str, Any] | None) -> dict[str, Any] | None:
         else None
 
 
+def runtime_view(deployment: dict[str, Any] | None) -> tuple | None:
+    """What a deployment's reconcile reads of its runtime Deployment: the pod counts and conditions below,
+    and what _runtime compares with what it applies (the spec, through its generation; labels, annotations).
+    The controller-manager's other status updates (availableReplicas, Progressing's reasons on the way,
+    timestamps) wake nobody: they were half of a fleet's Deployment events."""
+    if deployment is None:
+        return None
+    meta, status = deployment.get("metadata") or {}, deployment.get("status") or {}
+    failure = _condition(deployment, "ReplicaFailure") or {}
+    progressing = _condition(deployment, "Progressing") or {}
+    deadline = progressing.get("message") if progressing.get("reason") == "ProgressDeadlineExceeded" else None
+    return (meta.get("generation"), meta.get("labels"), meta.get("annotations"), status.get("observedGeneration"),
+            status.get("replicas"), status.get("updatedReplicas"), status.get("readyReplicas"),
+            condition_true(deployment, "Available"), failure.get("status"), failure.get("message"), deadline)
+
+
 def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:
     """Backend pytorch: whether every checkpoint the runtime reads is in the cache."""
     return all(c.name in caches and caches[c.name].phase == FETCHED for c in plan.runtime_inputs)

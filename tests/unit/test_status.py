@@ -485,3 +485,42 @@ def test_users_view_holds_all_a_deployment_reads_of_a_shared_object():
             for b in states:
                 if users_view(a) == users_view(b):
                     assert conditions_with(a) == conditions_with(b), (a, b)
+
+
+def test_runtime_view_holds_all_a_deployment_reads_of_its_runtime_deployment():
+    """Its Deployment's events wake a deployment only when runtime_view changes: Deployments with the same
+    view must give the same conditions and pod counts. The controller-manager's updates along a rollout
+    that change nothing of that (availableReplicas, Progressing's reasons) are part of the set."""
+    from specdec.status import runtime_view
+    p = plan13b()
+
+    def deployment(generation=2, observed=2, replicas=1, updated=1, ready=0, available=0, conds=(), annotations=None):
+        return {"metadata": {"generation": generation, "labels": {"app": "x"}, "annotations": annotations or {}},
+                "status": {"observedGeneration": observed, "replicas": replicas, "updatedReplicas": updated,
+                           "readyReplicas": ready, "availableReplicas": available, "conditions": list(conds)}}
+
+    progressing = [cond("Progressing", reason=r, message=f"ReplicaSet x {r}")
+                   for r in ("NewReplicaSetCreated", "ReplicaSetUpdated", "NewReplicaSetAvailable")]
+    deadline = cond("Progressing", "False", "ProgressDeadlineExceeded", "ReplicaSet x has timed out progressing.")
+    unavailable, available = cond("Available", "False", "MinimumReplicasUnavailable"), cond("Available")
+    failure = cond("ReplicaFailure", "True", "FailedCreate", 'pods "x" is forbidden: exceeded quota')
+    variants = [None, deployment(observed=1, replicas=0, updated=0),
+                *(deployment(conds=[unavailable, pr]) for pr in progressing),
+                *(deployment(ready=1, available=a, conds=[available, pr]) for pr in progressing for a in (0, 1)),
+                deployment(ready=1, conds=[unavailable, progressing[1]]),  # ready, not yet available
+                deployment(conds=[unavailable, deadline]), deployment(conds=[unavailable, failure]),
+                deployment(ready=1, conds=[available], annotations={"specdec.io/engine-builds": "a,b"}),
+                deployment(generation=3, ready=1, conds=[available]), deployment(replicas=2, ready=1)]
+
+    def reads(d):
+        status = (d or {}).get("status") or {}
+        return (deployment_conditions(p, built(p), d, True, "http://x/v1"), status.get("replicas"),
+                status.get("readyReplicas"), ((d or {}).get("metadata") or {}).get("annotations"))
+
+    same = 0
+    for a in variants:
+        for b in variants:
+            if runtime_view(a) == runtime_view(b):
+                assert reads(a) == reads(b), (a, b)
+                same += a is not b
+    assert same >= 10  # the controller-manager's updates that change none of it wake nobody
