@@ -632,7 +632,7 @@ def main() -> int:
                 # it measured by minutes; unpaused samples may be torn now and then (py-spy counts them).
                 py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))  # e.g. in .venv
                 subprocess.Popen([py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "20",
-                                  "--nonblocking", "--output", str(args.profile)],
+                                  "--nonblocking", "--gil", "--output", str(args.profile)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             print(f"scale: {n} deployments", file=sys.stderr)
             audit = local.logs_dir / "audit.log"

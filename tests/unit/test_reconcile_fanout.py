@@ -145,6 +145,44 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     assert reconciler.collect_unused_engines("ns") == [] and patches == []  # not even marked unused
 
 
+def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
+    """Another checkpoint of the namespace fetched (a fleet's hundred models) does not plan a deployment again;
+    its own checkpoint's facts do."""
+    from specdec import reconcile
+    from specdec.builders.model_cache import build_model_cache
+    from specdec.model_catalog import catalog_facts
+    from specdec.plan import ModelCachePlan, plan
+
+    sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
+          "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
+          "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}}}
+    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
+    reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
+    planned = []
+    reconciler_plan = reconcile.plan
+    reconcile.plan = lambda *args: planned.append(args) or plan(*args)
+    try:
+        first = reconciler._plan(sd)
+        own = first.model_caches[0]
+        other = ModelCachePlan(name="mc-other", spec=own.spec.model_copy(update={"model": "hf://example-org/other"}))
+
+        def fetched(cache_plan, rv: str) -> None:
+            cache = build_model_cache("ns", cache_plan)
+            store.put({**cache, "metadata": {**cache["metadata"], "resourceVersion": rv},
+                       "status": {"phase": "Fetched", "facts": catalog_facts("meta-llama/Llama-2-13b-hf").to_status(),
+                                  "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}})
+
+        fetched(other, "2")
+        assert reconciler._plan(sd) is first and len(planned) == 1  # not a checkpoint it reads
+        fetched(own, "3")
+        assert reconciler._plan(sd).reason == "TensorParallelDoesNotDivideHeads" and len(planned) == 2
+        fetched(other, "4")
+        reconciler._plan(sd)
+        assert len(planned) == 2
+    finally:
+        reconcile.plan = reconciler_plan
+
+
 def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     import yaml
     from specdec.plan import plan
