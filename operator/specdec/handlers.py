@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from typing import Any, Callable
 
 import kopf
 
@@ -218,6 +219,11 @@ def _shared_event(kind: str, event, namespace: str, name: str) -> None:
     reconciler().shared_seen(kind, event["object"])
 
 
+def _view_changed(view: Callable[[dict[str, Any] | None], object], before: dict[str, Any] | None, event) -> bool:
+    """Whether the event changes what `view` reads of the object (cached `before` it; None once deleted)."""
+    return view(before) != view(None if event.get("type") == "DELETED" else event["object"])
+
+
 def _worker_of(labels) -> tuple[str, str] | None:
     """The EngineBuild or ModelCache a Job or pod of ours works for."""
     if LABEL_ENGINE_BUILD in labels:
@@ -247,8 +253,7 @@ async def pod_event(event, namespace, name, labels, **_) -> None:
     elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
         # Only whether a runtime pod is unschedulable: its readiness wakes the deployment through its Deployment's
         # status, and a reconcile per pod event was 2-3 more per deployment in a fleet (bench/run.py).
-        after = None if event.get("type") == "DELETED" else event["object"]
-        if unschedulable(before) != unschedulable(after):
+        if _view_changed(unschedulable, before, event):
             reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 
@@ -257,8 +262,7 @@ async def runtime_deployment_event(event, namespace, name, labels, **_) -> None:
     before = reconciler().kube.store.get("Deployment", namespace, name)
     if not _observe("Deployment", event):
         return
-    after = None if event.get("type") == "DELETED" else event["object"]
-    if LABEL_DEPLOYMENT in labels and runtime_view(before) != runtime_view(after):
+    if LABEL_DEPLOYMENT in labels and _view_changed(runtime_view, before, event):
         reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 

@@ -660,9 +660,8 @@ class Reconciler:
         # the Deployment is ours, the Service is the Service lane's, which asks before its own write: reconciles
         # while a Service waits for the lane read the cache (they asked ~3 times per deployment at N=1000).
         kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
-        deployed = self.kube.get("Deployment", p.namespace, runtime_name(p)) is not None
-        ask = [self.kube.get(kind, p.namespace, name) is None and not (deployed and kind == "Service")
-               for kind, name in zip(kinds, names)]
+        cached = [self.kube.get(kind, p.namespace, name) is not None for kind, name in zip(kinds, names)]
+        ask = [not held and not (cached[1] and kind == "Service") for kind, held in zip(kinds, cached)]
         config_map, existing, service = (self._lookups.map if any(ask) else map)(
             lambda kind, name, live: self._owned(kind, p.namespace, name, uid, live), kinds, names, ask)
         service_current = service is not None and contains(service, build_service(p, uid))
