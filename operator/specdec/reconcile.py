@@ -30,7 +30,6 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
@@ -233,8 +232,6 @@ class Reconciler:
         self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}  # see _plan
         self._status_written: dict[tuple[str, str, str], float] = {}  # by key, monotonic: see _write_later
         self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}  # see _fetched_facts
-        # Each deployment worker looks up to 3 names at once here, then writes its ConfigMap (see _runtime).
-        self._lookups = ThreadPoolExecutor(3 * WORKERS["SpeculativeDeployment"], thread_name_prefix="specdec-lookup")
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
@@ -628,18 +625,26 @@ class Reconciler:
                                f"{'recipe' if kind == 'EngineBuild' else 'checkpoint'}", "SpeculativeDeployment")
         return obj
 
-    def _owned(self, kind: str, namespace: str, name: str, uid: str, live: bool) -> dict[str, Any] | None:
-        """The child `name` if this deployment controls it, None if the name is free.
-
-        The cache holds only objects with our label; before a first write (`live`), ask the API
-        server whether something else has the name."""
+    def _owned(self, kind: str, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The child `name` as cached if this deployment controls it, None if the cache has none (the cache
+        holds only objects with our label: a name taken by another is found by the create, see _write)."""
         obj = self.kube.get(kind, namespace, name)
-        if obj is None and live:
-            obj = self.kube.get_live(kind, namespace, name)
         if obj is not None and not controlled_by(obj, uid):
-            raise NameConflict(kind, name, "is not controlled by this SpeculativeDeployment",
-                               "SpeculativeDeployment")
+            raise NameConflict(kind, name, "is not controlled by this SpeculativeDeployment", "SpeculativeDeployment")
         return obj
+
+    def _write(self, desired: dict[str, Any], cached: dict[str, Any] | None, uid: str) -> tuple[dict[str, Any], bool]:
+        """Write one of the deployment's children (`cached`: as _owned found it): a create when the cache has
+        none, which the API server refuses if the name is taken — nothing of another's is changed, and no
+        lookup comes first; else an apply where it differs. (object, written)."""
+        obj, written = self.kube.apply(desired, cached)
+        if cached is None and not written:  # the name is taken: by this deployment, before the cache knew it?
+            meta = desired["metadata"]
+            if not controlled_by(obj, uid):
+                raise NameConflict(desired["kind"], meta["name"], "is not controlled by this SpeculativeDeployment",
+                                   "SpeculativeDeployment")
+            obj, written = self.kube.apply(desired, obj)
+        return obj, written
 
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
                  caches: dict[str, BuildState]) -> tuple[dict | None, bool, bool]:
@@ -647,45 +652,31 @@ class Reconciler:
         fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
         it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
         uid = sd["metadata"]["uid"]
+        existing = self._owned("Deployment", p.namespace, runtime_name(p), uid)
         if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
                 and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
-            existing = self._owned("Deployment", p.namespace, runtime_name(p), uid, live=False)
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
                                            {"spec": {"replicas": p.spec.runtime.replicas}})
             return existing, False, False
-        # Every name is checked before anything is written: a conflict leaves nothing half-made. Names the
-        # cache does not hold are asked of the API server at once: a first write waits for one round trip, not
-        # three; the reconciles after it (all three cached) make no request and no hop through the pool. Once
-        # the Deployment is ours, the Service is the Service lane's, which asks before its own write: reconciles
-        # while a Service waits for the lane read the cache (they asked ~3 times per deployment at N=1000).
-        kinds, names = ("ConfigMap", "Deployment", "Service"), (config_map_name(p), runtime_name(p), runtime_name(p))
-        cached = [self.kube.get(kind, p.namespace, name) is not None for kind, name in zip(kinds, names)]
-        ask = [not held and not (cached[1] and kind == "Service") for kind, held in zip(kinds, cached)]
-        config_map, existing, service = (self._lookups.map if any(ask) else map)(
-            lambda kind, name, live: self._owned(kind, p.namespace, name, uid, live), kinds, names, ask)
+        # The ConfigMap first: new pods must read the new configuration, and pods must never start with
+        # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
+        # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
+        config_map = self._owned("ConfigMap", p.namespace, config_map_name(p), uid)
+        self._write(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map, uid)
+        deployment, written = self._write(build_deployment(p, uid, self.settings), existing, uid)
+        if written:
+            self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
+                            f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
+        service = self._owned("Service", p.namespace, runtime_name(p), uid)
         service_current = service is not None and contains(service, build_service(p, uid))
         failed = self._service_failures.get((p.namespace, p.name))
         if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
-        # The ConfigMap goes first: new pods must read the new configuration. A first one is written beside the
-        # Deployment: there is no old configuration, and a pod waits for a ConfigMap volume until it exists.
-        config = build_config_map(p, uid, self._chosen_draft_len(p, config_map))
-        config_applied = None
-        if config_map is None:
-            config_applied = self._lookups.submit(self.kube.apply, config, None)
-        else:
-            self.kube.apply(config, config_map)
-        deployment, written = self.kube.apply(build_deployment(p, uid, self.settings), existing)
-        if config_applied is not None:
-            config_applied.result()
-        if written:
-            self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
-                            f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
         return deployment, True, service_current
 
     def _service_key(self, key: tuple[str, str, str]) -> None:
-        """Apply a deployment's Service (queued by _runtime once every name was checked), then tell the
+        """Apply a deployment's Service (queued by _runtime once its Deployment is ours), then tell the
         deployment: its Ready waits for the Service, and a failure is reported in its status."""
         _, namespace, name = key
         if not self.active():
@@ -697,8 +688,8 @@ class Reconciler:
         uid = sd["metadata"]["uid"]
         try:
             with metrics.reconciling("Service"):
-                service = self._owned("Service", namespace, runtime_name(result), uid, live=True)
-                self.kube.apply(build_service(result, uid), service)
+                self._write(build_service(result, uid), self._owned("Service", namespace, runtime_name(result), uid),
+                            uid)
         except Exception as error:  # noqa: BLE001 — reported in the deployment's status, retried with back-off
             self._log_failure("Service", namespace, name, error)
             self._service_failures[(namespace, name)] = (sd["metadata"].get("generation"), error)

@@ -166,6 +166,23 @@ def test_replicas_change_touches_only_the_deployment(kube: Kube, namespace: str,
     assert sorted(j.metadata.name for j in jobs(kube, namespace)) == job_names
 
 
+def test_a_setting_removed_from_the_spec_is_removed_from_the_runtime(kube: Kube, namespace: str, operator):
+    """The runtime's Deployment is created (not applied) and later applied: the fields its create set must
+    become applied fields first, or one the next apply leaves out stays, owned by the create."""
+    body = example(DRAFT_TARGET)
+    body["spec"]["runtime"]["nodeSelector"] = {"type": "kwok", "kubernetes.io/os": "linux"}
+    sd = SD(kube, namespace, body)
+    sd.wait_ready()
+    sd.patch({"spec": {"runtime": {"nodeSelector": {"kubernetes.io/os": None}}}})
+    selector = wait_for(lambda: (s := kube.apps.read_namespaced_deployment(
+        "llama2-13b-spec", namespace).spec.template.spec.node_selector) and "kubernetes.io/os" not in s and s,
+        "the removed nodeSelector key gone from the Deployment", timeout=60)
+    assert selector["type"] == "kwok"
+    sd.wait_ready()
+    managers = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace).metadata.managed_fields
+    assert [(m.operation, m.subresource) for m in managers if m.manager == "specdec-operator"] == [("Apply", None)]
+
+
 def test_scale_subresource_drives_replicas(kube: Kube, namespace: str, operator):
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     sd.wait_ready()

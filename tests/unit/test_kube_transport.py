@@ -16,6 +16,7 @@ from kubernetes.client.rest import ApiException
 from specdec import kube as kube_module
 from specdec.kube import CONNECTION_FAILED, Kube, api_error_message, permanent
 from specdec.requeue import DelayQueue
+from specdec.store import Store
 
 
 class Scripted(http.server.BaseHTTPRequestHandler):
@@ -165,3 +166,46 @@ def test_a_resync_keeps_the_cached_copy_of_what_did_not_change(server: Kube):
     assert server.store.get("ConfigMap", "ns", "same") is same  # not a second copy of an unchanged object
     now = server.store.get("ConfigMap", "ns", "moved")
     assert now is not moved and now["metadata"]["resourceVersion"] == "8" and "managedFields" not in now["metadata"]
+
+
+def test_a_first_write_is_a_create_and_a_name_taken_by_another_is_not_cached(server: Kube):
+    server.store = Store(["ConfigMap"])
+    foreign = {**CM, "metadata": {**CM["metadata"], "labels": {"app": "someone-else"}}}
+    Scripted.script = [(409, {}, status(409, "configmaps \"x\" already exists", "AlreadyExists")), (200, {}, foreign)]
+    obj, written = server.apply(CM, None)
+    assert not written and obj == foreign
+    assert server.store.get("ConfigMap", "ns", "x") is None  # the watch would never tell us it is gone
+    (post, path, _), (get, _, _) = Scripted.seen
+    assert post == "POST" and "fieldManager=specdec-operator" in path and get == "GET"
+
+
+def managed(manager: str, operation: str, fields: dict, **more) -> dict:
+    return {"manager": manager, "operation": operation, "apiVersion": "v1", "fieldsType": "FieldsV1",
+            "fieldsV1": fields, **more}
+
+
+def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: Kube):
+    """A create records our fields under operation Update; an apply is another manager, so a field it leaves
+    out would stay. Before the first apply they become our applied fields (client-go's csaupgrade)."""
+    ours_created = managed("specdec-operator", "Update", {"f:data": {"f:a": {}, "f:b": {}}})
+    ours_applied = managed("specdec-operator", "Apply", {"f:data": {"f:c": {}}, "f:metadata": {"f:labels": {}}})
+    theirs = managed("kubectl-annotate", "Update", {"f:metadata": {"f:annotations": {}}})
+    live = {**CM, "data": {"a": "1", "b": "2", "c": "3"},
+            "metadata": {**CM["metadata"], "resourceVersion": "7", "managedFields": [ours_created, theirs, ours_applied]}}
+    desired = {**CM, "data": {"a": "1"}}
+    Scripted.script = [(200, {}, live), (200, {}, live), (200, {}, desired)]
+    assert server.apply(desired, {**CM, "data": {"a": "0", "b": "2"}}) == (desired, True)
+    (get, _, _), (patch, _, body), (apply, query, applied) = Scripted.seen
+    assert (get, patch, apply) == ("GET", "PATCH", "PATCH")
+    test, replace = json.loads(body)
+    assert test == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}  # else refused: read again
+    assert replace["path"] == "/metadata/managedFields"
+    assert replace["value"] == [theirs, managed("specdec-operator", "Apply", {
+        "f:data": {"f:a": {}, "f:b": {}, "f:c": {}}, "f:metadata": {"f:labels": {}}})]
+    assert "force=true" in query and json.loads(applied) == desired
+
+    Scripted.seen.clear()  # once adopted, a change is the apply alone (after the read that shows it)
+    live["metadata"]["managedFields"] = replace["value"]
+    Scripted.script = [(200, {}, live), (200, {}, desired)]
+    server.apply(desired, {**CM, "data": {"a": "2"}})
+    assert [s[0] for s in Scripted.seen] == ["GET", "PATCH"]

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from specdec.builders.common import LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY
 from specdec.builders.model_cache import build_fetch_job, build_model_cache, fetch_script
 from specdec.render import render_objects
@@ -207,34 +209,36 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     assert kube.written == ["ConfigMap", "Deployment"]
 
 
-def test_a_reconcile_while_the_service_waits_for_its_lane_asks_the_api_server_nothing():
-    """Before the first write every name the cache lacks is asked of the API server (a conflict leaves nothing
-    half-made); once the Deployment is ours, the Service lane asks before its own write, and the deployment's
-    reconciles in the meantime read the cache."""
+def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
+    """A first write is a create, which the API server refuses if the name is taken: nothing is asked first.
+    The ConfigMap goes first, so a ConfigMap name taken by another leaves no Deployment whose pods would read
+    it, and the Service is queued only once the Deployment is ours."""
     from kubernetes import client
 
     from specdec.kube import Kube
-    from specdec.reconcile import Reconciler
+    from specdec.reconcile import NameConflict, Reconciler
     from specdec.settings import Settings
     from specdec.status import BuildState
     from specdec.store import Store
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     reconciler.kube = kube = NoWrites()
-    asked: list[str] = []
-    kube.get_live = lambda kind, namespace, name: asked.append(kind)  # each name free
+    kube.get_live = None  # a lookup would fail the test
     services = reconciler.queues["Service"] = Recorded()
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     fetched = {c.name: BuildState("Fetched", "Fetched", "checkpoint in the cache") for c in p.runtime_inputs}
-    reconciler._runtime(sd, p, {}, fetched)
-    assert sorted(asked) == ["ConfigMap", "Deployment", "Service"]
-    ours = {"metadata": {"ownerReferences": [{"controller": True, "uid": "uid-1"}]}, "spec": {}, "data": {}}
-    kube.get = lambda kind, namespace, name: {**ours, "kind": kind} if kind in ("ConfigMap", "Deployment") else None
-    asked.clear()
     _, current, service_current = reconciler._runtime(sd, p, {}, fetched)
-    assert asked == [] and current and not service_current
-    assert services.keys == [("Service", p.namespace, p.name)] * 2  # still the lane's to write
+    assert kube.written == ["ConfigMap", "Deployment"] and current and not service_current
+    assert services.keys == [("Service", p.namespace, p.name)]
+
+    foreign = {"metadata": {"name": "x", "labels": {"app": "someone-else"}}}
+    kube.apply = lambda desired, existing: (
+        (foreign, False) if desired["kind"] == "ConfigMap" else NoWrites.apply(kube, desired, existing))
+    kube.written.clear()
+    with pytest.raises(NameConflict, match=r"ConfigMap .* already exists and is not controlled by this"):
+        reconciler._runtime(sd, p, {}, fetched)
+    assert kube.written == [] and services.keys == [("Service", p.namespace, p.name)]
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():

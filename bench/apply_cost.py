@@ -1,0 +1,119 @@
+"""What a first write costs the API server: a create (POST) against a server-side apply of the same object.
+
+    PYTHONPATH=operator:. .venv/bin/python bench/apply_cost.py --kubeconfig KUBECONFIG [--count 300] [--rounds 2]
+
+The objects are the operator's own runtime children for `examples/llama-2-13b-draft-7b-logits.yaml` (its
+ConfigMap, Deployment and Service, written by specdec.kube.Kube: the operator's requests), renamed per copy
+and without ownerReferences (their owner does not exist: the garbage collector would delete them meanwhile).
+Each round writes `--count` copies of each kind one after another, once by create and once by apply, each
+into a fresh namespace, and measures the CPU seconds kube-apiserver and etcd spent (/proc) and the wall time.
+Run it on an otherwise idle local cluster (`specdec dev up --cluster-only`); figures are per write, medians
+over rounds, and the apply / create ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+
+from bench.run import CLUSTER_PROCESSES, cpu_seconds
+from specdec.builders.runtime import build_config_map, build_deployment, build_service
+from specdec.kube import FIELD_MANAGER, KINDS, Kube
+from specdec.plan import Plan, plan
+from specdec.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
+SERVERS = ("kube-apiserver", "etcd")
+
+
+def server_cpu() -> float:
+    """CPU seconds so far of kube-apiserver and etcd, all processes of those names on the machine."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            comm = (proc / "comm").read_text().strip()
+            if any(comm.startswith(n) for n in SERVERS if n in CLUSTER_PROCESSES):
+                total += cpu_seconds(proc.name)
+        except OSError:
+            continue
+    return total
+
+
+def children(namespace: str) -> list[dict]:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"] = {"name": "cost", "namespace": namespace, "uid": str(uuid.uuid4())}
+    p = plan(body, Settings())
+    assert isinstance(p, Plan), p
+    objs = [build_config_map(p, "uid", None), build_deployment(p, "uid", Settings()), build_service(p, "uid")]
+    for obj in objs:
+        obj["metadata"].pop("ownerReferences", None)
+    return objs
+
+
+def apply(kube: Kube, obj: dict) -> None:
+    meta = obj["metadata"]
+    kube._call("PATCH", KINDS[obj["kind"]].path(meta["namespace"], meta["name"]), body=obj,
+               query=[("fieldManager", FIELD_MANAGER), ("force", "true")], content_type="application/apply-patch+yaml")
+
+
+def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, dict[str, float]]:
+    namespace = f"cost-{how}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    out = {}
+    try:
+        for template in children(namespace):
+            copies = []
+            for i in range(count):
+                obj = copy.deepcopy(template)
+                obj["metadata"]["name"] = f"{template['metadata']['name']}-{i}"
+                copies.append(obj)
+            cpu, start = server_cpu(), time.monotonic()
+            for obj in copies:
+                kube.create(obj) if how == "create" else apply(kube, obj)
+            out[template["kind"]] = {"cpu_ms": (server_cpu() - cpu) / count * 1000,
+                                     "wall_ms": (time.monotonic() - start) / count * 1000}
+    finally:
+        core.delete_namespace(namespace)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    configuration = client.Configuration()
+    config.load_kube_config(args.kubeconfig, client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    kube, core = Kube(api), client.CoreV1Api(api)
+    rounds = {"create": [], "apply": []}
+    for _ in range(args.rounds):
+        for how in rounds:
+            rounds[how].append(run(kube, core, how, args.count))
+    result = {}
+    for kind in rounds["create"][0]:
+        row = {how: {k: statistics.median(r[kind][k] for r in rounds[how]) for k in ("cpu_ms", "wall_ms")}
+               for how in rounds}
+        row["apply/create cpu"] = row["apply"]["cpu_ms"] / row["create"]["cpu_ms"]
+        result[kind] = row
+        print(f"{kind:12} create {row['create']['cpu_ms']:.2f} ms CPU ({row['create']['wall_ms']:.1f} ms wall)  "
+              f"apply {row['apply']['cpu_ms']:.2f} ms CPU ({row['apply']['wall_ms']:.1f} ms wall)  "
+              f"apply/create {row['apply/create cpu']:.2f}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
