@@ -24,6 +24,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from specdec import jsonio
 from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS, EVENTS_DROPPED
 from specdec.store import Store, slim
 
@@ -187,7 +188,7 @@ class Kube:
         API_REQUESTS.labels(method, f"{response.status // 100}xx").inc()
         if not 200 <= response.status < 300:
             raise ApiException.from_response(http_resp=response, body=data.decode(errors="replace"), data=None)
-        return json.loads(data) if data else {}
+        return jsonio.loads(data) if data else {}
 
     def served_resources(self, group_version: str) -> set[str]:
         """Plural names the API server serves in `group_version` (discovery; empty if none)."""
