@@ -15,7 +15,6 @@ import threading
 from kubernetes.client.rest import ApiException
 
 from specdec.settings import GPU_RESOURCE
-from specdec.store import matches
 
 LABEL_MEMORY = f"{GPU_RESOURCE}.memory"  # MiB per GPU
 LABEL_PRODUCT = f"{GPU_RESOURCE}.product"
@@ -55,9 +54,9 @@ def gpu_node(node: dict) -> GpuNode | None:
 
 def candidates(nodes: tuple[GpuNode, ...], node_selector: dict[str, str], gpus: int) -> list[GpuNode]:
     """The nodes a pod with this node selector and GPU count may be scheduled on (taints and affinity
-    are not evaluated)."""
-    selector = ",".join(f"{k}={v}" for k, v in node_selector.items())
-    return [n for n in nodes if n.gpus >= gpus and matches(dict(n.labels), selector)]
+    are not evaluated). Every plan asks it of every GPU node: no selector parsed, no dict built per node."""
+    wanted = node_selector.items()
+    return [n for n in nodes if n.gpus >= gpus and all(pair in n.labels for pair in wanted)]
 
 
 class GpuNodeInventory:

@@ -24,6 +24,8 @@ def test_candidates_match_the_pods_node_selector_and_gpu_count():
     assert [n.name for n in candidates(nodes, {"nvidia.com/gpu.present": "true"}, 1)] == ["gpu-0", "gpu-1"]
     assert [n.name for n in candidates(nodes, {"nvidia.com/gpu.present": "true"}, 4)] == ["gpu-0"]
     assert [n.name for n in candidates(nodes, {"pool": "small"}, 1)] == ["gpu-1"]
+    assert [n.name for n in candidates(nodes, {}, 1)] == ["gpu-0", "gpu-1"]
+    assert candidates(nodes, {"pool": ""}, 1) == []  # a nodeSelector value must equal the label's, "" too
 
 
 class FakeNodes:
