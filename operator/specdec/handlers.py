@@ -101,7 +101,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         if watched.label_selector:
             group, version = watched.group_version
             settings.watching.label_selectors[group or version, watched.plural] = watched.label_selector
-    store = Store((w.kind for w in WATCHED), indexed_labels=(LABEL_INSTANCE, LABEL_ENGINE_BUILD, LABEL_MODEL_CACHE))
+    store = Store((w.kind for w in WATCHED), indexed_labels=(LABEL_INSTANCE, LABEL_ENGINE_BUILD, LABEL_MODEL_CACHE),
+                  selectors={w.kind: w.label_selector for w in WATCHED if w.label_selector})
     kube = Kube.from_environment(store)
     # With scanning off, kopf would wait silently for CRDs that appear later: say what is missing instead.
     missing = {w.plural for w in WATCHED if w.group_version == (GROUP, VERSION)} - kube.served_resources(

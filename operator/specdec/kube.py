@@ -262,9 +262,7 @@ class Kube:
 
     def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create; returns (object, True), or (what has that name already, False) — names are
-        deterministic, so the caller decides whether the object found there is its own. That object is
-        not cached: the watches see only our own objects, so another's would stay in the cache after it
-        is gone (a freed name would never be taken up)."""
+        deterministic, so the caller decides whether the object found there is its own."""
         meta = obj["metadata"]
         path = KINDS[obj["kind"]].path(meta.get("namespace"))
         query = [("fieldManager", FIELD_MANAGER)]
@@ -276,7 +274,7 @@ class Kube:
         existing = self.get_live(obj["kind"], meta.get("namespace"), meta["name"])  # the cache lags: ask
         if existing is None:  # deleted between our create and get: try once more
             return self._remember(self._call("POST", path, body=obj, query=query)), True
-        return existing, False
+        return self._remember(existing), False
 
     def _remember(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.store.put(obj)

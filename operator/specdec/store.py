@@ -8,7 +8,7 @@ API server, so a reconcile that changes nothing makes no request at all.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 Key = tuple[str, str, str]  # kind, namespace, name
 
@@ -74,8 +74,12 @@ class Store:
     `indexed_labels` (like client-go's indexers) answer `label=value` selectors without a scan of
     the namespace: a reconcile that lists its own pods costs the same among a thousand deployments."""
 
-    def __init__(self, kinds: Iterable[str], indexed_labels: Iterable[str] = ()):
+    def __init__(self, kinds: Iterable[str], indexed_labels: Iterable[str] = (),
+                 selectors: Mapping[str, str] | None = None):
         self.kinds = frozenset(kinds)
+        # By kind, the label selector of its watch: what the cache may hold. An object outside it (another's,
+        # met by a create refused for its name) would stay after it is gone: no watch event would remove it.
+        self.selectors = dict(selectors or {})
         self.indexed_labels = frozenset(indexed_labels)
         self._scopes: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._by_label: dict[tuple[str, str, str, str], set[str]] = {}  # kind, namespace, label, value
@@ -85,7 +89,8 @@ class Store:
         return kind in self.kinds
 
     def put(self, obj: dict[str, Any]) -> None:
-        if obj.get("kind") not in self.kinds:
+        kind = obj.get("kind")
+        if kind not in self.kinds or not matches(obj["metadata"].get("labels"), self.selectors.get(kind)):
             return
         kind, namespace, name = _key(obj)
         with self._lock:

@@ -169,14 +169,18 @@ def test_a_resync_keeps_the_cached_copy_of_what_did_not_change(server: Kube):
 
 
 def test_a_first_write_is_a_create_and_a_name_taken_by_another_is_not_cached(server: Kube):
-    server.store = Store(["ConfigMap"])
+    server.store = Store(["ConfigMap"], selectors={"ConfigMap": "managed=us"})
+    conflict = (409, {}, status(409, "configmaps \"x\" already exists", "AlreadyExists"))
     foreign = {**CM, "metadata": {**CM["metadata"], "labels": {"app": "someone-else"}}}
-    Scripted.script = [(409, {}, status(409, "configmaps \"x\" already exists", "AlreadyExists")), (200, {}, foreign)]
+    Scripted.script = [conflict, (200, {}, foreign)]
     obj, written = server.apply(CM, None)
     assert not written and obj == foreign
-    assert server.store.get("ConfigMap", "ns", "x") is None  # the watch would never tell us it is gone
+    assert server.store.get("ConfigMap", "ns", "x") is None  # outside the watch: it would stay once gone
     (post, path, _), (get, _, _) = Scripted.seen
     assert post == "POST" and "fieldManager=specdec-operator" in path and get == "GET"
+    ours = {**CM, "metadata": {**CM["metadata"], "labels": {"managed": "us"}}}
+    Scripted.script = [conflict, (200, {}, ours)]  # ours, created by another worker: cached, asked no more
+    assert server.apply(CM, None) == (ours, False) and server.store.get("ConfigMap", "ns", "x") == ours
 
 
 def managed(manager: str, operation: str, fields: dict, **more) -> dict:

@@ -95,3 +95,10 @@ def test_a_list_from_the_watch_cache_does_not_undo_writes_newer_than_itself():
     assert store.get("Job", "a", "created-since")["metadata"]["resourceVersion"] == "20"
     assert store.get("Job", "a", "updated-since")["metadata"]["resourceVersion"] == "18"
     assert store.get("Job", "a", "listed") is not None
+
+
+def test_the_cache_holds_only_what_its_watch_shows():
+    store = Store(["Job"], selectors={"Job": "managed=us"})
+    store.put(obj("Job", "theirs", "1"))
+    store.put(obj("Job", "ours", "1", {"managed": "us"}))
+    assert [j["metadata"]["name"] for j in store.list("Job", "a")] == ["ours"]
