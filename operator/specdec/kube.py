@@ -38,6 +38,7 @@ TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 CONNECTION_FAILED = 0  # the status of an ApiException for a request that got no HTTP answer
 EVENT_QUEUE_SIZE = 1000
 LIST_PAGE_SIZE = 500  # client-go's pager's default
+ADOPT_ATTEMPTS = 3  # see Kube._adopt_created_fields: a controller may write a Deployment's status meanwhile
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,20 @@ def _backoff(attempt: int) -> float:
 def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two managed field sets (FieldsV1: nested objects of `f:`/`k:`/`v:` keys) as one."""
     return {**a, **b, **{k: _union(a[k], b[k]) for k in a.keys() & b.keys()}}
+
+
+def _adopted(entries: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """managedFields with our Update entries (a create's, a merge patch's) folded into our Apply entry; None
+    when there are none."""
+    ours = [e for e in entries if e.get("manager") == FIELD_MANAGER and not e.get("subresource")]
+    if not any(e.get("operation") == "Update" for e in ours):
+        return None
+    fields: dict[str, Any] = {}
+    for entry in ours:
+        fields = _union(fields, entry.get("fieldsV1") or {})
+    applied = next((e for e in ours if e.get("operation") == "Apply"), ours[0])
+    return [*(e for e in entries if not any(e is o for o in ours)),
+            {**applied, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}]
 
 
 def contains(actual: Any, desired: Any) -> bool:
@@ -284,9 +299,9 @@ class Kube:
         """Write `obj`, one of our own objects; returns (object, written). With no `existing` it is created:
         a create, not a server-side apply, because the API server refuses a create whose name is taken —
         nothing of another's is written, and no lookup is needed first — and spends less CPU on it (the
-        runtime's Deployment: an apply 1.5x a create, bench/apply_cost.py). A taken name gives (what has it,
-        False), for the caller to check. Else (`existing`: what the API server has, checked by the caller to be ours) it is
-        server-side applied, unless `existing` already has it."""
+        runtime's Deployment: an apply 1.5x a create, bench/apply_cost.py). A taken name gives (what has
+        it, False), for the caller to check. Else (`existing`: what the API server has, checked by the
+        caller to be ours) it is server-side applied, unless `existing` already has it."""
         if existing is None:
             return self.create(obj)
         if contains(existing, obj):
@@ -302,22 +317,22 @@ class Kube:
         """Make the fields our create (and merge patches) set ours as applied fields before an apply, as
         `kubectl apply --server-side` does with client-go's csaupgrade: the API server records a create under
         our manager name with operation Update, a manager of its own to an apply, so a field the apply leaves
-        out would stay, still owned by that create. One read and one write, once per object: on its first
-        change (the cache holds no managedFields)."""
-        live = self.get_live(kind, namespace, name)
-        entries = (live or {}).get("metadata", {}).get("managedFields") or []
-        ours = [e for e in entries if e.get("manager") == FIELD_MANAGER and not e.get("subresource")]
-        if not any(e.get("operation") == "Update" for e in ours):
-            return
-        fields: dict[str, Any] = {}
-        for entry in ours:
-            fields = _union(fields, entry.get("fieldsV1") or {})
-        applied = next((e for e in ours if e.get("operation") == "Apply"), ours[0])
-        entries = [e for e in entries if not any(e is o for o in ours)]
-        entries.append({**applied, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields})
-        self._call("PATCH", KINDS[kind].path(namespace, name), content_type="application/json-patch+json", body=[
-            {"op": "test", "path": "/metadata/resourceVersion", "value": live["metadata"]["resourceVersion"]},
-            {"op": "replace", "path": "/metadata/managedFields", "value": entries}])
+        out would stay, still owned by that create. A read before each change (the cache holds no
+        managedFields; changes are rare: a new spec or operator version) and, once per object, a write."""
+        for attempt in range(ADOPT_ATTEMPTS):
+            live = self.get_live(kind, namespace, name)
+            entries = _adopted((live or {}).get("metadata", {}).get("managedFields") or [])
+            if entries is None:
+                return
+            try:
+                self._call("PATCH", KINDS[kind].path(namespace, name), content_type="application/json-patch+json",
+                           body=[{"op": "test", "path": "/metadata/resourceVersion",
+                                  "value": live["metadata"]["resourceVersion"]},
+                                 {"op": "replace", "path": "/metadata/managedFields", "value": entries}])
+                return
+            except ApiException as error:  # 422: the test failed, another wrote the object since we read it
+                if error.status != 422 or attempt == ADOPT_ATTEMPTS - 1:
+                    raise
 
     def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any],
               subresource: str | None = None) -> dict[str, Any]:

@@ -194,8 +194,9 @@ def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: K
     ours_created = managed("specdec-operator", "Update", {"f:data": {"f:a": {}, "f:b": {}}})
     ours_applied = managed("specdec-operator", "Apply", {"f:data": {"f:c": {}}, "f:metadata": {"f:labels": {}}})
     theirs = managed("kubectl-annotate", "Update", {"f:metadata": {"f:annotations": {}}})
+    entries = [ours_created, theirs, ours_applied]
     live = {**CM, "data": {"a": "1", "b": "2", "c": "3"},
-            "metadata": {**CM["metadata"], "resourceVersion": "7", "managedFields": [ours_created, theirs, ours_applied]}}
+            "metadata": {**CM["metadata"], "resourceVersion": "7", "managedFields": entries}}
     desired = {**CM, "data": {"a": "1"}}
     Scripted.script = [(200, {}, live), (200, {}, live), (200, {}, desired)]
     assert server.apply(desired, {**CM, "data": {"a": "0", "b": "2"}}) == (desired, True)
@@ -207,6 +208,14 @@ def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: K
     assert replace["value"] == [theirs, managed("specdec-operator", "Apply", {
         "f:data": {"f:a": {}, "f:b": {}, "f:c": {}}, "f:metadata": {"f:labels": {}}})]
     assert "force=true" in query and json.loads(applied) == desired
+
+    Scripted.seen.clear()  # written meanwhile (the test op fails: 422): read again
+    changed = {**live, "metadata": {**live["metadata"], "resourceVersion": "8"}}
+    Scripted.script = [(200, {}, live), (422, {}, status(422, "rejected", "Invalid")), (200, {}, changed),
+                       (200, {}, changed), (200, {}, desired)]
+    assert server.apply(desired, {**CM, "data": {"a": "0"}}) == (desired, True)
+    assert [s[0] for s in Scripted.seen] == ["GET", "PATCH", "GET", "PATCH", "PATCH"]
+    assert json.loads(Scripted.seen[3][2])[0]["value"] == "8"
 
     Scripted.seen.clear()  # once adopted, a change is the apply alone (after the read that shows it)
     live["metadata"]["managedFields"] = replace["value"]
