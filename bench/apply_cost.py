@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from bench.run import CLUSTER_PROCESSES, cpu_seconds
+from bench.run import cpu_seconds
 from specdec.builders.runtime import build_config_map, build_deployment, build_service
 from specdec.kube import FIELD_MANAGER, KINDS, Kube
 from specdec.plan import Plan, plan
@@ -32,7 +32,7 @@ from specdec.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
-SERVERS = ("kube-apiserver", "etcd")
+SERVERS = ("kube-apiserver", "etcd")  # /proc comm prefixes
 
 
 def server_cpu() -> float:
@@ -43,7 +43,7 @@ def server_cpu() -> float:
             continue
         try:
             comm = (proc / "comm").read_text().strip()
-            if any(comm.startswith(n) for n in SERVERS if n in CLUSTER_PROCESSES):
+            if any(comm.startswith(n) for n in SERVERS):
                 total += cpu_seconds(proc.name)
         except OSError:
             continue

@@ -10,7 +10,7 @@ Ownership: the operator writes only objects it controls. A child of a deployment
 deployment's controller ownerReference (UID); an EngineBuild or a ModelCache (the shared objects) must
 carry our label and the spec we want; a Job its EngineBuild's or ModelCache's ownerReference; the
 managed cache claim our label. A name taken by anything else is a `NameConflict` in status, and the
-object is left untouched.
+object is left untouched: a first write is a create, which the API server refuses for a taken name.
 
 Order: a deployment creates its ModelCaches (hf:// checkpoints fetched into the cache on CPU nodes) and
 EngineBuilds at once; an EngineBuild creates its Job, which holds GPUs, only once every checkpoint it
