@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import kopf
 
-from specdec import jsonio, metrics, watch_resilience
+from specdec import gc_pacing, jsonio, metrics, watch_resilience
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_INSTANCE,
                                      LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY)
@@ -97,6 +97,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.execution.max_workers = 2  # for the sync handlers: this one, the probe, the cleanup
     watch_resilience.install()
     jsonio.install()
+    gc_pacing.install()
     for watched in WATCHED:
         if watched.label_selector:
             group, version = watched.group_version
