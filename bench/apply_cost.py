@@ -24,30 +24,20 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from bench.run import cpu_seconds
+from bench.run import cluster_cpu
 from specdec.builders.runtime import build_config_map, build_deployment, build_service
-from specdec.kube import FIELD_MANAGER, KINDS, Kube
+from specdec.kube import Kube
 from specdec.plan import Plan, plan
 from specdec.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
-SERVERS = ("kube-apiserver", "etcd")  # /proc comm prefixes
 
 
 def server_cpu() -> float:
-    """CPU seconds so far of kube-apiserver and etcd, all processes of those names on the machine."""
-    total = 0.0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            comm = (proc / "comm").read_text().strip()
-            if any(comm.startswith(n) for n in SERVERS):
-                total += cpu_seconds(proc.name)
-        except OSError:
-            continue
-    return total
+    """CPU seconds so far of kube-apiserver and etcd."""
+    seconds = cluster_cpu()
+    return seconds.get("kube-apiserver", 0.0) + seconds.get("etcd", 0.0)
 
 
 def children(namespace: str) -> list[dict]:
@@ -59,12 +49,6 @@ def children(namespace: str) -> list[dict]:
     for obj in objs:
         obj["metadata"].pop("ownerReferences", None)
     return objs
-
-
-def apply(kube: Kube, obj: dict) -> None:
-    meta = obj["metadata"]
-    kube._call("PATCH", KINDS[obj["kind"]].path(meta["namespace"], meta["name"]), body=obj,
-               query=[("fieldManager", FIELD_MANAGER), ("force", "true")], content_type="application/apply-patch+yaml")
 
 
 def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, dict[str, float]]:
@@ -80,7 +64,7 @@ def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, d
                 copies.append(obj)
             cpu, start = server_cpu(), time.monotonic()
             for obj in copies:
-                kube.create(obj) if how == "create" else apply(kube, obj)
+                kube.create(obj) if how == "create" else kube.server_side_apply(obj)
             out[template["kind"]] = {"cpu_ms": (server_cpu() - cpu) / count * 1000,
                                      "wall_ms": (time.monotonic() - start) / count * 1000}
     finally:

@@ -157,10 +157,9 @@ def process_stats(pid: int) -> dict[str, float]:
 CLUSTER_PROCESSES = ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok")  # /proc comm prefixes
 
 
-def cpu_by_process(operator_pid: int) -> dict[str, float]:
-    """CPU seconds so far of the local cluster's processes (by name), the operator and this bench: where a
-    fleet's two cores go."""
-    seconds = {"operator": cpu_seconds(operator_pid)}
+def cluster_cpu() -> dict[str, float]:
+    """CPU seconds so far of the local cluster's processes, by name (all processes of each name)."""
+    seconds: dict[str, float] = {}
     for proc in Path("/proc").iterdir():
         try:
             comm = (proc / "comm").read_text().strip()
@@ -169,6 +168,13 @@ def cpu_by_process(operator_pid: int) -> dict[str, float]:
                 seconds[name] = seconds.get(name, 0.0) + cpu_seconds(proc.name)
         except OSError:  # gone meanwhile
             continue
+    return seconds
+
+
+def cpu_by_process(operator_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the local cluster's processes (by name), the operator and this bench: where a
+    fleet's two cores go."""
+    seconds = {"operator": cpu_seconds(operator_pid), **cluster_cpu()}
     own = os.times()
     seconds["bench"] = own.user + own.system
     return seconds

@@ -307,11 +307,15 @@ class Kube:
         if contains(existing, obj):
             return existing, False
         meta = obj["metadata"]
-        path = KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"])
         self._adopt_created_fields(obj["kind"], meta.get("namespace"), meta["name"])
-        applied = self._call("PATCH", path, body=obj, query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
-                             content_type="application/apply-patch+yaml")
-        return self._remember(applied), True
+        return self.server_side_apply(obj), True
+
+    def server_side_apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The apply request itself, taking every field of `obj` (force), whatever the object holds."""
+        meta = obj["metadata"]
+        return self._remember(self._call(
+            "PATCH", KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]), body=obj,
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")], content_type="application/apply-patch+yaml"))
 
     def _adopt_created_fields(self, kind: str, namespace: str | None, name: str) -> None:
         """Make the fields our create (and merge patches) set ours as applied fields before an apply, as

@@ -145,6 +145,14 @@ def controlled_by(obj: dict[str, Any], uid: str) -> bool:
                for ref in obj["metadata"].get("ownerReferences") or [])
 
 
+def _controlled(kind: str, child: dict[str, Any], uid: str) -> dict[str, Any]:
+    """`child` if the deployment `uid` controls it, else a NameConflict."""
+    if not controlled_by(child, uid):
+        raise NameConflict(kind, child["metadata"]["name"], "is not controlled by this SpeculativeDeployment",
+                           "SpeculativeDeployment")
+    return child
+
+
 def _ours(obj: dict[str, Any]) -> bool:
     return (obj["metadata"].get("labels") or {}).get(common.LABEL_MANAGED_BY) == common.MANAGED_BY
 
@@ -629,9 +637,7 @@ class Reconciler:
         """The child `name` as cached if this deployment controls it, None if the cache has none (the cache
         holds only objects with our label: a name taken by another is found by the create, see _write)."""
         obj = self.kube.get(kind, namespace, name)
-        if obj is not None and not controlled_by(obj, uid):
-            raise NameConflict(kind, name, "is not controlled by this SpeculativeDeployment", "SpeculativeDeployment")
-        return obj
+        return obj if obj is None else _controlled(kind, obj, uid)
 
     def _write(self, desired: dict[str, Any], cached: dict[str, Any] | None, uid: str) -> tuple[dict[str, Any], bool]:
         """Write one of the deployment's children (`cached`: as _owned found it): a create when the cache has
@@ -639,11 +645,7 @@ class Reconciler:
         lookup comes first; else an apply where it differs. (object, written)."""
         obj, written = self.kube.apply(desired, cached)
         if cached is None and not written:  # the name is taken: by this deployment, before the cache knew it?
-            meta = desired["metadata"]
-            if not controlled_by(obj, uid):
-                raise NameConflict(desired["kind"], meta["name"], "is not controlled by this SpeculativeDeployment",
-                                   "SpeculativeDeployment")
-            obj, written = self.kube.apply(desired, obj)
+            obj, written = self.kube.apply(desired, _controlled(desired["kind"], obj, uid))
         return obj, written
 
     def _runtime(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
