@@ -7,6 +7,8 @@ with these pieces, and `models.py` can build the speculation union from the mode
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from typing import Annotated, Literal
 
@@ -47,13 +49,21 @@ class ApiModel(BaseModel):
 
     @model_validator(mode="after")
     def _cel_rules(self):
-        rules = (self.model_config.get("json_schema_extra") or {}).get("x-kubernetes-validations")
-        if rules:
+        if (self.model_config.get("json_schema_extra") or {}).get("x-kubernetes-validations"):
             wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
-            broken = cel_rules.violations(rules, wire)
+            broken = _broken(type(self), json.dumps(wire, sort_keys=True))
             if broken:
                 raise ValueError("; ".join(f"{path}: {message}" if path else message for path, message in broken))
         return self
+
+
+@functools.lru_cache(maxsize=4096)
+def _broken(model: type[ApiModel], wire: str) -> tuple[tuple[str, str], ...]:
+    """The rules of `model` its wire form breaks, by value: a fleet's deployments derive the same
+    EngineBuild and ModelCache recipes again and again, and converting each to CEL values was half of
+    plan()'s CPU (cProfile, 200 deployments of bench/run.py's fleet)."""
+    rules = model.model_config["json_schema_extra"]["x-kubernetes-validations"]
+    return tuple(cel_rules.violations(rules, json.loads(wire)))
 
 
 def validations(*rules: dict[str, str]) -> ConfigDict:
