@@ -23,6 +23,7 @@ from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_EN
                                      LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY)
 from specdec.kube import Kube
 from specdec.leader import Leadership
+from specdec.plan import warm_up
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
 from specdec.status import runtime_view, unschedulable
@@ -118,6 +119,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         raise kopf.PermanentError(f"leader election: {error}") from error
     _state["reconciler"] = Reconciler(kube, ours, active=leadership.is_leader if leadership else lambda: True)
     reconciler().gpu_nodes.refresh()  # before the first reconcile, so that admission sees the GPUs
+    warm_up(ours)
     reconciler().speculation.start()
     if memo.get("metrics_port"):
         metrics.serve(memo["metrics_port"], store)
