@@ -306,8 +306,9 @@ def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
 
 def test_after_the_warm_up_an_example_s_first_plan_compiles_no_cel_rule():
     from specdec.api import base, cel
-    from specdec.plan import Plan, plan, warm_up
-    base._broken.cache_clear()  # as in a new process: nothing judged, nothing compiled
+    from specdec.plan import Plan, _parse_canonical, plan, warm_up
+    _parse_canonical.cache_clear()  # as in a new process: nothing parsed, judged or compiled
+    base._broken.cache_clear()
     cel._program.cache_clear()
     warm_up(SETTINGS)
     compiled = cel._program.cache_info().currsize
