@@ -470,6 +470,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         for job in jobs_of.get(name, []):
             creator.setdefault(job, name)
     to_job, to_deployment, first_jobs = [], [], {}
+    by_release: dict[str, list[float]] = {"its apply": [], "a Job done": []}  # what released each deployment
     loaded = {"apply_to_job": [], "jobs_done_to_deployment": []}  # the probe's floor beside each deployment
     for name, jobs in jobs_of.items():
         new = {j: observer.at(ns, f"job:{j}") for j in jobs if creator[j] == name}  # the Jobs it was first to need
@@ -482,6 +483,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         if deployment is not None and None not in done:
             released = max([applied[name], *done])
             to_deployment.append(deployment - released)
+            by_release["its apply" if released == applied[name] else "a Job done"].append(deployment - released)
             # Released by its own apply (its Jobs were done before): timed from before its SD create, as apply →
             # Job is, so its floor has that create's seconds too.
             loaded["jobs_done_to_deployment"].append(probe.near("jobs_done_to_deployment", released)
@@ -493,6 +495,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
     return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
             "all_ready_seconds": all_ready, "ready_at": start + all_ready, "apply_to_job": summary(to_job),
             "jobs_done_to_deployment": summary(to_deployment),
+            "jobs_done_to_deployment_by_release": {k: summary(v) for k, v in by_release.items()},
             "loaded_floor": {k: summary(v) for k, v in loaded.items()},
             "probes": {k: len(v) for k, v in probe.samples.items()}, "first_jobs": first_jobs,
             "sent_at": {name: sent_at[name] for name in first_jobs},
@@ -761,6 +764,10 @@ def render_table(results: dict) -> str:
                      f"Jobs done→Deployment p50/p95 {_ms(loaded['jobs_done_to_deployment']['p50'])}/"
                      f"{_ms(loaded['jobs_done_to_deployment']['p95'])}, "
                      f"operator/loaded floor p50 {dep['loaded_ratio_p50']:.2f}, p95 {dep['loaded_ratio_p95']:.2f}")
+    for s in results["scales"]:  # a Job done releases every deployment that waited for it at once: a fan-out
+        lines.append(f"N={s['deployments']}: Jobs done→Deployment by what released it, n p50/p95: " + "; ".join(
+            f"{cause} {row['n']} {_ms(row['p50'])}/{_ms(row['p95'])}"
+            for cause, row in s["jobs_done_to_deployment_by_release"].items()))
     for s in results["scales"]:
         lines.append(f"N={s['deployments']}: apply→Job on the API server's clock (audit log), p50/p95: " + "; ".join(
             f"{part} {_ms(row['p50'])}/{_ms(row['p95'])}" for part, row in s["apply_chain"].items()))
