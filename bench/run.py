@@ -517,10 +517,11 @@ def _audit_entries(path: Path, offset: int):
             yield json.loads(line)
 
 
-def _audited_writes(path: Path, offset: int):
-    """(user agent, verb, resource) of each write in the API server's audit log from `offset` on."""
+def _audited_writes(path: Path, offset: int, since: float = 0.0, until: float = math.inf):
+    """(user agent, verb, resource) of each write in the API server's audit log from `offset` on, answered
+    between `since` and `until` (wall clock)."""
     for entry in _audit_entries(path, offset):
-        if entry.get("verb") in WRITE_VERBS:
+        if entry.get("verb") in WRITE_VERBS and since <= _stamp(entry["stageTimestamp"]) < until:
             yield entry.get("userAgent", ""), entry["verb"], entry["objectRef"].get("resource", "?")
 
 
@@ -560,10 +561,10 @@ def apply_chain(path: Path, offset: int, namespace: str, first_jobs: dict[str, s
     return {key: summary(values) for key, values in parts.items()}
 
 
-def audit_writes(path: Path, offset: int) -> dict[str, int]:
+def audit_writes(path: Path, offset: int, since: float = 0.0, until: float = math.inf) -> dict[str, int]:
     """The operator's writes, by verb and resource."""
     counts: dict[str, int] = {}
-    for agent, verb, resource in _audited_writes(path, offset):
+    for agent, verb, resource in _audited_writes(path, offset, since, until):
         if agent.startswith(USER_AGENT) or agent.startswith("kopf"):
             counts[f"{verb} {resource}"] = counts.get(f"{verb} {resource}", 0) + 1
     return counts
@@ -694,6 +695,9 @@ def main() -> int:
     return 0
 
 
+RESYNC_POLL_SECONDS = 0.5
+
+
 def wait_resync_pass(before: dict[str, float], resync_seconds: float) -> dict[str, float]:
     """The operator's counters once a resync pass has ended after `before` was scraped."""
     deadline = now() + resync_seconds + 120
@@ -701,7 +705,7 @@ def wait_resync_pass(before: dict[str, float], resync_seconds: float) -> dict[st
         after = scrape(METRICS_PORT)
         if after.get("resync_duration_seconds_count", 0) > before.get("resync_duration_seconds_count", 0):
             return after
-        time.sleep(0.5)
+        time.sleep(RESYNC_POLL_SECONDS)
     raise SystemExit(f"no resync pass ended within {resync_seconds + 120:.0f}s")
 
 
@@ -716,9 +720,13 @@ def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: floa
         if now() - passes.get("resync_duration_seconds_sum", 0.0) >= ready_at:
             break
         before, offset = after, audit.stat().st_size
+    # The pass's own writes: from its start (its end, seen within a poll, less its duration) on. Before it, the
+    # Event poster may still be posting the fleet's Events: those are the rollout's, counted apart.
+    began = time.time() - passes.get("resync_duration_seconds_sum", 0.0) - RESYNC_POLL_SECONDS
     resync = {"seconds": passes.get("resync_duration_seconds_sum", float("nan")),
-              "writes": audit_writes(audit, offset), "requests": {k: v for k, v in passes.items()
-                                                                  if k.startswith("requests")}}
+              "writes": audit_writes(audit, offset, since=began),
+              "writes_before_it": audit_writes(audit, offset, until=began),
+              "requests": {k: v for k, v in passes.items() if k.startswith("requests")}}
     offset = audit.stat().st_size
     stats = process_stats(pid)
     print(f"idle: {seconds:.0f}s", file=sys.stderr)
@@ -785,7 +793,7 @@ def render_table(results: dict) -> str:
     if idle_row:
         r = idle_row["resync"]
         lines += [f"resync pass at N={results['scales'][-1]['deployments']}: {r['seconds']:.1f}s, "
-                  f"writes {r['writes'] or 0}",
+                  f"writes {r['writes'] or 0} (after all Ready, before the pass: {r.get('writes_before_it') or 0})",
                   f"idle {idle_row['seconds']:.0f}s (between resyncs): {idle_row['operator_writes']} operator writes "
                   f"{idle_row['writes_by_kind']}, {idle_row['cpu_seconds']:.2f} CPU s "
                   f"({idle_row['cpu_percent_of_a_core']:.1f} % of a core), RSS {idle_row['rss_mib']:.0f} MiB"]
