@@ -12,10 +12,8 @@ import functools
 import hashlib
 import json
 import re
-from importlib import resources
 from typing import Any, Callable
 
-import yaml
 from pydantic import ValidationError
 
 from specdec import modes
@@ -358,10 +356,3 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
                 model_claims=model_claims(*checkpoints), unchecked=admitted, runtime_inputs=runtime_inputs,
                 facts_awaited=facts_awaited(spec, observed))
 
-
-def warm_up(settings: Settings) -> None:
-    """Plan each embedded example once, at start: a process's first plan() builds the CEL parser and compiles
-    the rules it meets (0.22 s of CPU; a fleet's first deployment waited for it), later ones take milliseconds."""
-    for example in sorted(resources.files("specdec").joinpath("examples").iterdir(), key=lambda p: p.name):
-        if example.name.endswith(".yaml"):
-            plan(yaml.safe_load(example.read_text()), settings)

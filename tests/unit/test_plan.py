@@ -303,17 +303,3 @@ def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
     template = build_deployment(p, "uid", SETTINGS)["spec"]["template"]
     assert "draft_len" not in str(template)
 
-
-def test_after_the_warm_up_an_example_s_first_plan_compiles_no_cel_rule():
-    from specdec.api import base, cel
-    from specdec.plan import Plan, _parse_canonical, plan, warm_up
-    _parse_canonical.cache_clear()  # as in a new process: nothing parsed, judged or compiled
-    base._broken.cache_clear()
-    cel._program.cache_clear()
-    warm_up(SETTINGS)
-    compiled = cel._program.cache_info().currsize
-    assert compiled > 10  # the models' rules, compiled once each
-    sd = load_example(EXAMPLE_70B)
-    sd["metadata"].update(name="another", namespace="ns")
-    assert isinstance(plan(sd, SETTINGS), Plan)
-    assert cel._program.cache_info().currsize == compiled
