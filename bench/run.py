@@ -663,7 +663,8 @@ def main() -> int:
             row["cpu_seconds_by_process"] = {k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid).items()}
             row["requests"] = delta(scrape(METRICS_PORT), counters)
             row["writes"] = audit_writes(audit, offset)
-            row["apply_chain"] = apply_chain(audit, offset, f"bench-scale-{n}", row.pop("first_jobs"), row.pop("sent_at"))
+            row["apply_chain"] = apply_chain(audit, offset, f"bench-scale-{n}", row.pop("first_jobs"),
+                                             row.pop("sent_at"))
             row["writes_by_client"] = writes_by_client(audit, offset)
             row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
             row["operator_peak_rss_mib"] = after["peak_rss_mib"]

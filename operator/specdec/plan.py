@@ -355,4 +355,3 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
                 engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
                 model_claims=model_claims(*checkpoints), unchecked=admitted, runtime_inputs=runtime_inputs,
                 facts_awaited=facts_awaited(spec, observed))
-

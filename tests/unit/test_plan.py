@@ -302,4 +302,3 @@ def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
     # the chosen length is not in the pod template: changing it restarts no pod
     template = build_deployment(p, "uid", SETTINGS)["spec"]["template"]
     assert "draft_len" not in str(template)
-
