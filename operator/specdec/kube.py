@@ -376,11 +376,12 @@ class Kube:
         while True:
             item = self._events.get()
             try:
-                self._post_event(*item)
+                self.post_event(*item)
             except Exception:  # an Event is never worth the poster: log it and go on with the next
                 log.exception("could not post event %s", item[1])
 
-    def _post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool, stamp: str) -> None:
+    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool, stamp: str) -> None:
+        """Post one Event now, from the calling thread (the poster's; `bench/write_cost.py`'s)."""
         meta = obj["metadata"]
         event = {
             "apiVersion": "v1", "kind": "Event",
