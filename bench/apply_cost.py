@@ -72,16 +72,21 @@ def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, d
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cost_command(doc: str, rounds: int) -> tuple[argparse.Namespace, Kube, client.CoreV1Api]:
+    """The arguments of a write-cost script (--kubeconfig, --count, --rounds) and its clients."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--count", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=rounds)
     args = parser.parse_args()
     configuration = client.Configuration()
     config.load_kube_config(args.kubeconfig, client_configuration=configuration)
     api = client.ApiClient(configuration)
-    kube, core = Kube(api), client.CoreV1Api(api)
+    return args, Kube(api), client.CoreV1Api(api)
+
+
+def main() -> int:
+    args, kube, core = cost_command(__doc__, rounds=2)
     rounds = {"create": [], "apply": []}
     for _ in range(args.rounds):
         for how in rounds:

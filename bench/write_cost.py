@@ -15,7 +15,6 @@ times per deployment in a fleet (bench/run.py): this says what each costs the AP
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -24,10 +23,10 @@ import uuid
 from typing import Callable
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from bench.apply_cost import EXAMPLE, server_cpu
+from bench.apply_cost import EXAMPLE, cost_command, server_cpu
 from specdec.kube import Kube
 
 
@@ -75,15 +74,7 @@ def one_round(kube: Kube, core: client.CoreV1Api, count: int) -> dict[str, dict[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--count", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    configuration = client.Configuration()
-    config.load_kube_config(args.kubeconfig, client_configuration=configuration)
-    api = client.ApiClient(configuration)
-    kube, core = Kube(api), client.CoreV1Api(api)
+    args, kube, core = cost_command(__doc__, rounds=3)
     rounds = [one_round(kube, core, args.count) for _ in range(args.rounds)]
     result = {what: {k: statistics.median(r[what][k] for r in rounds) for k in ("cpu_ms", "wall_ms")}
               for what in rounds[0]}
