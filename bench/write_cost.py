@@ -9,8 +9,8 @@
 fresh namespace (no operator runs), then each one's status patched as the operator patches it (a new phase),
 then the same patch again (nothing changes), then `--count` Events and small ConfigMaps: the CPU seconds
 kube-apiserver and etcd spent per write (/proc) and the wall time, medians over `--rounds`, each in a namespace
-of its own, deleted (and waited for: its deletion is API server work too) before the next. The operator writes an SD's status ~3.3
-times per deployment in a fleet (bench/run.py): this says what each costs the API server it shares.
+of its own, deleted (and waited for: its deletion is API server work too) before the next. The operator writes
+an SD's status ~3.3 times per deployment in a fleet (bench/run.py): this says what each costs the API server.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from bench.apply_cost import EXAMPLE, cost_command, server_cpu
+from specdec import conditions
 from specdec.kube import Kube
 
 
@@ -56,8 +57,8 @@ def one_round(kube: Kube, core: client.CoreV1Api, count: int) -> dict[str, dict[
         return {"SD create": measure(count, create_sd),
                 "SD status patch (a new phase)": measure(count, patch_status("RollingOut")),
                 "SD status patch (nothing changes)": measure(count, patch_status("RollingOut")),
-                "Event create": measure(count, lambda i: kube.post_event(
-                    sds[i], "Ready", "serving", False, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))),
+                "Event create": measure(count, lambda i: kube.post_event(sds[i], "Ready", "serving", False,
+                                                                        conditions.now())),
                 "ConfigMap create (1 kB)": measure(count, lambda i: kube.create(
                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace},
                      "data": {"config.json": "x" * 1024}}))}

@@ -24,7 +24,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from specdec import jsonio
+from specdec import conditions, jsonio
 from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS, EVENTS_DROPPED
 from specdec.store import Store, slim
 
@@ -356,7 +356,7 @@ class Kube:
         """Post an Event from a background thread: it informs people, it must not slow a reconcile.
         The queue is bounded: when the API server is unreachable for long, the oldest Events go. Stamped
         now, not when posted: beside a fleet of 1000 the poster ran up to a minute behind (bench/run.py)."""
-        item = (obj, reason, message, warning, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        item = (obj, reason, message, warning, conditions.now())
         while True:
             try:
                 self._events.put_nowait(item)

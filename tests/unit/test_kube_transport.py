@@ -118,13 +118,13 @@ def test_the_event_poster_survives_failures(server: Kube):
 
 def test_an_event_says_when_it_happened_not_when_the_poster_got_to_it(server: Kube, monkeypatch):
     monkeypatch.setattr(kube_module, "BACKOFF_BASE", 0.5)  # the first Event's retry keeps the second waiting
-    clock = [time.struct_time((2026, 11, 25, 14, 0, 0, 2, 329, 0))]
-    monkeypatch.setattr(kube_module.time, "gmtime", lambda: clock[0])
+    clock = ["2026-11-25T14:00:00Z"]
+    monkeypatch.setattr(kube_module.conditions, "now", lambda: clock[0])
     Scripted.script = ["reset", (201, {}, {}), (201, {}, {})]
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
     server.event(owner, "First", "retried")
     server.event(owner, "Second", "waits for the first")
-    clock[0] = time.struct_time((2026, 11, 25, 14, 1, 0, 2, 329, 0))  # before the poster's retry (0.25 s on)
+    clock[0] = "2026-11-25T14:01:00Z"  # before the poster's retry (0.25 s on)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not any(b"Second" in s[2] for s in Scripted.seen):
         time.sleep(0.05)
