@@ -17,7 +17,7 @@ def _docs(text: str) -> list[dict]:
 
 
 def test_kwokctl_config_binds_loopback_with_rbac_admission_and_local_binaries(tmp_path: Path):
-    docs = _docs(cluster.kwokctl_config(tmp_path))
+    docs = _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki"))
     options = docs[0]["options"]
     assert docs[0]["kind"] == "KwokctlConfiguration"
     assert options["runtime"] == "binary" and options["bindAddress"] == "127.0.0.1"
@@ -32,8 +32,23 @@ def test_kwokctl_config_binds_loopback_with_rbac_admission_and_local_binaries(tm
     assert controllers[0] == "*" and {"-endpoints-controller", "-endpointslice-controller"} <= set(controllers)
 
 
+def test_kwokctl_config_leaves_real_nodes_to_their_kubelets(tmp_path: Path):
+    plain, real = (_docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki", real_node=r))[0] for r in (False, True))
+    for config in (plain, real):
+        patches = {p["name"]: p["extraArgs"] for p in config["componentsPatches"]}
+        assert {"key": "manage-all-nodes", "value": "false"} in patches["kwok-controller"]
+        assert {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"} in patches[
+            "kwok-controller"]
+        assert {"key": "kubelet-client-certificate", "value": str(tmp_path / "pki" / "admin.crt")} in patches[
+            "kube-apiserver"]
+        assert config["options"]["kubeApiserverCertSANs"] == ["10.96.0.1"]  # the kubernetes Service's ClusterIP
+    binds = [[a["value"] for a in c["componentsPatches"][0]["extraArgs"] if a["key"] == "bind-address"]
+             for c in (plain, real)]
+    assert binds == [[], ["0.0.0.0"]]  # only a real node's cluster listens beyond loopback
+
+
 def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
-    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path)) if d["kind"] == "Stage"}
+    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki")) if d["kind"] == "Stage"}
     assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
                            "pod-container-running-failed", "job-pod-simulated-step", "pvc-provision", "pv-bind",
                            "pv-delete", "pvc-delete"}
@@ -49,7 +64,7 @@ def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
     from specdec.model_facts import ModelFacts
     from specdec.status import fetched_status
 
-    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path)) if d["kind"] == "Stage"}
+    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki")) if d["kind"] == "Stage"}
     template = stages["pod-complete"]["spec"]["next"]["statusTemplate"]
     assert EMPTY_TABLE not in template
     for hub_id in hub_ids():
@@ -67,7 +82,7 @@ def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
 
 def test_audit_policy_is_passed_on(tmp_path: Path):
     policy = tmp_path / "policy.yaml"
-    options = _docs(cluster.kwokctl_config(tmp_path, policy))[0]["options"]
+    options = _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki", policy))[0]["options"]
     assert options["kubeAuditPolicy"] == str(policy)
 
 
@@ -99,6 +114,11 @@ def test_pinned_versions_meet_what_the_control_plane_needs():
     binaries = {b for g in toolchain.GROUPS for b in g.binaries}
     assert binaries == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
                         "kwok", "kwokctl", "helm"}
+    # A real node: the kubelet of the control plane's release, and containerd 2.x (the 1.36 kubelet refuses 1.x).
+    node = {g.name: g for g in toolchain.NODE_GROUPS}
+    assert node["kubelet"].version == toolchain.KUBERNETES_VERSION and node["kubelet"].replace_staging
+    assert int(node["containerd"].version.lstrip("v").split(".")[0]) >= 2
+    assert set(node["cni-plugins"].binaries) == {"bridge", "loopback", "host-local"} and not node["cni-plugins"].linked
 
 
 def test_kubernetes_binaries_get_their_version_stamped():

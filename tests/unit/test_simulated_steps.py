@@ -79,7 +79,7 @@ def test_only_the_stages_of_job_steps_get_a_delay():
 
 
 def test_kwokctl_config_writes_the_clusters_step_seconds_into_the_stages(tmp_path: Path):
-    documents = yaml.safe_load_all(cluster.kwokctl_config(tmp_path, step_seconds={"fetch": 20, "build": 30}))
+    documents = yaml.safe_load_all(cluster.kwokctl_config(tmp_path, tmp_path / "pki", step_seconds={"fetch": 20, "build": 30}))
     delays = {d["metadata"]["name"]: d["spec"]["delay"]["durationFrom"]["expressionFrom"]
               for d in documents if d["kind"] == "Stage" and d["metadata"]["name"] in simulated_steps.STAGE_STATUSES}
     assert set(delays) == set(simulated_steps.STAGE_STATUSES)

@@ -10,6 +10,7 @@ process with its pid file and log in the cluster's directory.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import signal
@@ -38,6 +39,7 @@ ENDPOINT_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "end
 # `kubectl get sd` shows ACCEPT and SPEEDUP seconds after the sample's pod serves.
 DEV_OPERATOR_ENV = {"SPECDEC_SPECULATION_SCRAPE_SECONDS": "5"}
 POD_RUNNER_START_SECONDS = 1.0
+OPTIONS_FILE = "specdec-options.json"
 
 
 class ClusterError(RuntimeError):
@@ -113,16 +115,39 @@ class LocalCluster:
     def simulator_profile(self) -> Path:
         return self.directory / simulation_profile.FILE_NAME
 
+    @property
+    def pki(self) -> Path:
+        """kwokctl's CA and the one admin certificate every component uses (ca.crt, admin.crt, admin.key)."""
+        return self.directory / "pki"
+
+    @property
+    def real_node_dir(self) -> Path:
+        """The files of the cluster's real node (specdec.dev.real_node), when it has one."""
+        return self.directory / "real-node"
+
+    def options(self) -> dict:
+        """How the cluster was created (OPTIONS_FILE), {} for a cluster created before it was written."""
+        try:
+            return json.loads((self.directory / OPTIONS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def server(self) -> str:
+        """The API server's URL in the cluster's kubeconfig."""
+        return yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+
     def exports(self) -> str:
         """Shell lines that give kubectl/helm (our builds) and this specdec (e.g. in .venv) the cluster."""
         return (f"export KUBECONFIG={self.kubeconfig}\n"
                 f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH")
 
 
-def kwokctl_config(bins: Path, audit_policy: Path | None = None,
-                   step_seconds: Mapping[str, float] | None = None) -> str:
+def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
+                   step_seconds: Mapping[str, float] | None = None, real_node: bool = False) -> str:
     """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any);
-    `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise."""
+    `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise;
+    `real_node`: the API server also listens beyond 127.0.0.1, for the pods of a real node (specdec.dev.real_node).
+    `pki`: the cluster's certificates (kwokctl writes them; the API server shows its client one to kubelets)."""
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
@@ -141,6 +166,8 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None,
             "kubeSchedulerBinary": str(bins / "kube-scheduler"),
             "kubectlBinary": str(bins / "kubectl"),
             "kwokControllerBinary": str(bins / "kwok"),
+            # In-cluster clients reach the API server at the `kubernetes` Service's ClusterIP.
+            "kubeApiserverCertSANs": [str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))],
         },
     }
     # The API server's default service range is a /24: 254 Services, fewer than a fleet of deployments.
@@ -151,8 +178,20 @@ def kwokctl_config(bins: Path, audit_policy: Path | None = None,
     # the API server refuses in both; the controllers retried every Service's refused write and posted a
     # warning Event each time (the controller-manager's writes for a fleet of 1000: 20,799 with them, 13,171
     # without; none of those a real cluster makes). Nothing here reads them: no kube-proxy; pods by their IPs.
+    # kwok manages only the nodes annotated as its own (kwokctl's binary runtime would manage every node, a
+    # real one's too). The API server reaches kubelets by their InternalIP (a real node's name does not
+    # resolve here) with the admin certificate, which the kubelets' webhook authentication accepts.
+    apiserver = [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
+                 {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
+                 {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                 {"key": "kubelet-client-key", "value": str(pki / "admin.key")}]
+    if real_node:  # a real node's pods reach it through the bridge; later flags win over kwokctl's own
+        apiserver.append({"key": "bind-address", "value": "0.0.0.0"})
     config["componentsPatches"] = [
-        {"name": "kube-apiserver", "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]},
+        {"name": "kube-apiserver", "extraArgs": apiserver},
+        {"name": "kwok-controller", "extraArgs": [
+            {"key": "manage-all-nodes", "value": "false"},
+            {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"}]},
         {"name": "kube-controller-manager", "extraArgs": [
             {"key": "controllers", "value": f"*,{','.join('-' + c for c in ENDPOINT_CONTROLLERS)}"},
             {"key": "kube-api-qps", "value": "200"}, {"key": "kube-api-burst", "value": "400"},
@@ -182,8 +221,10 @@ def _log(message: str) -> None:
 
 
 def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES,
-       audit_policy: Path | None = None, step_seconds: Mapping[str, float] | None = None) -> None:
-    """`step_seconds` (simulated step durations) is written into a cluster when it is created."""
+       audit_policy: Path | None = None, step_seconds: Mapping[str, float] | None = None,
+       real_node: bool = False) -> None:
+    """`step_seconds` (simulated step durations) and `real_node` (an API server a real node's pods reach) are
+    written into a cluster when it is created."""
     start = time.monotonic()
     bins = toolchain.ensure_tools()
     if cluster.exists() and not cluster.is_serving():
@@ -196,9 +237,10 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
         _log(f"creating cluster {cluster.name!r} (kwokctl binary runtime, 127.0.0.1)")
         config = cluster.workdir / f"{cluster.name}-kwokctl.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(kwokctl_config(bins, audit_policy, step_seconds))
+        config.write_text(kwokctl_config(bins, cluster.pki, audit_policy, step_seconds, real_node))
         cluster.run(str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name,
                     "--config", str(config), "--wait", "2m")
+        (cluster.directory / OPTIONS_FILE).write_text(json.dumps({"realNode": real_node}))
     objects, notes = nodes.keep_pod_cidrs(cluster_objects(cpu_nodes, gpu_nodes), pod_cidrs(cluster))
     for note in notes:
         _log(note)
@@ -329,6 +371,9 @@ def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
 
 
 def down(cluster: LocalCluster) -> None:
+    """Stop the cluster's processes and delete it; a real node must be stopped first (specdec.dev.real_node)."""
+    if any(running_pid(cluster.real_node_dir / f"{p}.pid") for p in ("kubelet", "containerd")):
+        raise ClusterError(f"cluster {cluster.name!r} has a real node running: `specdec dev down` stops it first")
     stop_process(cluster.pod_runner_pid_file, "pod runner")
     stop_operator(cluster)
     if not cluster.exists():

@@ -1,6 +1,7 @@
 """Simulated nodes for the local cluster: what a real GPU cluster looks like to the scheduler.
 
-kwok manages every Node annotated `kwok.x-k8s.io/node: fake`; the API server keeps the status we
+kwok manages every Node annotated `kwok.x-k8s.io/node: fake` and no other (the cluster's kwok runs with
+that annotation selector, so a real node beside them stays its kubelet's); the API server keeps the status we
 send on create, so capacity and allocatable are set here. GPU nodes carry what the NVIDIA GPU
 operator would put on them: the extended resource, its labels and the NoSchedule taint.
 
@@ -57,13 +58,18 @@ def cpu_node(index: int) -> dict:
                                       "ephemeral-storage": "500Gi"}, [], pod_cidr(CPU_POD_NETWORK, index))
 
 
-def gpu_node(index: int) -> dict:
-    labels = {
+def gpu_labels(count: int) -> dict[str, str]:
+    """What NVIDIA's GPU feature discovery labels a node of `count` GPUs with."""
+    return {
         f"{GPU_RESOURCE}.present": "true",
         f"{GPU_RESOURCE}.product": GPU_PRODUCT,
         f"{GPU_RESOURCE}.memory": GPU_MEMORY_MIB,
-        f"{GPU_RESOURCE}.count": str(GPUS_PER_NODE),
+        f"{GPU_RESOURCE}.count": str(count),
     }
+
+
+def gpu_node(index: int) -> dict:
+    labels = gpu_labels(GPUS_PER_NODE)
     capacity = {"cpu": "192", "memory": "2Ti", "pods": "110", "ephemeral-storage": "8Ti",
                 GPU_RESOURCE: str(GPUS_PER_NODE)}
     taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}

@@ -324,9 +324,10 @@ class PodRunner:
 
 
 def _serving(pod: dict[str, Any]) -> bool:
+    """A running pod of a simulated node: its IP is a loopback one (a real node's pods run their containers)."""
     status = pod.get("status") or {}
-    return status.get("phase") == "Running" and bool(status.get("podIP")) and not pod["metadata"].get(
-        "deletionTimestamp")
+    return status.get("phase") == "Running" and status.get("podIP", "").startswith("127.") and not pod[
+        "metadata"].get("deletionTimestamp")
 
 
 async def _main(args: argparse.Namespace) -> None:

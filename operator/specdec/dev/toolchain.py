@@ -24,6 +24,11 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
+# A real node (specdec.dev.real_node): containerd 2.x (the kubelet of 1.36 refuses 1.x), the CNI plugins and
+# crictl, each a Go module the proxy serves. runc is Debian's (building it needs cgo and libseccomp).
+CONTAINERD_VERSION = "v2.4.2"
+CNI_PLUGINS_VERSION = "v1.10.0"
+CRICTL_VERSION = "v1.36.0"
 
 HEARTBEAT_SECONDS = 30
 
@@ -42,6 +47,7 @@ class ToolGroup:
     binaries: dict[str, str]  # binary name -> Go package path
     ldflags: tuple[str, ...] = ()
     replace_staging: bool = False  # replace k8s.io/* staging modules (k8s.io/kubernetes only)
+    linked: bool = True  # linked into bin_dir(); the CNI plugins are not (containerd finds them in their dir)
 
 
 def _k8s_version_ldflags(version: str) -> tuple[str, ...]:
@@ -58,6 +64,12 @@ def _k8s_version_ldflags(version: str) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def _kubernetes(name: str, commands: tuple[str, ...]) -> ToolGroup:
+    return ToolGroup(name=name, module="k8s.io/kubernetes", version=KUBERNETES_VERSION,
+                     binaries={c: f"k8s.io/kubernetes/cmd/{c}" for c in commands},
+                     ldflags=_k8s_version_ldflags(KUBERNETES_VERSION), replace_staging=True)
+
+
 GROUPS: tuple[ToolGroup, ...] = (
     ToolGroup(
         name="etcd",
@@ -65,17 +77,7 @@ GROUPS: tuple[ToolGroup, ...] = (
         version=ETCD_VERSION,
         binaries={"etcd": "go.etcd.io/etcd/server/v3"},
     ),
-    ToolGroup(
-        name="kubernetes",
-        module="k8s.io/kubernetes",
-        version=KUBERNETES_VERSION,
-        binaries={
-            name: f"k8s.io/kubernetes/cmd/{name}"
-            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-        },
-        ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
-        replace_staging=True,
-    ),
+    _kubernetes("kubernetes", ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")),
     ToolGroup(
         name="kwok",
         module="sigs.k8s.io/kwok",
@@ -97,6 +99,36 @@ GROUPS: tuple[ToolGroup, ...] = (
         ),
     ),
 )
+
+# Built only for a real node (`specdec dev up --real-node`, `specdec dev tools --real-node`).
+CONTAINERD = "github.com/containerd/containerd/v2"
+CNI_PLUGINS = "github.com/containernetworking/plugins"
+NODE_GROUPS: tuple[ToolGroup, ...] = (
+    _kubernetes("kubelet", ("kubelet",)),
+    ToolGroup(
+        name="containerd",
+        module=CONTAINERD,
+        version=CONTAINERD_VERSION,
+        binaries={name: f"{CONTAINERD}/cmd/{name}" for name in ("containerd", "ctr", "containerd-shim-runc-v2")},
+        ldflags=(f"-X {CONTAINERD}/version.Version={CONTAINERD_VERSION}",),
+    ),
+    ToolGroup(
+        name="cni-plugins",
+        module=CNI_PLUGINS,
+        version=CNI_PLUGINS_VERSION,
+        binaries={"bridge": f"{CNI_PLUGINS}/plugins/main/bridge", "loopback": f"{CNI_PLUGINS}/plugins/main/loopback",
+                  "host-local": f"{CNI_PLUGINS}/plugins/ipam/host-local"},
+        linked=False,
+    ),
+    ToolGroup(
+        name="crictl",
+        module="sigs.k8s.io/cri-tools",
+        version=CRICTL_VERSION,
+        binaries={"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+        ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",),
+    ),
+)
+CNI_GROUP = NODE_GROUPS[2]
 
 
 def cache_root() -> Path:
@@ -170,6 +202,16 @@ def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGr
     return replaces
 
 
+def module_dir(module: str, version: str) -> Path:
+    """The source of `module`@`version` in Go's module cache (downloaded from the proxy when missing)."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    result = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"], env=env,
+                            capture_output=True, text=True, cwd=tempfile.gettempdir())
+    if result.returncode != 0:
+        raise ToolchainError(f"`go mod download {module}@{version}` failed: {result.stdout.strip() or result.stderr}")
+    return Path(json.loads(result.stdout)["Dir"])
+
+
 def build_group(group: ToolGroup) -> Path:
     """Build one tool group into its cache dir (atomically) unless it is already there."""
     target = group_dir(group)
@@ -203,12 +245,14 @@ def build_group(group: ToolGroup) -> Path:
     return target
 
 
-def ensure_tools() -> Path:
-    """Make sure every binary exists; return the bin dir that links them all."""
+def ensure_tools(real_node: bool = False) -> Path:
+    """Make sure every binary exists (with `real_node`, a real node's too); return the bin dir that links them."""
     bins = bin_dir()
     bins.mkdir(parents=True, exist_ok=True)
-    for group in GROUPS:
+    for group in GROUPS + (NODE_GROUPS if real_node else ()):
         directory = build_group(group)
+        if not group.linked:
+            continue
         for name in group.binaries:
             link = bins / name
             if link.is_symlink() or link.exists():

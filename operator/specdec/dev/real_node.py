@@ -1,0 +1,395 @@
+"""A real node in the local cluster, beside kwok's simulated ones: a kubelet (built from the pinned Kubernetes
+modules) with containerd 2.x, Debian's runc and the CNI bridge plugin, joined to the same control plane, with
+the project's images imported into containerd (no registry: `ctr images import` of OCI archives).
+
+So what kwok cannot show runs for real here: the kubelet's Pod Security checks at container start
+(`runAsNonRoot` against the image's user), read-only root filesystems, ConfigMap volumes and their refresh,
+probes, restarts and the pod network. What stays simulated, and why:
+- GPUs: none on this machine. The node advertises `nvidia.com/gpu` (GPU_STAND_INS of them) through its
+  status, Kubernetes' documented way to advertise an extended resource without a device plugin, and the GPU
+  labels NVIDIA's feature discovery sets; the kubelet admits GPU pods, no device is handed to them.
+- TensorRT-LLM and Triton: the runtime test image runs stand-ins behind their command lines (see
+  runtime_image/Dockerfile.test).
+- Services: there is no kube-proxy; one DNAT rule routes the `kubernetes` Service's ClusterIP to the API
+  server, so in-cluster clients (the operator's pod) work as on any cluster. Pods are reached by their IPs.
+
+It needs root, cgroups, iptables and runc (Debian packages: DEBIAN_PACKAGES), and one per machine: the
+kubelet's device-plugin directory is a fixed host path. Everything it changes on the host is recorded
+first and undone by `stop` (specdec.dev.host_changes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from specdec.dev import host_changes, nodes, toolchain
+from specdec.dev.cluster import (ClusterError, LocalCluster, SERVICE_CIDR, running_pid, start_process, stop_process,
+                                 wait_nodes_ready)
+
+NODE_NAME = "real-0"
+GPU_STAND_INS = 4
+# A taint only pods meant for the real node tolerate: simulated GPU work (engine builds) stays on kwok's nodes.
+TAINT_KEY = "specdec.io/real-node"
+TAINTS = [{"key": nodes.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},
+          {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+BRIDGE = "specdec0"
+POD_SUBNET = "10.88.0.0/24"
+GATEWAY = "10.88.0.1"
+PAUSE_IMAGE = f"localhost/specdec-pause:{toolchain.KUBERNETES_VERSION}"
+# The kubelet refreshes a pod's ConfigMap volumes when it syncs the pod: once a minute by default. Ten seconds
+# here, so a draft length the operator changes reaches a pod's front within seconds in the local cluster.
+SYNC_FREQUENCY = "10s"
+DEBIAN_PACKAGES = {"runc": "runc", "iptables": "iptables", "ip": "iproute2", "podman": "podman",
+                   "mmdebstrap": "mmdebstrap", "gcc": "gcc"}
+# One real node per machine: who has it (the kubelet's device-plugin socket dir is fixed).
+OWNER_FILE = Path("/run/specdec-real-node.owner")
+READY_SECONDS = 120
+DNAT_COMMENT = "specdec real node: the kubernetes Service"
+
+
+def problems() -> list[str]:
+    """Why a real node cannot start on this machine ([] when it can)."""
+    found = []
+    if sys.platform != "linux":
+        found.append("a real node needs Linux")
+        return found
+    if os.geteuid() != 0:
+        found.append("a real node needs root (containerd, the kubelet, iptables and cgroups)")
+    if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").is_file()):
+        found.append("no cgroup memory controller is mounted under /sys/fs/cgroup")
+    missing = sorted({package for command, package in DEBIAN_PACKAGES.items() if not shutil.which(command)})
+    if missing:
+        found.append(f"missing Debian packages: {' '.join(missing)} (`apt-get install {' '.join(missing)}`; "
+                     f"`specdec dev tools --real-node` installs them as root)")
+    return found
+
+
+def install_packages() -> None:
+    """The Debian packages a real node and the image builds need, when root and apt-get are there."""
+    missing = sorted({package for command, package in DEBIAN_PACKAGES.items() if not shutil.which(command)})
+    if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return
+    _log(f"installing Debian packages: {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        result = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"`{' '.join(argv)}` failed (exit {result.returncode}):\n{result.stderr[-2000:]}")
+
+
+def _log(message: str) -> None:
+    print(f"[real-node] {message}", file=sys.stderr, flush=True)
+
+
+def service_ip(cidr: str = SERVICE_CIDR) -> str:
+    """The `kubernetes` Service's ClusterIP: the first address of the service range."""
+    return str(next(ipaddress.ip_network(cidr).hosts()))
+
+
+def pause_image_archive(pause_binary: bytes, reference: str = PAUSE_IMAGE) -> bytes:
+    """An OCI image archive holding one file, /pause, run as 65535 (what upstream's pause image is). Written
+    here rather than with podman: a one-layer image needs no build tool and no image store of its own."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tarfile.TarInfo("pause")
+        info.size, info.mode = len(pause_binary), 0o755
+        tar.addfile(info, io.BytesIO(pause_binary))
+    layer_bytes = layer.getvalue()
+    layer_digest = hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
+                         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]}}).encode()
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "config": _descriptor("application/vnd.oci.image.config.v1+json", config),
+                           "layers": [_descriptor("application/vnd.oci.image.layer.v1.tar", layer_bytes)]}).encode()
+    index = {"schemaVersion": 2, "manifests": [{
+        **_descriptor("application/vnd.oci.image.manifest.v1+json", manifest),
+        "annotations": {"io.containerd.image.name": reference,
+                        "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[1]}}]}
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for name, data in (("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'), ("index.json", json.dumps(index).encode()),
+                           *((f"blobs/sha256/{hashlib.sha256(b).hexdigest()}", b)
+                             for b in (layer_bytes, config, manifest))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive.getvalue()
+
+
+def _descriptor(media_type: str, data: bytes) -> dict:
+    return {"mediaType": media_type, "digest": f"sha256:{hashlib.sha256(data).hexdigest()}", "size": len(data)}
+
+
+def containerd_config(directory: Path, cni_bin: Path) -> str:
+    """containerd's configuration: everything under `directory`, runc (cgroupfs), our CNI dirs, our pause image.
+    restrict_oom_score_adj: the CRI gives sandboxes a negative OOM score, which needs CAP_SYS_RESOURCE; without
+    it (containers in containers, some CI machines) every sandbox fails with runc's "can't get final child's
+    PID from pipe". Clamping costs Guaranteed pods their negative OOM scores, nothing else."""
+    runc = shutil.which("runc") or "runc"
+    return f"""version = 3
+root = "{directory}/root"
+state = "{directory}/state"
+[grpc]
+  address = "{directory}/containerd.sock"
+[ttrpc]
+  address = "{directory}/containerd.sock.ttrpc"
+[debug]
+  address = "{directory}/debug.sock"
+[plugins]
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "{PAUSE_IMAGE}"
+  [plugins."io.containerd.cri.v1.runtime"]
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          BinaryName = "{runc}"
+          SystemdCgroup = false
+          Root = "{directory}/runc"
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["{cni_bin}"]
+      conf_dir = "{directory.parent}/cni/conf"
+"""
+
+
+def cni_config(ipam_dir: Path) -> dict:
+    """One bridge (no masquerade, no port maps: neither adds an iptables rule), addresses from host-local."""
+    return {"cniVersion": "1.0.0", "name": "specdec", "plugins": [
+        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(ipam_dir)}}]}
+
+
+def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
+    """A KubeletConfiguration for this machine: cgroup v1 allowed (the kubelet refuses it unless told), the
+    cgroupfs driver (no systemd here), webhook authentication and authorization against the API server (whose
+    kubelet client certificate the cluster's CA signed), no swap check, eviction thresholds a shared dev disk
+    does not trip."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True, "enforceNodeAllocatable": ["pods"],
+        "containerRuntimeEndpoint": f"unix://{socket}",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(ca_file)}},
+        "authorization": {"mode": "Webhook"},
+        "failSwapOn": False, "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0, "maxPods": 20,
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
+                         "imagefs.available": "1%"},
+        "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
+        "podLogsDir": str(directory / "pod-logs"), "syncFrequency": SYNC_FREQUENCY,
+        "registerWithTaints": TAINTS,
+    }
+
+
+class RealNode:
+    """The real node of one local cluster: its processes, files and what it changed on the host."""
+
+    def __init__(self, cluster: LocalCluster):
+        self.cluster = cluster
+        self.directory = cluster.directory / "real-node"
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "containerd" / "containerd.sock"
+
+    def _file(self, name: str) -> Path:
+        return self.directory / name
+
+    def kubelet_pid(self) -> int | None:
+        return running_pid(self._file("kubelet.pid"))
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.cluster.run(str(toolchain.bin_dir() / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
+                                *args, check=check)
+
+    def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.cluster.run(str(toolchain.bin_dir() / "crictl"), "--runtime-endpoint", f"unix://{self.socket}",
+                                *args, check=check)
+
+    def exports(self) -> str:
+        return f"export CONTAINER_RUNTIME_ENDPOINT=unix://{self.socket}"
+
+    # --- start -------------------------------------------------------------------------------------------
+
+    def start(self, images: dict[str, Path]) -> None:
+        """Start containerd and the kubelet (unless running), import `images` (reference -> OCI archive) and
+        the pause image, and wait until the node is Ready with its GPU stand-ins advertised."""
+        found = problems()
+        if found:
+            raise ClusterError("no real node here: " + "; ".join(found))
+        if not self.cluster.options().get("realNode"):
+            raise ClusterError(f"cluster {self.cluster.name!r} was created without a real node's settings (its API "
+                               f"server listens on 127.0.0.1 only): `specdec dev down`, then `specdec dev up "
+                               f"--real-node`")
+        self._claim_machine()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state_file = self._file("host-state.json")
+        if not state_file.exists():  # a restart keeps the first record: the host as it was before any node
+            host_changes.record().save(state_file)
+        self._start_containerd()
+        self._import(images)
+        self._route_kubernetes_service()
+        self._start_kubelet()
+        wait_nodes_ready(self.cluster, [NODE_NAME])
+        self._advertise_gpus()
+        _log(f"node {NODE_NAME} Ready (containerd {toolchain.CONTAINERD_VERSION}, kubelet "
+             f"{toolchain.KUBERNETES_VERSION}); crictl: {self.exports()}")
+
+    def _claim_machine(self) -> None:
+        try:
+            owner = json.loads(OWNER_FILE.read_text())
+        except (OSError, ValueError):
+            owner = None
+        if owner and owner.get("directory") != str(self.directory) and running_pid(Path(owner["pidFile"])):
+            raise ClusterError(f"the real node of cluster {owner['cluster']!r} runs on this machine; one kubelet per "
+                               f"machine (its device-plugin directory is fixed): `specdec dev down --name "
+                               f"{owner['cluster']}` first")
+        OWNER_FILE.write_text(json.dumps({"cluster": self.cluster.name, "directory": str(self.directory),
+                                          "pidFile": str(self._file("kubelet.pid"))}))
+
+    def _start_containerd(self) -> None:
+        if running_pid(self._file("containerd.pid")):
+            return
+        directory = self.socket.parent
+        for sub in (directory, self.directory / "cni" / "conf", self.directory / "cni" / "ipam"):
+            sub.mkdir(parents=True, exist_ok=True)
+        config = directory / "config.toml"
+        config.write_text(containerd_config(directory, toolchain.group_dir(toolchain.CNI_GROUP)))
+        (self.directory / "cni" / "conf" / "10-specdec.conflist").write_text(
+            json.dumps(cni_config(self.directory / "cni" / "ipam"), indent=1))
+        process = start_process(self.cluster, [str(toolchain.bin_dir() / "containerd"), "--config", str(config)],
+                                self._file("containerd.pid"), self._file("containerd.log"))
+        deadline = time.monotonic() + 30
+        while self.ctr("version", check=False).returncode != 0:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"containerd did not start; see {self._file('containerd.log')}")
+            time.sleep(0.3)
+
+    def _import(self, images: dict[str, Path]) -> None:
+        have = set(self.ctr("images", "list", "-q").stdout.split())
+        pause = self._file("pause.oci.tar")
+        if PAUSE_IMAGE not in have:
+            pause.write_bytes(pause_image_archive(build_pause()))
+            images = {PAUSE_IMAGE: pause, **images}
+        for reference, archive in images.items():
+            digest_file = archive.with_suffix(".imported")
+            stamp = f"{archive.stat().st_mtime_ns}:{self.socket}"
+            if reference in have and digest_file.is_file() and digest_file.read_text() == stamp:
+                continue
+            start = time.monotonic()
+            self.ctr("images", "import", "--no-unpack=false", str(archive))
+            if reference not in set(self.ctr("images", "list", "-q").stdout.split()):
+                raise ClusterError(f"importing {archive} did not give image {reference}")
+            digest_file.write_text(stamp)
+            _log(f"imported {reference} into containerd ({time.monotonic() - start:.1f}s)")
+
+    def _route_kubernetes_service(self) -> None:
+        """The one Service rule kube-proxy would make that in-cluster clients need: the `kubernetes` Service's
+        ClusterIP:443 to the API server, for traffic from the pods' bridge."""
+        rule = self._dnat_rule()
+        if subprocess.run(["iptables", "-w", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
+            subprocess.run(["iptables", "-w", "-t", "nat", "-A", *rule], check=True, capture_output=True)
+
+    def _dnat_rule(self) -> list[str]:
+        port = urlsplit(self.cluster.server()).port
+        return ["PREROUTING", "-i", BRIDGE, "-d", f"{service_ip()}/32", "-p", "tcp", "--dport", "443",
+                "-m", "comment", "--comment", DNAT_COMMENT, "-j", "DNAT", "--to-destination", f"{GATEWAY}:{port}"]
+
+    def _start_kubelet(self) -> None:
+        if self.kubelet_pid():
+            return
+        root = self.directory / "kubelet"
+        root.mkdir(parents=True, exist_ok=True)
+        config = self._file("kubelet.yaml")
+        config.write_text(yaml.safe_dump(kubelet_config(self.directory, self.cluster.pki / "ca.crt", self.socket)))
+        labels = ",".join(f"{k}={v}" for k, v in {**nodes.gpu_labels(GPU_STAND_INS), TAINT_KEY: "true"}.items())
+        argv = [str(toolchain.bin_dir() / "kubelet"), f"--config={config}", f"--kubeconfig={self.cluster.kubeconfig}",
+                f"--root-dir={root}", f"--cert-dir={root / 'pki'}", f"--hostname-override={NODE_NAME}",
+                f"--node-labels={labels}"]
+        start_process(self.cluster, argv, self._file("kubelet.pid"), self._file("kubelet.log"))
+
+    def _advertise_gpus(self) -> None:
+        """nvidia.com/gpu in the node's capacity; the kubelet copies it to allocatable at its next status sync."""
+        patch = [{"op": "add", "path": f"/status/capacity/{nodes.GPU_RESOURCE.replace('/', '~1')}",
+                  "value": str(GPU_STAND_INS)}]
+        self.cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+        deadline = time.monotonic() + 60
+        while True:
+            node = json.loads(self.cluster.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
+            if node["status"].get("allocatable", {}).get(nodes.GPU_RESOURCE) == str(GPU_STAND_INS):
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"node {NODE_NAME} did not take its {nodes.GPU_RESOURCE} stand-ins in 60s")
+            time.sleep(1)
+
+    # --- stop --------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the kubelet, every pod sandbox and containerd; undo what they changed on the host."""
+        if not self.directory.exists():
+            return
+        stop_process(self._file("kubelet.pid"), "kubelet")
+        if running_pid(self._file("containerd.pid")):
+            for sandbox in self.crictl("pods", "-q", check=False).stdout.split():
+                self.crictl("stopp", sandbox, check=False)
+                self.crictl("rmp", "--force", sandbox, check=False)
+        stop_process(self._file("containerd.pid"), "containerd")
+        self._kill_shims()
+        subprocess.run(["iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()], capture_output=True)
+        notes = host_changes.unmount_under(self.directory)
+        state_file = self._file("host-state.json")
+        if state_file.exists():
+            notes += host_changes.restore(host_changes.HostState.load(state_file), [self.directory], BRIDGE)
+        else:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        try:
+            if json.loads(OWNER_FILE.read_text()).get("directory") == str(self.directory):
+                OWNER_FILE.unlink()
+        except (OSError, ValueError):
+            pass
+        for note in notes:
+            _log(f"left on the host: {note}")
+        _log(f"node {NODE_NAME} stopped; the host's changes undone")
+
+    def _kill_shims(self) -> None:
+        """Shims whose containerd is gone (one outlives containerd when a container did not stop)."""
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(self.socket).encode() in argv:
+                os.kill(int(proc.name), signal.SIGKILL)
+
+
+def build_pause() -> bytes:
+    """The pause binary from the Kubernetes module's own source (build/pause/linux/pause.c), static."""
+    source = toolchain.module_dir("k8s.io/kubernetes", toolchain.KUBERNETES_VERSION) / "build/pause/linux/pause.c"
+    out = toolchain.cache_root() / "tools" / f"pause-{toolchain.KUBERNETES_VERSION}"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["gcc", "-Os", "-static", f"-DVERSION={toolchain.KUBERNETES_VERSION}", "-o", str(out),
+                        str(source)], check=True, capture_output=True)
+        subprocess.run(["strip", str(out)], check=True)
+    return out.read_bytes()
