@@ -28,7 +28,7 @@ from specdec.leader import Leadership
 from specdec.plan import plan
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.status import runtime_view, unschedulable
+from specdec.status import runtime_pod_blocked, runtime_view
 from specdec.store import Store
 
 log = logging.getLogger("specdec")
@@ -270,9 +270,10 @@ async def pod_event(event, namespace, name, labels, **_) -> None:
     if owner:
         reconciler().enqueue(owner[0], namespace, owner[1])
     elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
-        # Only whether a runtime pod is unschedulable: its readiness wakes the deployment through its Deployment's
-        # status, and a reconcile per pod event was 2-3 more per deployment in a fleet (bench/run.py).
-        if _view_changed(unschedulable, before, event):
+        # Only why a runtime pod is blocked (unschedulable, a container that will not start or keeps exiting): its
+        # readiness wakes the deployment through its Deployment's status, and a reconcile per pod event was 2-3
+        # more per deployment in a fleet (bench/run.py).
+        if _view_changed(runtime_pod_blocked, before, event):
             reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 

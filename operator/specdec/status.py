@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS
@@ -13,9 +14,17 @@ from specdec.plan import ModelCachePlan, Plan, Problem
 from specdec.speculation import Measurement
 
 MESSAGE_TAIL_CHARS = 600
-# A pending Job that may wait forever (for capacity, or for pods the API server refuses to create):
-# its reason on the deployment's EnginesReady condition is the Job kind's prefix and this.
-STUCK_REASONS = frozenset({"Unschedulable", "PodCreationFailed"})
+# A container that will not start without a change, by what the kubelet says of it (its waiting reasons:
+# pkg/kubelet/images/types.go, CRI's RegistryUnavailable and SignatureValidationFailed; the errors of
+# kuberuntime's startContainer). Our reasons: ImagePullFailed, ContainerCannotStart, CrashLoopBackOff.
+IMAGE_PULL_FAILED, CANNOT_START, CRASH_LOOP = "ImagePullFailed", "ContainerCannotStart", "CrashLoopBackOff"
+KUBELET_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                                  "ImageInspectError", "RegistryUnavailable", "SignatureValidationFailed"})
+KUBELET_START_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+# A pending Job that may wait forever (for capacity, for pods the API server refuses to create, for a
+# container the kubelet will not start): its reason on the deployment's EnginesReady condition is the Job
+# kind's prefix and this.
+STUCK_REASONS = frozenset({"Unschedulable", "PodCreationFailed", IMAGE_PULL_FAILED, CANNOT_START, CRASH_LOOP})
 FETCHED = "Fetched"
 
 
@@ -83,6 +92,109 @@ def _memory_limit(pod: dict[str, Any], container: str) -> str:
         if c.get("name") == container:
             return ((c.get("resources") or {}).get("limits") or {}).get("memory", "no memory limit")
     return "unknown"
+
+
+@dataclasses.dataclass(frozen=True)
+class StuckContainer:
+    """A container of a pod that will not start (or keeps exiting) without a change."""
+
+    reason: str  # IMAGE_PULL_FAILED, CANNOT_START or CRASH_LOOP
+    container: str
+    message: str  # the kubelet's reason and message, and what to do
+
+
+# kubelet 1.32+ repeats the pull's error in the back-off's message (pkg/kubelet/images/image_manager.go).
+_PULL_BACK_OFF = re.compile(r'Back-off pulling image "[^"]*": (\w+): (.+)', re.DOTALL)
+
+
+def _image(pod: dict[str, Any], container: str) -> str:
+    spec = pod.get("spec") or {}
+    return next((c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+                 if c.get("name") == container), "")
+
+
+def _pull_failure(reason: str, message: str) -> tuple[str, str]:
+    """The kubelet's (reason, message) of a failed pull. It alternates ErrImagePull (the registry's error) with
+    ImagePullBackOff (the wait before the next try): from 1.32 the back-off's message carries the pull's
+    reason and error, which are the verdict then, so a pull failing the same way reads the same on every try."""
+    retried = _PULL_BACK_OFF.fullmatch(message) if reason == "ImagePullBackOff" else None
+    return (retried.group(1), retried.group(2)) if retried else (reason, message)
+
+
+def _pull_advice(reason: str) -> str:
+    if reason == "InvalidImageName":
+        return "fix the image reference"
+    if reason == "ErrImageNeverPull":
+        return "the node has not got the image and its pull policy is Never: put it on the node or let it be pulled"
+    return ("check the image reference, that the node can reach its registry, and the pull secrets "
+            "(the operator's SPECDEC_IMAGE_PULL_SECRETS)")
+
+
+def _cannot_start_advice(reason: str, message: str) -> str:
+    if "image will run as root" in message:
+        return "the image runs as root; build it with a numeric non-root USER (ours: USER 1000:1000)"
+    if "non-numeric user" in message:
+        return "the kubelet cannot check a user name; give the image's USER as numbers (e.g. USER 1000:1000)"
+    if "invalid user id" in message:
+        return "give the image a valid numeric non-root USER (e.g. USER 1000:1000)"
+    if reason == "CreateContainerConfigError":
+        return "fix what the message names (kubectl describe pod shows the kubelet's events)"
+    return "check the image's entrypoint and the node's container runtime (kubectl describe pod shows its events)"
+
+
+def _exit(terminated: dict[str, Any]) -> str:
+    if not terminated:
+        return ""
+    detail = _tail(terminated.get("message", ""))
+    return (f": last exit code {terminated.get('exitCode')} ({terminated.get('reason') or 'Error'})"
+            + (f": {detail}" if detail else ""))
+
+
+def _crashed(cs: dict[str, Any]) -> dict[str, Any] | None:
+    """The exit of a container the kubelet restarts with a back-off (CrashLoopBackOff), from that back-off until
+    it has started again (its startup probe passed): while it waits; once it failed again (restarted before:
+    the kubelet backs off next); while it runs again, not yet started, after a back-off (restarted twice).
+    The kubelet's back-off message (its delay) is left out, so a loop that exits the same way reads the same."""
+    state, restarts = cs.get("state") or {}, cs.get("restartCount") or 0
+    last = (cs.get("lastState") or {}).get("terminated")
+    if (state.get("waiting") or {}).get("reason") == CRASH_LOOP:
+        return last or {}
+    if (state.get("terminated") or {}).get("exitCode", 0) != 0 and restarts >= 1:
+        return state["terminated"]
+    if "running" in state and cs.get("started") is False and restarts >= 2:
+        return last
+    return None
+
+
+def stuck_container(pod: dict[str, Any], spec_field: str) -> StuckContainer | None:
+    """The first container (init containers first) the kubelet will not start, or restarts in a loop: what it
+    says, and what to do (`spec_field`: where the spec sets the pod's resources). None for a pod that is
+    leaving (deleted, or done: an evicted pod stays Failed) and for any other container."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+            "Succeeded", "Failed"):
+        return None
+    for cs in _statuses(pod):
+        name = cs.get("name", "")
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason, message = waiting.get("reason", ""), waiting.get("message", "")
+        if reason in KUBELET_PULL_REASONS:
+            reason, message = _pull_failure(reason, message)
+            return StuckContainer(IMAGE_PULL_FAILED, name, f"container {name} cannot pull image "
+                                  f"\"{_image(pod, name)}\": {reason}: {_tail(message)}; {_pull_advice(reason)}")
+        if reason in KUBELET_START_REASONS:
+            return StuckContainer(CANNOT_START, name, f"container {name} cannot start: {reason}: {_tail(message)}; "
+                                  f"{_cannot_start_advice(reason, message)}")
+        crashed = _crashed(cs)
+        if crashed is not None:
+            meta = pod.get("metadata") or {}
+            namespace = f"-n {meta['namespace']} " if meta.get("namespace") else ""
+            advice = f"its log: kubectl logs {namespace}{meta.get('name')} -c {name} --previous"
+            if crashed.get("reason") == "OOMKilled":
+                advice = (f"raise {spec_field}.resources.limits.memory (now {_memory_limit(pod, name)}); "
+                          + advice)
+            return StuckContainer(CRASH_LOOP, name, f"container {name} keeps exiting ({CRASH_LOOP})"
+                                  f"{_exit(crashed)}; {advice}")
+    return None
 
 
 def step_failure(pod: dict[str, Any], kind: JobKind = BUILD) -> tuple[str, str, str] | None:
@@ -170,6 +282,11 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
         return BuildState("Pending", "Unschedulable",
                           f"{noun} pod cannot be scheduled: {scheduled.get('message', '')}" + retry_note,
                           attempts=attempts)
+    stuck = stuck_container(pod, kind.spec_field)
+    if stuck:  # e.g. an image that runs as root: the pods run as the image's user, which must not be root
+        return BuildState("Pending", stuck.reason,
+                          f"{noun} pod {pod['metadata']['name']}: {stuck.message}"
+                          + retry_note, attempts=attempts)
     step = _current_step(pod) or noun
     phase = STEP_PHASES.get(step, "Building")
     doing = "done" if pod["status"]["phase"] == "Succeeded" else "running"
@@ -278,25 +395,32 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState], caches: dict[s
 
 def _runtime_blocked(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> Cond | None:
     """A rollout that waits for something that may never come: pods the API server refuses to
-    create (the Deployment's ReplicaFailure), or pods no node can take."""
+    create (the Deployment's ReplicaFailure), pods no node can take, or containers that will not start."""
     failure = _condition(deployment, "ReplicaFailure")
     if failure and failure.get("status") == "True":
         return Cond("RuntimeAvailable", False, "PodCreationFailed",
                     f"runtime pods cannot be created: {failure.get('message', '')}")
     for pod in _by_age(pods):
-        scheduled = unschedulable(pod)
-        if scheduled:
-            return Cond("RuntimeAvailable", False, "PodsUnschedulable",
-                        f"runtime pod {pod['metadata']['name']} cannot be scheduled: {scheduled.get('message', '')}")
+        blocked = runtime_pod_blocked(pod)
+        if blocked:
+            return blocked
     return None
 
 
-def unschedulable(pod: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The PodScheduled condition of a pod no node can take; None for any other pod. All a deployment's
-    status reads of its runtime pods (their readiness comes with the Deployment's status)."""
-    scheduled = _condition(pod, "PodScheduled")
-    return scheduled if (scheduled or {}).get("status") == "False" and scheduled.get("reason") == "Unschedulable" \
-        else None
+def runtime_pod_blocked(pod: dict[str, Any] | None) -> Cond | None:
+    """Why a runtime pod will not become ready without a change: no node can take it (PodsUnschedulable), or a
+    container of it will not start (stuck_container's reasons); None for any other pod. All a deployment's
+    status reads of its runtime pods (their readiness comes with the Deployment's status): a pod's change
+    wakes its deployment only when this changes (not, e.g., a restart count or a probe's result)."""
+    if pod is None:
+        return None
+    name = pod["metadata"]["name"]
+    scheduled = _condition(pod, "PodScheduled") or {}
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return Cond("RuntimeAvailable", False, "PodsUnschedulable",
+                    f"runtime pod {name} cannot be scheduled: {scheduled.get('message', '')}")
+    stuck = stuck_container(pod, "spec.runtime")
+    return Cond("RuntimeAvailable", False, stuck.reason, f"runtime pod {name}: {stuck.message}") if stuck else None
 
 
 def runtime_view(deployment: dict[str, Any] | None) -> tuple | None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
 
 from specdec import handlers
 from specdec.api import base, cel
 from specdec.plan import Plan, _parse_canonical, plan
+from specdec.store import Store
 from tests.unit.helpers import EXAMPLE_70B, SETTINGS, load_example
+from tests.unit.test_status import AS_ROOT, RT_POD, rt_exit, rt_waiting, runtime_pod
 
 
 def test_only_event_handlers_so_no_diff_base_is_needed():
@@ -38,3 +42,41 @@ def test_a_failing_warm_up_does_not_stop_the_operator_s_start(monkeypatch, caplo
     monkeypatch.setattr(handlers, "plan", broken)
     handlers._warm_up(SETTINGS)  # returns
     assert "warming up plan()" in caplog.text and "a bug in plan()" in caplog.text
+
+
+class _Woken:
+    """The reconciler as the pod watch handler sees it: the watch cache, and the keys it queues."""
+
+    def __init__(self):
+        self.kube = type("Kube", (), {})()
+        self.kube.store = Store(["Pod"])
+        self.queued: list[tuple[str, str, str]] = []
+
+    def enqueue(self, kind: str, namespace: str, name: str, urgent: bool = False) -> None:  # noqa: ARG002
+        self.queued.append((kind, namespace, name))
+
+
+def test_a_runtime_pod_wakes_its_deployment_only_when_what_blocks_it_changes(monkeypatch):
+    """Zero reconciles for a converged fleet's pod events (a restart count, a probe), one each time a container's
+    verdict changes (a root image refused, then fixed)."""
+    woken = _Woken()
+    monkeypatch.setitem(handlers._state, "reconciler", woken)
+    labels = {"app.kubernetes.io/component": "runtime", "app.kubernetes.io/instance": "sd",
+              "app.kubernetes.io/managed-by": "specdec-operator"}
+    version = iter(range(1, 100))
+
+    def event(pod, kind="MODIFIED"):
+        pod["metadata"].update(resourceVersion=str(next(version)), labels=labels)
+        asyncio.run(handlers.pod_event(event={"type": kind, "object": pod}, namespace="ns", name=RT_POD,
+                                       labels=labels))
+        return len(woken.queued)
+
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
+    assert event(runtime_pod({"waiting": {"reason": "ContainerCreating"}}, phase="Pending"), "ADDED") == 0
+    assert event(runtime_pod(rt_waiting("CreateContainerConfigError", AS_ROOT), phase="Pending")) == 1
+    assert event(runtime_pod(rt_waiting("CreateContainerConfigError", AS_ROOT), phase="Pending")) == 1
+    assert event(runtime_pod(running, started=True)) == 2  # started: no longer blocked
+    assert event(runtime_pod(running, started=True, ready=True)) == 2
+    assert event(runtime_pod(running, restarts=3, last=rt_exit(137, "OOMKilled"), started=True, ready=True)) == 2
+    assert event(runtime_pod(running, restarts=3, last=rt_exit(137, "OOMKilled"), started=True), "DELETED") == 2
+    assert woken.queued == [("SpeculativeDeployment", "ns", "sd")] * 2

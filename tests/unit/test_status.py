@@ -9,7 +9,8 @@ from specdec import conditions
 from specdec.conditions import Cond
 from specdec.model_catalog import catalog_facts, config_excerpt
 from specdec.model_facts import ModelFacts
-from specdec.status import FETCH, BuildState, deployment_conditions, evaluate_build, fetched_status, step_failure
+from specdec.status import (FETCH, BuildState, deployment_conditions, evaluate_build, fetched_status,
+                            runtime_pod_blocked, step_failure)
 from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
@@ -342,6 +343,202 @@ def test_runtime_pods_that_cannot_be_created_or_scheduled_are_named():
     _, conds = deployment_conditions(p, built(p), pending, True, None, pods=[unschedulable])
     assert (conds[-1].reason, conds[-1].status) == ("PodsUnschedulable", False)
     assert "rt-1" in conds[-1].message and "Insufficient nvidia.com/gpu" in conds[-1].message
+
+
+# --- runtime pods whose containers will not start (as a kubelet writes their status) --------------------
+
+RT_POD, RT_UID = "llama2-13b-spec-runtime-7d4b9c6f5-x2k4p", "0b7c9a2e-5f1d-4e8a-9c3b-2d6f8e1a4b70"
+RT_IMAGE = "registry.example.com/specdec/specdec-runtime:0.1.0"
+KUBELET_POD = f"{RT_POD}_ns({RT_UID})"  # the kubelet's format.Pod
+# the kubelet's verifyRunAsNonRoot (pkg/kubelet/kuberuntime/security_context_others.go)
+AS_ROOT = f'container has runAsNonRoot and image will run as root (pod: "{KUBELET_POD}", container: runtime)'
+NOT_FOUND = (f'rpc error: code = NotFound desc = failed to pull and unpack image "{RT_IMAGE}": failed to resolve '
+             f'reference "{RT_IMAGE}": {RT_IMAGE}: not found')  # containerd's, through the CRI
+
+
+def rt_waiting(reason: str, message: str) -> dict:
+    return {"waiting": {"reason": reason, "message": message}}
+
+
+def rt_exit(code: int, reason: str, message: str = "") -> dict:
+    return {"exitCode": code, "reason": reason, "startedAt": T0, "finishedAt": T1,
+            "containerID": "containerd://4f3c", **({"message": message} if message else {})}
+
+
+def runtime_pod(state: dict, *, restarts: int = 0, last: dict | None = None, ready: bool = False,
+                started: bool = False, phase: str = "Running", deleting: bool = False,
+                memory: str | None = None) -> dict:
+    """A runtime pod as the kubelet reports it: one container, `runtime`."""
+    meta = {"name": RT_POD, "namespace": "ns", "uid": RT_UID, "creationTimestamp": T0}
+    if deleting:
+        meta["deletionTimestamp"] = T1
+    ready_cond = "True" if ready else "False"
+    return {
+        "metadata": meta,
+        "spec": {"containers": [{"name": "runtime", "image": RT_IMAGE,
+                                 "resources": {"limits": {"memory": memory} if memory else {}}}]},
+        "status": {
+            "phase": phase,
+            "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady", ready_cond),
+                           cond("Ready", ready_cond)],
+            "containerStatuses": [{"name": "runtime", "image": RT_IMAGE, "imageID": "", "ready": ready,
+                                   "restartCount": restarts, "started": started, "state": state,
+                                   "lastState": {"terminated": last} if last else {}}],
+        },
+    }
+
+
+def rolling_out() -> dict:
+    pending = available_deployment()
+    pending["status"].update(readyReplicas=0, conditions=[
+        cond("Available", "False", "MinimumReplicasUnavailable"), cond("Progressing", reason="ReplicaSetUpdated")])
+    return pending
+
+
+def runtime_condition(*pods: dict) -> Cond:
+    p = plan13b()
+    phase, conds = deployment_conditions(p, built(p), rolling_out(), True, None, pods=list(pods))
+    c = by_type(conds)
+    assert phase == "RollingOut" and c["Ready"].reason == c["RuntimeAvailable"].reason
+    return c["RuntimeAvailable"]
+
+
+def test_an_image_that_runs_as_root_is_named_with_the_kubelet_s_words_and_the_fix():
+    c = runtime_condition(runtime_pod(rt_waiting("CreateContainerConfigError", AS_ROOT), phase="Pending"))
+    assert (c.status, c.reason) == (False, "ContainerCannotStart")
+    assert c.message == (f"runtime pod {RT_POD}: container runtime cannot start: CreateContainerConfigError: "
+                         f"{AS_ROOT}; the image runs as root; build it with a numeric non-root USER "
+                         "(ours: USER 1000:1000)")
+    named = ('container has runAsNonRoot and image has non-numeric user (specdec), cannot verify user is non-root '
+             f'(pod: "{KUBELET_POD}", container: runtime)')
+    c = runtime_condition(runtime_pod(rt_waiting("CreateContainerConfigError", named), phase="Pending"))
+    assert c.reason == "ContainerCannotStart" and "give the image's USER as numbers" in c.message
+    missing = 'couldn\'t find key HF_TOKEN in Secret ns/specdec-hf-token'
+    c = runtime_condition(runtime_pod(rt_waiting("CreateContainerConfigError", missing), phase="Pending"))
+    assert c.reason == "ContainerCannotStart" and missing in c.message and "kubectl describe pod" in c.message
+    exec_failed = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: '
+                   'runc create failed: unable to start container process: exec: "specdec-runtime": executable '
+                   'file not found in $PATH: unknown')
+    c = runtime_condition(runtime_pod(rt_waiting("RunContainerError", exec_failed)))
+    assert c.reason == "ContainerCannotStart" and "RunContainerError: failed to create containerd task" in c.message
+    assert "entrypoint" in c.message
+
+
+def test_a_failing_pull_reads_the_same_on_every_retry():
+    pulling = runtime_pod(rt_waiting("ErrImagePull", NOT_FOUND), phase="Pending")
+    # kubelet 1.32+: the back-off repeats the pull's reason and error (pkg/kubelet/images/image_manager.go)
+    backing_off = runtime_pod(rt_waiting("ImagePullBackOff", f'Back-off pulling image "{RT_IMAGE}": '
+                                                             f"ErrImagePull: {NOT_FOUND}"), phase="Pending")
+    c = runtime_condition(pulling)
+    assert (c.reason, c.message) == ("ImagePullFailed", f'runtime pod {RT_POD}: container runtime cannot pull image '
+                                     f'"{RT_IMAGE}": ErrImagePull: {NOT_FOUND}; check the image reference, that the '
+                                     "node can reach its registry, and the pull secrets (the operator's "
+                                     "SPECDEC_IMAGE_PULL_SECRETS)")
+    assert runtime_condition(backing_off) == c
+    assert runtime_pod_blocked(backing_off) == runtime_pod_blocked(pulling)  # so the pod watch wakes nobody
+    # before 1.32 the back-off says only that
+    old = runtime_condition(runtime_pod(rt_waiting("ImagePullBackOff", f'Back-off pulling image "{RT_IMAGE}"')))
+    assert old.reason == "ImagePullFailed" and f'ImagePullBackOff: Back-off pulling image "{RT_IMAGE}"' in old.message
+    never = runtime_condition(runtime_pod(rt_waiting(
+        "ErrImageNeverPull", f'Container image "{RT_IMAGE}" is not present with pull policy of Never')))
+    assert never.reason == "ImagePullFailed" and "pull policy is Never" in never.message
+    invalid = runtime_condition(runtime_pod(rt_waiting(
+        "InvalidImageName", 'Failed to apply default image tag "Registry/X:": couldn\'t parse image name')))
+    assert invalid.reason == "ImagePullFailed" and "fix the image reference" in invalid.message
+
+
+def test_a_crash_loop_names_the_last_exit_and_reads_the_same_through_the_loop():
+    """The kubelet restarts at once after a first exit, then backs off; between back-offs the container runs
+    (its startup probe not passed): one verdict from the first back-off until it has started."""
+    error = rt_exit(1, "Error")
+
+    def back_off(delay: str) -> dict:
+        return rt_waiting("CrashLoopBackOff", f"back-off {delay} restarting failed container=runtime pod={KUBELET_POD}")
+
+    first_exit = runtime_pod({"terminated": error})
+    restarted_once = runtime_pod({"running": {"startedAt": T1}}, restarts=1, last=error)
+    loop = [runtime_pod(back_off("10s"), restarts=1, last=error),
+            runtime_pod({"running": {"startedAt": T1}}, restarts=2, last=error),
+            runtime_pod({"terminated": error}, restarts=2, last=error),
+            runtime_pod(back_off("20s"), restarts=2, last=error),
+            runtime_pod(back_off("5m0s"), restarts=9, last=error)]
+    assert runtime_pod_blocked(first_exit) is None and runtime_pod_blocked(restarted_once) is None
+    verdicts = {runtime_pod_blocked(p) for p in loop}
+    assert len(verdicts) == 1
+    c = runtime_condition(loop[0])
+    assert c == verdicts.pop()
+    assert (c.reason, c.message) == ("CrashLoopBackOff", f"runtime pod {RT_POD}: container runtime keeps exiting "
+                                     "(CrashLoopBackOff): last exit code 1 (Error); its log: kubectl logs -n ns "
+                                     f"{RT_POD} -c runtime --previous")
+    # started again (the startup probe passed), ready or not: no longer blocked
+    assert runtime_pod_blocked(runtime_pod({"running": {"startedAt": T1}}, restarts=2, last=error,
+                                           started=True)) is None
+    oom = runtime_condition(runtime_pod(back_off("40s"), restarts=3, last=rt_exit(137, "OOMKilled"), memory="64Gi"))
+    assert "last exit code 137 (OOMKilled)" in oom.message
+    assert "raise spec.runtime.resources.limits.memory (now 64Gi)" in oom.message
+    written = runtime_condition(runtime_pod(back_off("10s"), restarts=1,
+                                            last=rt_exit(2, "Error", "engine dir /cache/engines/x missing")))
+    assert "last exit code 2 (Error): engine dir /cache/engines/x missing" in written.message
+
+
+def test_a_running_ready_pod_is_not_blocked_whatever_its_restarts():
+    """The pod watch wakes a deployment only when runtime_pod_blocked changes: a restart count or a previous exit
+    of a pod that runs (or a deleted or evicted pod's containers) changes nothing."""
+    crashed = rt_exit(137, "OOMKilled")
+    quiet = [None, runtime_pod({"running": {"startedAt": T0}}, ready=True, started=True),
+             runtime_pod({"running": {"startedAt": T1}}, restarts=4, last=crashed, ready=True, started=True),
+             runtime_pod({"running": {"startedAt": T1}}, restarts=5, last=crashed, started=True),  # probe failing
+             runtime_pod(rt_waiting("ContainerCreating", "")),
+             runtime_pod({"terminated": rt_exit(143, "Error")}, restarts=3, deleting=True),
+             runtime_pod({"terminated": rt_exit(137, "Error")}, restarts=3, phase="Failed")]  # evicted
+    assert {runtime_pod_blocked(p) for p in quiet} == {None}
+
+
+def test_runtime_pod_blocked_holds_all_a_deployment_reads_of_its_runtime_pods():
+    """Pods with the same runtime_pod_blocked give the same conditions: the pod watch's view is enough."""
+    error = rt_exit(1, "Error")
+    variants = [runtime_pod({"running": {"startedAt": T0}}, ready=True, started=True),
+                runtime_pod({"running": {"startedAt": T1}}, restarts=3, last=error, ready=True, started=True),
+                runtime_pod(rt_waiting("ErrImagePull", NOT_FOUND)),
+                runtime_pod(rt_waiting("ImagePullBackOff", f'Back-off pulling image "{RT_IMAGE}": ErrImagePull: '
+                                                           f"{NOT_FOUND}")),
+                runtime_pod(rt_waiting("CreateContainerConfigError", AS_ROOT), phase="Pending"),
+                runtime_pod(rt_waiting("CrashLoopBackOff", "back-off 10s"), restarts=1, last=error),
+                runtime_pod(rt_waiting("CrashLoopBackOff", "back-off 5m0s"), restarts=7, last=error),
+                runtime_pod({"running": {"startedAt": T1}}, restarts=7, last=error),
+                pod(name=RT_POD, phase="Pending", conds=[cond("PodScheduled", "False", "Unschedulable", "0/5 nodes")])]
+    p = plan13b()
+    same = 0
+    for a in variants:
+        for b in variants:
+            if runtime_pod_blocked(a) == runtime_pod_blocked(b):
+                assert (deployment_conditions(p, built(p), rolling_out(), True, None, pods=[a])
+                        == deployment_conditions(p, built(p), rolling_out(), True, None, pods=[b])), (a, b)
+                same += a is not b
+    assert same >= 6
+
+
+def test_build_and_fetch_pods_whose_containers_will_not_start_are_named():
+    """The same kubelet verdicts in a Job's pod: stuck (the Job would wait until its deadline), so a user's
+    EnginesReady names them with the Job kind's prefix."""
+    as_root = AS_ROOT.replace(RT_POD, "eb-build-abcde").replace("container: runtime", "container: convert")
+    stuck = pod(phase="Pending", init={"convert": rt_waiting("CreateContainerConfigError", as_root)},
+                main={"build": waiting()})
+    state = evaluate_build(job(active=1), [stuck])
+    assert (state.phase, state.reason) == ("Pending", "ContainerCannotStart")
+    assert state.message.startswith("build pod eb-build-abcde: container convert cannot start: "
+                                    f"CreateContainerConfigError: {as_root}; the image runs as root")
+    p = plan13b()
+    _, conds = deployment_conditions(p, {p.engines[0].name: state}, None, False, None)
+    assert (conds[-1].reason, conds[-1].status) == ("BuildContainerCannotStart", False)
+    assert p.engines[0].name in conds[-1].message
+
+    pulling = pod(name="mc-fetch-abcde", phase="Pending", main={"fetch": rt_waiting("ErrImagePull", NOT_FOUND)})
+    fetch = evaluate_build(job(active=1), [pulling], kind=FETCH)
+    assert (fetch.phase, fetch.reason) == ("Pending", "ImagePullFailed")
+    caches = {c.name: fetch for c in p.model_caches}
+    _, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    assert by_type(conds)["EnginesReady"].reason == "FetchImagePullFailed"
 
 
 def test_a_failed_reconcile_keeps_the_observed_conditions_and_fails_ready():
