@@ -10,6 +10,7 @@ import pytest
 
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS, build_steps
 from specdec.builders.engine import build_engine_build, build_job
+from specdec.render import render_objects
 from tests.unit.helpers import (EXAMPLE_70B, EXAMPLES, SETTINGS, command, engines, flag, has_pairs, load_example,
                                 steps)
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
@@ -253,7 +254,8 @@ def test_job_passes_the_restricted_pod_security_profile():
     job = job_for(engines(spec(speculation=redrafter()))["target"])
     pod = job["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] != 0
+    # The image's own numeric USER runs: with no runAsUser the kubelet refuses an image that runs as root.
+    assert "runAsUser" not in pod["securityContext"] and "runAsGroup" not in pod["securityContext"]
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
     for c in containers(job):
@@ -265,6 +267,20 @@ def test_job_passes_the_restricted_pod_security_profile():
     for volume in pod["volumes"]:
         assert set(volume) - {"name"} <= allowed, volume
     assert "hostNetwork" not in pod and "hostPID" not in pod and "hostIPC" not in pod
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_pod_runs_as_its_image_s_non_root_user(example):
+    """Fetch Jobs, build Jobs and the runtime Deployment: runAsNonRoot without runAsUser/runAsGroup, so the
+    image's numeric USER runs and the kubelet refuses an image that runs as root."""
+    objects = render_objects(load_example(example.stem), SETTINGS)
+    templates = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Job", "Deployment")]
+    assert any(o["kind"] == "Deployment" for o in objects) and any(o["kind"] == "Job" for o in objects)
+    for pod in templates:
+        assert pod["securityContext"] == {"runAsNonRoot": True, "fsGroup": 1000,
+                                          "seccompProfile": {"type": "RuntimeDefault"}}
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            assert "runAsUser" not in c["securityContext"] and c["securityContext"]["runAsNonRoot"] is True
 
 
 def test_job_is_owned_by_its_engine_build_and_placed_on_gpus():

@@ -16,7 +16,9 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_INSTANCE = "app.kubernetes.io/instance"  # on runtime objects and pods: the deployment's name
 ANNOTATION_CONFIG_HASH = "specdec.io/config-hash"
 ANNOTATION_ENGINE_BUILDS = "specdec.io/engine-builds"  # on the Deployment: the engines its pods run
-RUNTIME_UID = 1000
+# Our images' group (USER 1000:1000), the group of what the pods write to volumes. The pods run as their image's
+# user: no runAsUser, so that the kubelet checks runAsNonRoot against the image and refuses one that runs as root.
+RUNTIME_GID = 1000
 HF_TOKEN_SECRET = "specdec-hf-token"  # optional Secret with key HF_TOKEN, for gated hub models
 
 
@@ -44,9 +46,10 @@ def owner_reference(kind: str, name: str, uid: str, api_version: str = models.AP
 
 
 def pod_security_context() -> dict[str, Any]:
-    """Passes the `restricted` Pod Security profile."""
-    return {"runAsNonRoot": True, "runAsUser": RUNTIME_UID, "runAsGroup": RUNTIME_UID, "fsGroup": RUNTIME_UID,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+    """Passes the `restricted` Pod Security profile (which asks for runAsNonRoot, not for a runAsUser). The
+    containers run as their image's numeric non-root USER (ours: 1000:1000); an image that runs as root, or
+    names its user, is refused by the kubelet (CreateContainerConfigError, in the status as ContainerCannotStart)."""
+    return {"runAsNonRoot": True, "fsGroup": RUNTIME_GID, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def container_security_context() -> dict[str, Any]:
