@@ -34,10 +34,10 @@ def _docker_works() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
 
-def _unavailable(reason: str):
+def _unavailable(reason: str, what: str = "Kubernetes cluster"):
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"no Kubernetes cluster for the cluster tests (CI=true): {reason}", pytrace=False)
-    pytest.skip(f"no Kubernetes cluster: {reason}")
+        pytest.fail(f"no {what} for these tests (CI=true): {reason}", pytrace=False)
+    pytest.skip(f"no {what}: {reason}")
 
 
 @pytest.fixture(scope="session")
@@ -53,15 +53,15 @@ def kubeconfig(request) -> Path:
         kind.create()
         request.addfinalizer(kind.delete)
         return Path(kind.kubeconfig_path)
-    from specdec.dev import cluster, toolchain
+    from specdec.dev import cluster, real_node, toolchain
 
     local = cluster.LocalCluster(name=TEST_CLUSTER_NAME)
-    try:
-        cluster.up(local)
+    try:  # with a real node's settings where one can run (tests/realnode starts the node itself)
+        cluster.up(local, real_node=not real_node.problems())
     except (toolchain.ToolchainError, cluster.ClusterError) as error:
         _unavailable(str(error))
     if os.environ.get("SPECDEC_KEEP_CLUSTER") != "1":
-        request.addfinalizer(lambda: cluster.down(local))
+        request.addfinalizer(lambda: real_node.down(local))
     return local.kubeconfig
 
 

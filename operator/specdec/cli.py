@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from specdec.dev import cluster, simulated_steps, simulation_profile, toolchain
+from specdec.dev import cluster, images, real_node, simulated_steps, simulation_profile, toolchain
 from specdec.settings import Settings
 
 
@@ -25,6 +25,11 @@ Next (after running the two export lines above):
   specdec dev simulate llama70b-spec --acceptance 0.9   # the simulated backends' acceptance, live
   specdec render -f examples/llama-2-13b-draft-7b-logits.yaml   # preview another deployment offline
   specdec dev down                                   # stop everything
+"""
+REAL_NODE_NEXT_STEPS = f"""
+The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and TensorRT-LLM stay simulated):
+  kubectl get pods -o wide -l app.kubernetes.io/instance={real_node.SAMPLE_NAME}   # its runtime pod, real IP
+  crictl ps                                          # its containers (after the export line above)
 """
 
 
@@ -60,21 +65,36 @@ def _dev(args: argparse.Namespace) -> int:
     local = cluster.LocalCluster(name=args.name)
     try:
         if args.dev_command == "tools":
-            print(toolchain.ensure_tools())
+            if args.real_node:
+                real_node.install_packages()
+            print(toolchain.ensure_tools(real_node=args.real_node))
+            if args.real_node:
+                images.build_images()
         elif args.dev_command == "up":
+            if args.real_node and real_node.problems():
+                raise cluster.ClusterError("--real-node: " + "; ".join(real_node.problems()))
             cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes,
-                       step_seconds=simulated_steps.parse(args.step_seconds))
+                       step_seconds=simulated_steps.parse(args.step_seconds), real_node=args.real_node)
+            node = real_node.up(local) if args.real_node else None
             if not args.cluster_only:
                 cluster.install(local, sample=not args.no_sample)
+                if node and not args.no_sample:
+                    node.apply_sample()
             print(local.exports())
-            print(NEXT_STEPS, file=sys.stderr)
+            if node:
+                print(node.exports())
+            print(NEXT_STEPS + (REAL_NODE_NEXT_STEPS if node else ""), file=sys.stderr)
         elif args.dev_command == "down":
-            cluster.down(local)
+            real_node.down(local)
         elif args.dev_command == "status":
             print(cluster.status(local))
+            node = real_node.RealNode(local)
+            if node.kubelet_pid():
+                print(f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, logs in {node.directory}\n"
+                      f"{node.exports()}")
         elif args.dev_command == "simulate":
             _simulate(local, args)
-    except (toolchain.ToolchainError, cluster.ClusterError, simulation_profile.ProfileError,
+    except (toolchain.ToolchainError, cluster.ClusterError, images.ImageBuildError, simulation_profile.ProfileError,
             simulated_steps.StepSecondsError) as error:
         print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
         return 1
@@ -162,9 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--step-seconds", default="", metavar="STEP=SECONDS,...",
                     help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
                          "(when the cluster is created; default 0: steps end at once)")
-    dev_commands.add_parser("down", help="stop the cluster and remove its processes and data")
+    up.add_argument("--real-node", action="store_true",
+                    help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
+                         "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)")
+    dev_commands.add_parser("down", help="stop the cluster (and its real node) and remove its processes and data")
     dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
-    dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
+    tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
+    tools.add_argument("--real-node", action="store_true",
+                       help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")
     simulate = dev_commands.add_parser(
         "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them")
     simulate.add_argument("deployment", nargs="?", metavar="NAME", help="the SpeculativeDeployment")

@@ -61,8 +61,9 @@ class LocalCluster:
 
     def env(self) -> dict[str, str]:
         bins = toolchain.bin_dir()
+        # The system dirs too: a real node's kubelet and containerd run iptables, mount and runc by name.
         return {**os.environ, "KWOK_WORKDIR": str(self.workdir), "KUBECONFIG": str(self.kubeconfig),
-                "PATH": f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"}
+                "PATH": toolchain.with_system_dirs(f"{bins}{os.pathsep}{os.environ.get('PATH', '')}")}
 
     def run(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(list(args), env=self.env(), input=input, text=True, capture_output=True)

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from specdec.dev import toolchain
+
 # The kubelet sets these at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # Host paths a kubelet or containerd writes whatever their root dirs are.
@@ -46,8 +48,12 @@ class HostState:
         return cls(**json.loads(path.read_text()))
 
 
+def _path() -> str:
+    return toolchain.with_system_dirs(os.environ.get("PATH", ""))
+
+
 def _run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True)
+    return subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, "PATH": _path()})
 
 
 def _chains(iptables: str, table: str) -> list[str]:
@@ -57,7 +63,7 @@ def _chains(iptables: str, table: str) -> list[str]:
 
 
 def _nft_tables() -> list[str]:
-    if not shutil.which("nft"):
+    if not shutil.which("nft", path=_path()):
         return []
     lines = _run("nft", "list", "tables").stdout.splitlines()
     return sorted(line.removeprefix("table ").strip() for line in lines if line.startswith("table "))
@@ -76,9 +82,10 @@ def _kube_cgroups() -> list[str]:
 
 def record() -> HostState:
     sysctls = {name: Path("/proc/sys", name).read_text().strip() for name in SYSCTLS}
-    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if shutil.which(ipt) for table in TABLES}
-    return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, _nft_tables(),
-                     _kube_cgroups())
+    tables = _nft_tables()  # before listing chains: with iptables' nft backend a listing creates its table
+    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if shutil.which(ipt, path=_path())
+              for table in TABLES}
+    return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, tables, _kube_cgroups())
 
 
 def _remove_new_chains(before: HostState) -> list[str]:

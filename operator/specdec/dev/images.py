@@ -86,7 +86,6 @@ WHEELS_MOUNT = "/wheels"
 # Podman 4.3 itself runs with RLIMIT_NPROC 32768 here, and runc cannot give a container more than that.
 NPROC_LIMIT = 32768
 HEARTBEAT_SECONDS = 30
-SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")  # runc, and what mmdebstrap's dpkg runs; CI's PATH lacks them
 
 
 class ImageBuildError(RuntimeError):
@@ -246,9 +245,7 @@ def ulimit_args() -> list[str]:
 # --- running things ------------------------------------------------------------------------------------------
 
 def _env() -> dict[str, str]:
-    path = os.environ.get("PATH", "")
-    missing = [d for d in SYSTEM_DIRS if d not in path.split(os.pathsep)]
-    return {**os.environ, "PATH": os.pathsep.join(filter(None, [path, *missing]))}
+    return {**os.environ, "PATH": toolchain.with_system_dirs(os.environ.get("PATH", ""))}
 
 
 def _which(name: str) -> str | None:

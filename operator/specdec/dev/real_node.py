@@ -31,12 +31,14 @@ import subprocess
 import sys
 import tarfile
 import time
+from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
 
-from specdec.dev import host_changes, nodes, toolchain
+from specdec.dev import host_changes, images, nodes, toolchain
+from specdec.dev import cluster as local_cluster
 from specdec.dev.cluster import (ClusterError, LocalCluster, SERVICE_CIDR, running_pid, start_process, stop_process,
                                  wait_nodes_ready)
 
@@ -54,11 +56,23 @@ PAUSE_IMAGE = f"localhost/specdec-pause:{toolchain.KUBERNETES_VERSION}"
 # here, so a draft length the operator changes reaches a pod's front within seconds in the local cluster.
 SYNC_FREQUENCY = "10s"
 DEBIAN_PACKAGES = {"runc": "runc", "iptables": "iptables", "ip": "iproute2", "podman": "podman",
-                   "mmdebstrap": "mmdebstrap", "gcc": "gcc"}
+                   "mmdebstrap": "mmdebstrap", "gcc": "gcc", "nft": "nftables"}
 # One real node per machine: who has it (the kubelet's device-plugin socket dir is fixed).
 OWNER_FILE = Path("/run/specdec-real-node.owner")
 READY_SECONDS = 120
 DNAT_COMMENT = "specdec real node: the kubernetes Service"
+# The sample whose runtime pod runs on the real node: a PyTorch-backend deployment (no engine builds; its
+# checkpoints are fetched on simulated CPU nodes), in the runtime test image.
+SAMPLE = "llama-3.1-8b-draft-1b-pytorch.yaml"
+SAMPLE_NAME = "llama8b-real-node"
+
+
+def _which(command: str) -> str | None:
+    return shutil.which(command, path=toolchain.with_system_dirs(os.environ.get("PATH", "")))
+
+
+def _missing_packages() -> list[str]:
+    return sorted({package for command, package in DEBIAN_PACKAGES.items() if not _which(command)})
 
 
 def problems() -> list[str]:
@@ -71,7 +85,7 @@ def problems() -> list[str]:
         found.append("a real node needs root (containerd, the kubelet, iptables and cgroups)")
     if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").is_file()):
         found.append("no cgroup memory controller is mounted under /sys/fs/cgroup")
-    missing = sorted({package for command, package in DEBIAN_PACKAGES.items() if not shutil.which(command)})
+    missing = _missing_packages()
     if missing:
         found.append(f"missing Debian packages: {' '.join(missing)} (`apt-get install {' '.join(missing)}`; "
                      f"`specdec dev tools --real-node` installs them as root)")
@@ -80,7 +94,7 @@ def problems() -> list[str]:
 
 def install_packages() -> None:
     """The Debian packages a real node and the image builds need, when root and apt-get are there."""
-    missing = sorted({package for command, package in DEBIAN_PACKAGES.items() if not shutil.which(command)})
+    missing = _missing_packages()
     if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
         return
     _log(f"installing Debian packages: {' '.join(missing)}")
@@ -140,7 +154,7 @@ def containerd_config(directory: Path, cni_bin: Path) -> str:
     restrict_oom_score_adj: the CRI gives sandboxes a negative OOM score, which needs CAP_SYS_RESOURCE; without
     it (containers in containers, some CI machines) every sandbox fails with runc's "can't get final child's
     PID from pipe". Clamping costs Guaranteed pods their negative OOM scores, nothing else."""
-    runc = shutil.which("runc") or "runc"
+    runc = _which("runc") or "runc"
     return f"""version = 3
 root = "{directory}/root"
 state = "{directory}/state"
@@ -228,6 +242,12 @@ class RealNode:
     def exports(self) -> str:
         return f"export CONTAINER_RUNTIME_ENDPOINT=unix://{self.socket}"
 
+    def apply_sample(self, namespace: str = "default") -> None:
+        deployment = on_real_node(yaml.safe_load(resources.files("specdec").joinpath("examples", SAMPLE).read_text()))
+        deployment["metadata"]["name"] = SAMPLE_NAME
+        self.cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(deployment))
+        _log(f"applied sample {SAMPLE_NAME} ({SAMPLE}, its runtime pod on {NODE_NAME}) in namespace {namespace}")
+
     # --- start -------------------------------------------------------------------------------------------
 
     def start(self, images: dict[str, Path]) -> None:
@@ -296,7 +316,7 @@ class RealNode:
             if reference in have and digest_file.is_file() and digest_file.read_text() == stamp:
                 continue
             start = time.monotonic()
-            self.ctr("images", "import", "--no-unpack=false", str(archive))
+            self.ctr("images", "import", str(archive))
             if reference not in set(self.ctr("images", "list", "-q").stdout.split()):
                 raise ClusterError(f"importing {archive} did not give image {reference}")
             digest_file.write_text(stamp)
@@ -306,8 +326,9 @@ class RealNode:
         """The one Service rule kube-proxy would make that in-cluster clients need: the `kubernetes` Service's
         ClusterIP:443 to the API server, for traffic from the pods' bridge."""
         rule = self._dnat_rule()
-        if subprocess.run(["iptables", "-w", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
-            subprocess.run(["iptables", "-w", "-t", "nat", "-A", *rule], check=True, capture_output=True)
+        iptables = _which("iptables") or "iptables"
+        if subprocess.run([iptables, "-w", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
+            subprocess.run([iptables, "-w", "-t", "nat", "-A", *rule], check=True, capture_output=True)
 
     def _dnat_rule(self) -> list[str]:
         port = urlsplit(self.cluster.server()).port
@@ -354,7 +375,8 @@ class RealNode:
                 self.crictl("rmp", "--force", sandbox, check=False)
         stop_process(self._file("containerd.pid"), "containerd")
         self._kill_shims()
-        subprocess.run(["iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()], capture_output=True)
+        subprocess.run([_which("iptables") or "iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
+                       capture_output=True)
         notes = host_changes.unmount_under(self.directory)
         state_file = self._file("host-state.json")
         if state_file.exists():
@@ -393,3 +415,28 @@ def build_pause() -> bytes:
                         str(source)], check=True, capture_output=True)
         subprocess.run(["strip", str(out)], check=True)
     return out.read_bytes()
+
+
+def on_real_node(deployment: dict, image: str = images.RUNTIME_TEST_IMAGE) -> dict:
+    """A SpeculativeDeployment whose runtime pods run on the real node, in `image`."""
+    spec = deployment["spec"]
+    runtime = spec.setdefault("runtime", {})
+    runtime["image"] = image
+    runtime["nodeSelector"] = {"kubernetes.io/hostname": NODE_NAME}
+    runtime["tolerations"] = [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    return deployment
+
+
+def up(cluster: LocalCluster) -> RealNode:
+    """What a real node needs (Debian packages, binaries, images), then the node itself."""
+    install_packages()
+    toolchain.ensure_tools(real_node=True)
+    node = RealNode(cluster)
+    node.start(images.build_images())
+    return node
+
+
+def down(cluster: LocalCluster) -> None:
+    """The cluster's real node (if any), then the cluster."""
+    RealNode(cluster).stop()
+    local_cluster.down(cluster)

@@ -131,6 +131,16 @@ NODE_GROUPS: tuple[ToolGroup, ...] = (
 CNI_GROUP = NODE_GROUPS[2]
 
 
+# Where Debian puts runc, iptables, ip and what mmdebstrap's dpkg runs; a minimal PATH (CI's) lacks them.
+SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def with_system_dirs(path: str) -> str:
+    """`path` (a PATH value) with SYSTEM_DIRS appended where missing."""
+    dirs = [d for d in path.split(os.pathsep) if d]
+    return os.pathsep.join(dirs + [d for d in SYSTEM_DIRS if d not in dirs])
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
