@@ -22,7 +22,7 @@ from specdec.dev import toolchain
 # The kubelet sets these at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # Host paths a kubelet or containerd writes whatever their root dirs are.
-FIXED_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd",
+FIXED_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd", "/run/netns",
                "/etc/cni", "/opt/cni")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBE_CHAIN_PREFIX = "KUBE-"
