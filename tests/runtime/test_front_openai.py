@@ -53,7 +53,7 @@ def test_completion_is_proxied_with_the_served_model_name():
                 assert resp.status == 200
                 body = await resp.json()
             async with client.post(f"{url}/v1/chat/completions", json={
-                    "model": "anything", "messages": [{"role": "user", "content": "Hi"}]}) as resp:
+                    "model": PYTORCH.served_model_name, "messages": [{"role": "user", "content": "Hi"}]}) as resp:
                 chat = await resp.json()
             async with client.get(f"{url}/metrics") as resp:
                 return body, chat, parse_prometheus(await resp.text())
@@ -116,7 +116,7 @@ def test_a_client_that_asks_for_usage_gets_the_usage_chunk():
     assert events[4] == "[DONE]"
 
 
-def test_client_errors_pass_through_and_server_errors_become_502():
+def test_client_errors_pass_through_in_openais_shape_and_server_errors_become_502():
     state = OpenAIState()
 
     async def scenario():
@@ -129,7 +129,9 @@ def test_client_errors_pass_through_and_server_errors_become_502():
             return client_error, server_error, front
 
     client_error, server_error, front = run(scenario())
-    assert client_error[0] == 400 and "extra fields not permitted" in client_error[1]["message"]
+    # trtllm-serve's {"object": "error", "message", ...} as OpenAI's {"error": {...}}, in trtllm-serve's words.
+    assert client_error[0] == 400 and "extra fields not permitted" in client_error[1]["error"]["message"]
+    assert client_error[1]["error"]["type"] == "invalid_request_error"
     assert server_error[0] == 502
     assert "trtllm-serve answered HTTP 500" in server_error[1]["error"]["message"]
     assert "engine failure" in server_error[1]["error"]["message"]

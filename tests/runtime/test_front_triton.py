@@ -340,7 +340,7 @@ def test_health_follows_tritons_readiness_and_models_list(tokenizer_dir):
     ("{not json", "not valid JSON"),
     ({"prompt": "Hello", "n": 2}, "n must be 1"),
     ({"prompt": [1, 2, 3]}, "token ids need trtllm-serve"),
-    ({"prompt": "Hello", "max_tokens": 0}, "max_tokens must be a positive integer"),
+    ({"prompt": "Hello", "max_tokens": 0}, "Invalid 'max_tokens': integer below minimum value"),
 ])
 def test_bad_requests_are_400_and_never_reach_triton(tokenizer_dir, body, message):
     state = TritonState(declared_inputs=bls_inputs())

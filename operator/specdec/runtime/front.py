@@ -6,13 +6,17 @@ Two backends:
   `num_draft_tokens` (the draft length) and `use_draft_logits` (logit acceptance), which is what makes the
   BLS speculate, and `return_perf_metrics`, whose `acceptance_rate`, `total_accepted_draft_tokens` and
   `total_draft_tokens` feed the metrics. The BLS does not stream while speculating, so a streamed request
-  gets the whole answer as one SSE chunk. The draft length follows the operator's draft_len file (next to
+  gets the whole answer as one SSE chunk (and the usage chunk after it, when asked for). One choice (n = 1)
+  and text prompts only. The draft length follows the operator's draft_len file (next to
   runtime.json) while serving; Triton's own metrics are polled for the draft and target compute time.
-- openai: trtllm-serve's own OpenAI API, proxied (streaming passes through chunk by chunk); its iteration
+- openai: trtllm-serve's own OpenAI API, proxied (streaming passes through chunk by chunk, as OpenAI streams:
+  `usage` null in each chunk and a usage chunk last when the client asks for it); its iteration
   statistics (GET /metrics, `specDecodingStats`) are polled for the speculation counters.
 
-Backend failures become clear 5xx answers (503 not reachable, 504 timed out, 502 anything else) rather than
-hangs; a client that goes away cancels its backend request.
+Requests are checked before a backend sees them (specdec.runtime.openai_request): an unknown model is 404
+model_not_found, a bad parameter 400 naming it, in OpenAI's error shape. Backend failures become clear 5xx
+answers (503 not reachable, 504 timed out, 502 anything else) rather than hangs; a client that goes away
+cancels its backend request.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from specdec.runtime.backend_stats import Increases, iteration_speculation, trit
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
+from specdec.runtime.openai_request import (APIError, backend_client_error, check_request, error_body, invalid,
+                                             model_not_found)
 
 log = logging.getLogger("specdec.runtime")
 
@@ -68,10 +74,11 @@ async def _write(response: web.StreamResponse, data: bytes) -> None:
         raise ClientGone(response) from None
 
 
-class FrontError(Exception):
+class FrontError(APIError):
+    """A backend failure: 5xx, `code` the HTTP status."""
+
     def __init__(self, status: int, message: str, kind: str = "backend_error"):
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        super().__init__(status, message, kind, None, status)
 
 
 @contextlib.contextmanager
@@ -85,10 +92,6 @@ def backend_errors(server: str, timeout: float) -> Iterator[None]:
         raise FrontError(504, f"{server} did not answer within {timeout:g}s", "backend_timeout") from None
     except aiohttp.ClientError as error:
         raise FrontError(502, f"the connection to {server} failed: {type(error).__name__}: {error}") from None
-
-
-def error_response(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
 def strip_prompt(text: str, prompt: str) -> str:
@@ -154,6 +157,7 @@ class Front:
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat_completions)
         self.app.router.add_get("/v1/models", self.models)
+        self.app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/metrics", self.prometheus)
         self.app.on_startup.append(self._startup)
@@ -225,9 +229,18 @@ class Front:
     async def prometheus(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.model, "object": "model", "created": self.created, "owned_by": "specdec"}
+
     async def models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model, "object": "model", "created": self.created, "owned_by": "specdec"}]})
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        """GET /v1/models/{model} (the openai client's models.retrieve)."""
+        requested = request.match_info["model"]
+        if requested != self.model:
+            return model_not_found(requested, self.model).response()
+        return web.json_response(self._model_card())
 
     async def _fetch(self, url: str) -> str | None:
         """A backend statistics page; None when it cannot be had this time."""
@@ -290,13 +303,15 @@ class Front:
 
     # --- request plumbing ---------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
+    async def _body(self, request: web.Request, chat: bool) -> dict[str, Any]:
+        """The request, checked before any backend sees it."""
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
-            raise FrontError(400, "the request body is not valid JSON", "invalid_request_error") from None
+            raise invalid("The request body is not valid JSON.", None, None) from None
         if not isinstance(body, dict):
-            raise FrontError(400, "the request body must be a JSON object", "invalid_request_error")
+            raise invalid("The request body must be a JSON object.", None, None)
+        check_request(body, chat=chat, served_model=self.model, triton=self.backend.kind == "triton")
         return body
 
     async def _observed(self, request: web.Request, endpoint: str, handler) -> web.StreamResponse:
@@ -313,12 +328,12 @@ class Front:
         except ClientGone as gone:
             status = "499"
             return gone.response
-        except FrontError as error:
+        except APIError as error:
             status = str(error.status)
             if error.status >= 500:
                 self.metrics.backend_error(error.kind)
                 log.warning("%s: %s", endpoint, error.message)
-            return error_response(error.status, error.message, error.kind)
+            return error.response()
         except (asyncio.CancelledError, ConnectionResetError):
             status = "499"  # the client went away; its backend request was cancelled with it
             raise
@@ -333,13 +348,13 @@ class Front:
         return await self._observed(request, "/v1/chat/completions", self._chat)
 
     async def _completions(self, request: web.Request, started: float) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await self._body(request, chat=False)
         if self.backend.kind == "openai":
             return await self._proxy(request, "/v1/completions", body, started)
         return await self._triton_completions(request, body, started)
 
     async def _chat(self, request: web.Request, started: float) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await self._body(request, chat=True)
         if self.backend.kind == "openai":
             return await self._proxy(request, "/v1/chat/completions", body, started)
         return await self._triton_chat(request, body, started)
@@ -347,8 +362,6 @@ class Front:
     # --- Triton (BLS generate) ----------------------------------------------------------------------
 
     def _sampling(self, body: dict[str, Any]) -> dict[str, Any]:
-        if body.get("n", 1) != 1:
-            raise FrontError(400, "n must be 1 with draft-target speculation", "invalid_request_error")
         out: dict[str, Any] = {}
         for key in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
                     "repetition_penalty"):
@@ -358,7 +371,7 @@ class Front:
         if isinstance(stop, str):
             out["stop_words"] = [stop]
         elif isinstance(stop, list) and stop:
-            out["stop_words"] = [str(s) for s in stop]
+            out["stop_words"] = stop
         return out
 
     async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any],
@@ -414,20 +427,15 @@ class Front:
         speculation = {"acceptance_rate": rate, "accepted_draft_tokens": accepted, "draft_tokens": draft}
         return {"text": text, "usage": usage, "finish_reason": finish, "speculation": speculation}
 
-    def _max_tokens(self, body: dict[str, Any], default: int) -> int:
-        value = body.get("max_tokens", body.get("max_completion_tokens"))
-        if value is None:
-            return default
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise FrontError(400, "max_tokens must be a positive integer", "invalid_request_error")
-        return value
+    @staticmethod
+    def _max_tokens(body: dict[str, Any], default: int) -> int:
+        value = body.get("max_tokens")
+        value = body.get("max_completion_tokens") if value is None else value
+        return default if value is None else value
 
     async def _triton_completions(self, request: web.Request, body: dict[str, Any], started: float):
-        prompt = body.get("prompt")
+        prompt = body["prompt"]
         prompts = [prompt] if isinstance(prompt, str) else prompt
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise FrontError(400, "prompt must be a string or a list of strings (token ids need trtllm-serve)",
-                             "invalid_request_error")
         max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
         results = await asyncio.gather(*(self._triton_one(p, body, max_tokens) for p in prompts))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
@@ -444,13 +452,10 @@ class Front:
             "usage": usage, "speculation": _sum_speculation(results)})
 
     async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise FrontError(400, "messages must be a non-empty list of message objects", "invalid_request_error")
         try:
-            prompt = self.tokenizer.chat_prompt(messages)
+            prompt = self.tokenizer.chat_prompt(body["messages"])
         except ValueError as error:
-            raise FrontError(400, str(error), "invalid_request_error") from None
+            raise invalid(str(error), "messages", None) from None
         max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
         result = await self._triton_one(prompt, body, max_tokens)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -467,13 +472,18 @@ class Front:
             "usage": result["usage"], "speculation": result["speculation"]})
 
     async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
+        """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
+        every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage:
+            chunks = [*({**chunk, "usage": None} for chunk in chunks),
+                      {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [],
+                       "usage": usage}]
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         self.metrics.first_token(time.monotonic() - started)
         for chunk in chunks:
             await _write(response, f"data: {json.dumps(chunk)}\n\n".encode())
-        if (body.get("stream_options") or {}).get("include_usage") and usage:
-            await _write(response, f"data: {json.dumps({'id': rid, 'object': kind, 'created': created, 'model': self.model, 'choices': [], 'usage': usage})}\n\n".encode())
         await _write(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -490,7 +500,7 @@ class Front:
 
     async def _proxy(self, request: web.Request, path: str, body: dict[str, Any], started: float):
         assert self.session is not None
-        body.setdefault("model", self.model)
+        body["model"] = self.model  # the served model (checked) or none named
         rd = self.config.redrafter
         if rd is not None and rd.temperature is not None and body.get("temperature") is None:
             body["temperature"] = rd.temperature
@@ -505,9 +515,8 @@ class Front:
         try:
             if upstream.status != 200:
                 raw = await upstream.read()
-                if 400 <= upstream.status < 500:  # the client's mistake: pass it on as trtllm-serve said it
-                    return web.Response(body=raw, status=upstream.status,
-                                        content_type=upstream.content_type or "application/json")
+                if 400 <= upstream.status < 500:  # the client's mistake: trtllm-serve's words, OpenAI's shape
+                    return backend_client_error(upstream.status, raw)
                 raise FrontError(502, f"trtllm-serve answered HTTP {upstream.status}: "
                                       f"{raw[:500].decode(errors='replace')}")
             if not stream or not upstream.content_type.startswith("text/event-stream"):
@@ -552,6 +561,8 @@ class Front:
                             continue
                     elif not client_usage:
                         chunk.pop("usage", None)
+                    elif "usage" not in chunk:
+                        chunk["usage"] = None  # OpenAI's chunks say usage: null until the usage chunk
                     if "model" in chunk:
                         chunk["model"] = self.model
                 if first_token is None:
@@ -563,7 +574,7 @@ class Front:
             message = f"trtllm-serve's stream broke off: {type(error).__name__}"
             log.warning("%s", message)
             self.metrics.backend_error("stream_broken")
-            await _write(response, f"data: {json.dumps({'error': {'message': message, 'type': 'backend_error', 'code': 502}})}\n\n".encode())
+            await _write(response, f"data: {json.dumps(error_body(message, 'backend_error', None, 502))}\n\n".encode())
             await response.write_eof()
             raise StreamBroken(response) from None
         await response.write_eof()
