@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -21,7 +22,8 @@ def test_site_builds_in_strict_mode(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
          "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # material's banner about MkDocs 2
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
 
@@ -63,6 +65,13 @@ def test_readme_is_a_front_door():
     assert len(readme.splitlines()) <= 250, "README.md is longer than 250 lines: move the detail into docs/"
     for text in [readme] + [p.read_text() for p in (ROOT / "docs").rglob("*.md")]:
         assert not re.search(r"session [0-9]|\(issue [0-9]+\)", text, re.I), "history labels belong in git log"
+
+
+def test_site_front_page_is_the_readme():
+    """docs/index.md is README.md with its links made relative to docs/: one front door, two places."""
+    readme = (ROOT / "README.md").read_text()
+    assert (ROOT / "docs" / "index.md").read_text() == readme.replace("](docs/", "]("), \
+        "docs/index.md differs from README.md: run `sed 's|](docs/|](|g' README.md > docs/index.md`"
 
 
 def test_readme_links_into_docs_exist():
