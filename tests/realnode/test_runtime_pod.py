@@ -16,6 +16,7 @@ import urllib.request
 import openai
 import pytest
 
+from specdec import speculation
 from specdec.dev import images, real_node
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import Kube, wait_for
@@ -61,16 +62,17 @@ def gauge(text: str, name: str) -> float | None:
 class Traffic:
     """Completions sent to a pod in the background, with the official `openai` client."""
 
-    def __init__(self, ip: str, model: str):
+    def __init__(self, ip: str, model: str, streams: int = 1, max_tokens: int = 16):
         self.client = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="unused", max_retries=0, timeout=30)
-        self.model, self.answers, self.errors = model, 0, []
+        self.model, self.max_tokens, self.answers, self.errors = model, max_tokens, 0, []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(streams)]
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                completion = self.client.completions.create(model=self.model, prompt="The node is", max_tokens=16)
+                completion = self.client.completions.create(model=self.model, prompt="The node is",
+                                                            max_tokens=self.max_tokens)
                 assert completion.choices[0].text
                 self.answers += 1
             except Exception as error:  # noqa: BLE001 - counted, and the test asserts on them
@@ -78,12 +80,14 @@ class Traffic:
                 time.sleep(0.2)
 
     def __enter__(self) -> "Traffic":
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join(35)
+        for thread in self._threads:
+            thread.join(35)
 
 
 def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_status(kube: Kube, namespace: str, node,
@@ -114,24 +118,32 @@ def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_statu
     assert 0 < speculation["acceptanceRate"] <= 1
 
 
-def test_a_draft_len_written_to_the_config_map_reaches_the_front_without_a_restart(kube: Kube, namespace: str, node,
-                                                                                   operator):
-    """The kubelet's own ConfigMap-volume refresh carries a new draft_len to the running front (the operator
-    writes that key when it tunes `draftLen: auto`; here the test writes it, with the operator stopped so it
-    does not put its own value back)."""
-    sd = SD(kube, namespace, real_node.on_real_node(example(TRITON_SAMPLE)))
+def test_draft_len_auto_reaches_the_running_front_through_the_kubelet(kube: Kube, namespace: str, node, operator):
+    """`draftLen: auto` on the Triton route: the operator measures the pod's speculation (the test image's
+    stand-ins: acceptance 0.45, a draft token at 0.15 of a target step, so the optimum is 2), writes the
+    draft_len key of the runtime ConfigMap, and the kubelet's own ConfigMap-volume refresh carries it to the
+    running front: no restart, no rollout."""
+    body = example(TRITON_SAMPLE)
+    body["spec"]["speculation"]["draftTarget"].update(draftLen="auto", maxDraftLen=8)
+    sd = SD(kube, namespace, real_node.on_real_node(body))
     sd.wait_ready(timeout=START_SECONDS)
     pod = ready_pod(kube, namespace, sd.name)
     ip, started = pod.status.pod_ip, pod.status.container_statuses[0].container_id
-    assert gauge(metrics(ip), "specdec_draft_len") == 4
-    operator.stop()
-    kube.core.patch_namespaced_config_map(f"{sd.name}-runtime", namespace, {"data": {"draft_len": "2"}})
-    changed = time.monotonic()
-    wait_for(lambda: gauge(metrics(ip), "specdec_draft_len") == 2, "the front's draft length 2", timeout=120)
-    print(f"draft_len reached the front {time.monotonic() - changed:.1f}s after the ConfigMap write "
-          f"(kubelet syncFrequency {real_node.SYNC_FREQUENCY})")
+    assert gauge(metrics(ip), "specdec_draft_len") == 4  # where auto starts
+    optimum = speculation.best_draft_len(0.45, 0.15, 1, 8)
+    model = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="unused").models.list().data[0].id
+    with Traffic(ip, model, streams=4, max_tokens=64) as traffic:
+        chosen = wait_for(lambda: (k := kube.core.read_namespaced_config_map(
+            f"{sd.name}-runtime", namespace).data["draft_len"]) != "4" and k, "the operator's choice", timeout=120)
+        written = time.monotonic()
+        wait_for(lambda: gauge(metrics(ip), "specdec_draft_len") == int(chosen), f"the front's draft length {chosen}",
+                 timeout=90)
+        print(f"draft_len {chosen} reached the front {time.monotonic() - written:.1f}s after the ConfigMap write "
+              f"(kubelet syncFrequency {real_node.SYNC_FREQUENCY})")
+    assert abs(int(chosen) - optimum) <= 1 and not traffic.errors, (chosen, optimum, traffic.errors[:3])
     after = ready_pod(kube, namespace, sd.name).status.container_statuses[0]
     assert after.container_id == started and after.restart_count == 0  # no restart
+    assert kube.apps.read_namespaced_deployment(sd.name, namespace).metadata.generation == 1  # no rollout
 
 
 def test_the_kubelet_gates_readiness_and_restarts_a_killed_container(kube: Kube, namespace: str, node, operator):

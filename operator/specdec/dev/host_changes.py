@@ -76,7 +76,7 @@ def _nft_rules(table: str) -> int:
     return sum(1 for line in lines if line.strip() and not line.strip().startswith(skip))
 
 
-def _kube_cgroups() -> list[str]:
+def kube_cgroups() -> list[str]:
     return sorted(str(p) for p in CGROUP_ROOT.glob("*/kubepods"))
 
 
@@ -85,7 +85,7 @@ def record() -> HostState:
     tables = _nft_tables()  # before listing chains: with iptables' nft backend a listing creates its table
     chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if shutil.which(ipt, path=_path())
               for table in TABLES}
-    return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, tables, _kube_cgroups())
+    return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, tables, kube_cgroups())
 
 
 def _remove_new_chains(before: HostState) -> list[str]:
@@ -136,7 +136,7 @@ def restore(before: HostState, created_dirs: list[Path], bridge: str) -> list[st
             Path("/proc/sys", name).write_text(value)
         except OSError as error:
             notes.append(f"sysctl {name} not restored to {value}: {error}")
-    for cgroup in _kube_cgroups():
+    for cgroup in kube_cgroups():
         if cgroup not in before.cgroups and not _remove_cgroup(Path(cgroup)):
             notes.append(f"cgroup {cgroup} still holds processes")
     for path in FIXED_PATHS:
