@@ -77,7 +77,7 @@ def _dev(args: argparse.Namespace) -> int:
                        step_seconds=simulated_steps.parse(args.step_seconds), real_node=args.real_node)
             node = real_node.up(local) if args.real_node else None
             if not args.cluster_only:
-                cluster.install(local, sample=not args.no_sample)
+                cluster.install(local, sample=not args.no_sample, prometheus=args.prometheus)
                 if node and not args.no_sample:
                     node.apply_sample()
             print(local.exports())
@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--real-node", action="store_true",
                     help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
                          "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also a Prometheus (built once, pinned) scraping the operator and the runtime pods, with "
+                         "specdec's alert rules, at http://127.0.0.1:19090")
     dev_commands.add_parser("down", help="stop the cluster (and its real node) and remove its processes and data")
     dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
     tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")

@@ -251,14 +251,21 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
     _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
 
 
-def install(cluster: LocalCluster, sample: bool = True) -> None:
-    """CRDs, the operator (a local process: kwok pods run no containers) and a sample deployment."""
+def install(cluster: LocalCluster, sample: bool = True, prometheus: bool = False) -> None:
+    """CRDs, the operator (a local process: kwok pods run no containers) and a sample deployment;
+    `prometheus`: also a Prometheus scraping the operator and the runtime pods (specdec.observability)."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     input="\n---\n".join(render_crds().values()))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
-    start_operator(cluster)
+    if prometheus:
+        from specdec.observability import prometheus as monitoring
+        start_operator(cluster, monitoring.DEV_OPERATOR_METRICS_PORT)
+    else:
+        start_operator(cluster)
     start_pod_runner(cluster)
+    if prometheus:
+        monitoring.dev_up(cluster)
     if sample:
         text = resources.files("specdec").joinpath("examples", SAMPLE).read_text()
         cluster.kubectl("apply", "-n", "default", "-f", "-", input=text)
@@ -377,6 +384,7 @@ def down(cluster: LocalCluster) -> None:
         raise ClusterError(f"cluster {cluster.name!r} has a real node running: `specdec dev down` stops it first")
     stop_process(cluster.pod_runner_pid_file, "pod runner")
     stop_operator(cluster)
+    stop_process(cluster.directory / "prometheus" / "prometheus.pid", "prometheus")  # `dev up --prometheus`
     if not cluster.exists():
         _log(f"no cluster {cluster.name!r}; nothing to do")
         return
