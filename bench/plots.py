@@ -26,7 +26,7 @@ def fleet_runs(results: Path = RESULTS) -> list[dict]:
     """Every bench/run.py result with fleets, oldest first (timestamped names sort by time)."""
     runs = []
     for path in sorted(results.glob("2*.json")):
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("scales"):
             data["file"] = path.name
             runs.append(data)

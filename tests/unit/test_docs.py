@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from specdec.api import reference
 
@@ -18,7 +17,8 @@ API_PAGE = ROOT / "docs" / "reference" / "api.md"
 
 def test_site_builds_in_strict_mode(tmp_path):
     """A broken link or anchor, a page missing from the nav or a nav entry without a page fails the build."""
-    pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip install -e '.[docs]'")
+    assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("material"), \
+        "mkdocs-material is not installed: .venv/bin/pip install -e '.[test]' (the docs extra is part of it)"
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
          "--site-dir", str(tmp_path / "site")],
@@ -30,13 +30,13 @@ def test_site_builds_in_strict_mode(tmp_path):
 
 def test_api_reference_is_generated_from_the_crds():
     assert API_PAGE.is_file(), f"{API_PAGE} is missing: run `{reference.REGENERATE}`"
-    assert API_PAGE.read_text() == reference.render(), \
+    assert API_PAGE.read_text(encoding="utf-8") == reference.render(), \
         f"docs/reference/api.md differs from the CRDs (crds/*.yaml): run `{reference.REGENERATE}`"
 
 
 def test_api_reference_covers_every_field_and_rule():
     """Every object of every CRD has its table, every field its row and every CEL rule its line."""
-    page = API_PAGE.read_text()
+    page = API_PAGE.read_text(encoding="utf-8")
     for crd in reference.load_crds():
         kind = crd["spec"]["names"]["kind"]
         schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -61,21 +61,21 @@ def _rules(node):
 
 
 def test_readme_is_a_front_door():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 250, "README.md is longer than 250 lines: move the detail into docs/"
-    for text in [readme] + [p.read_text() for p in (ROOT / "docs").rglob("*.md")]:
+    for text in [readme] + [p.read_text(encoding="utf-8") for p in (ROOT / "docs").rglob("*.md")]:
         assert not re.search(r"session [0-9]|\(issue [0-9]+\)", text, re.I), "history labels belong in git log"
 
 
 def test_site_front_page_is_the_readme():
     """docs/index.md is README.md with its links made relative to docs/: one front door, two places."""
-    readme = (ROOT / "README.md").read_text()
-    assert (ROOT / "docs" / "index.md").read_text() == readme.replace("](docs/", "]("), \
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert (ROOT / "docs" / "index.md").read_text(encoding="utf-8") == readme.replace("](docs/", "]("), \
         "docs/index.md differs from README.md: run `sed 's|](docs/|](|g' README.md > docs/index.md`"
 
 
 def test_readme_links_into_docs_exist():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\((docs/[^)#]+)", readme)
     assert links
     for link in links:

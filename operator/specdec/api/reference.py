@@ -30,7 +30,7 @@ def load_crds(crd_dir: Path | None = None) -> list[dict]:
     """The CRD objects, from crd_dir (default: the checkout's crds/), else from the models."""
     directory = crd_dir or CRD_DIR
     if directory.is_dir() and any(directory.glob("*.yaml")):
-        texts = [p.read_text() for p in sorted(directory.glob("*.yaml"))]
+        texts = [p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.yaml"))]
     else:
         from specdec.api.crd import render_crds
         texts = [render_crds()[name] for name in sorted(render_crds())]
@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the API reference (Markdown) from the CRDs to stdout.")
     parser.add_argument("--crds", type=Path, default=None, help="directory of CRD YAML files (default: crds/)")
     args = parser.parse_args(argv)
-    sys.stdout.write(render(args.crds))
+    sys.stdout.flush()
+    sys.stdout.buffer.write(render(args.crds).encode("utf-8"))  # UTF-8 whatever the locale
     return 0
 
 
