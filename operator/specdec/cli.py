@@ -17,14 +17,14 @@ from specdec.settings import Settings
 CRD_DIRS = ("crds", "charts/specdec-operator/files/crds")
 
 NEXT_STEPS = """
-Next (after running the two export lines above):
-  kubectl get nodes                                  # simulated GPU nodes, nvidia.com/gpu: 8
-  kubectl get sd,eb                                  # the sample SpeculativeDeployment and its EngineBuilds
-  kubectl describe sd llama70b-spec                  # conditions and events, step by step
-  kubectl get jobs,deploy,svc,cm                     # what the operator created
+Next (the first line points this shell at the cluster; every new shell needs it too):
+  source {env_file}
+  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count   # simulated GPU nodes: H100 labels, 8 GPUs
+  kubectl get sd,mc,eb               # the sample, its ModelCaches and EngineBuilds: Fetching, Building, Ready
+  kubectl describe sd llama70b-spec  # conditions and events, step by step
+  kubectl get jobs,deploy,svc,cm     # what the operator created
   specdec dev simulate llama70b-spec --acceptance 0.9   # the simulated backends' acceptance, live
-  specdec render -f examples/llama-2-13b-draft-7b-logits.yaml   # preview another deployment offline
-  specdec dev down                                   # stop everything
+  make down                          # stop everything (the same as `specdec dev down`)
 """
 REAL_NODE_NEXT_STEPS = f"""
 The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and TensorRT-LLM stay simulated):
@@ -73,17 +73,24 @@ def _dev(args: argparse.Namespace) -> int:
         elif args.dev_command == "up":
             if args.real_node and real_node.problems():
                 raise cluster.ClusterError("--real-node: " + "; ".join(real_node.problems()))
-            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes,
-                       step_seconds=simulated_steps.parse(args.step_seconds), real_node=args.real_node)
+            if args.step_seconds is not None:
+                step_seconds = simulated_steps.parse(args.step_seconds)
+            else:  # a cluster keeps the step seconds it was created with
+                step_seconds = None if local.exists() else cluster.QUICK_START_STEP_SECONDS
+            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes, step_seconds=step_seconds,
+                       real_node=args.real_node)
             node = real_node.up(local) if args.real_node else None
             if not args.cluster_only:
                 cluster.install(local, sample=not args.no_sample, prometheus=args.prometheus)
                 if node and not args.no_sample:
                     node.apply_sample()
-            print(local.exports())
-            if node:
-                print(node.exports())
-            print(NEXT_STEPS + (REAL_NODE_NEXT_STEPS if node else ""), file=sys.stderr)
+            env_file = local.write_env_file(*([node.exports()] if node else []))
+            print(env_file.read_text(), end="")
+            print(NEXT_STEPS.format(env_file=env_file) + (REAL_NODE_NEXT_STEPS if node else ""), file=sys.stderr)
+        elif args.dev_command == "env":
+            if not local.env_file.is_file():
+                raise cluster.ClusterError(f"cluster {local.name!r} has not been brought up (`specdec dev up`)")
+            print(local.env_file.read_text(), end="")
         elif args.dev_command == "down":
             real_node.down(local)
         elif args.dev_command == "status":
@@ -179,9 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
     up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
                     help="simulated nodes with 8 GPUs each")
-    up.add_argument("--step-seconds", default="", metavar="STEP=SECONDS,...",
+    up.add_argument("--step-seconds", default=None, metavar="STEP=SECONDS,...",
                     help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
-                         "(when the cluster is created; default 0: steps end at once)")
+                         "(when the cluster is created; default: " + ",".join(
+                             f"{k}={v:g}" for k, v in cluster.QUICK_START_STEP_SECONDS.items()) +
+                         ", so each phase of the sample shows; 0 ends every step at once)")
     up.add_argument("--real-node", action="store_true",
                     help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
                          "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)")
@@ -190,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "specdec's alert rules, at http://127.0.0.1:19090")
     dev_commands.add_parser("down", help="stop the cluster (and its real node) and remove its processes and data")
     dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
+    dev_commands.add_parser("env", help="print the cluster's exports (also in its env.sh): eval \"$(specdec dev env)\"")
     tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
     tools.add_argument("--real-node", action="store_true",
                        help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")

@@ -39,6 +39,9 @@ ENDPOINT_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "end
 # `kubectl get sd` shows ACCEPT and SPEEDUP seconds after the sample's pod serves.
 DEV_OPERATOR_ENV = {"SPECDEC_SPECULATION_SCRAPE_SECONDS": "5"}
 POD_RUNNER_START_SECONDS = 1.0
+# `specdec dev up`'s simulated Job steps when it creates a cluster: long enough that the sample's fetch,
+# convert, quantize and build phases each show in `kubectl get` (the tests create theirs with 0 s).
+QUICK_START_STEP_SECONDS = {"fetch": 6.0, "convert": 6.0, "quantize": 6.0, "build": 8.0}
 OPTIONS_FILE = "specdec-options.json"
 
 
@@ -141,6 +144,15 @@ class LocalCluster:
         """Shell lines that give kubectl/helm (our builds) and this specdec (e.g. in .venv) the cluster."""
         return (f"export KUBECONFIG={self.kubeconfig}\n"
                 f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH")
+
+    @property
+    def env_file(self) -> Path:
+        """The exports as a file to `source` (a pasted command block then works in any new shell)."""
+        return self.directory / "env.sh"
+
+    def write_env_file(self, *extra: str) -> Path:
+        self.env_file.write_text("\n".join([self.exports(), *extra]) + "\n")
+        return self.env_file
 
 
 def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
