@@ -46,7 +46,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -85,7 +84,6 @@ IGNORED_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 WHEELS_MOUNT = "/wheels"
 # Podman 4.3 itself runs with RLIMIT_NPROC 32768 here, and runc cannot give a container more than that.
 NPROC_LIMIT = 32768
-HEARTBEAT_SECONDS = 30
 
 
 class ImageBuildError(RuntimeError):
@@ -262,28 +260,13 @@ def _require(*names: str) -> None:
 
 
 def _run(args: list[str], label: str, log: Path, env: dict[str, str] | None = None) -> None:
-    """Run a command with its output appended to `log`; a heartbeat while it runs; fail with the log's tail."""
-    start = time.monotonic()
-    done = threading.Event()
-
-    def heartbeat() -> None:
-        while not done.wait(HEARTBEAT_SECONDS):
-            _log(f"  still {label}: {time.monotonic() - start:.0f}s elapsed")
-
-    threading.Thread(target=heartbeat, daemon=True).start()
+    """Run a command with its output appended to `log`; fail with the log's tail."""
     try:
-        with log.open("ab") as out:
-            out.write(f"\n$ {' '.join(args)}\n".encode())
-            out.flush()
-            result = subprocess.run(args, env=env or _env(), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+        status, tail = toolchain.run_logged(args, label, log, env or _env(), _log, tail_lines=30)
     except OSError as error:
         raise ImageBuildError(f"{label}: cannot run {args[0]}: {error.strerror or error}") from None
-    finally:
-        done.set()
-    if result.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-30:]
-        raise ImageBuildError(f"{label} failed (exit {result.returncode}); full log: {log}\n" + "\n".join(tail))
+    if status:
+        raise ImageBuildError(f"{label} failed (exit {status}); full log: {log}\n" + "\n".join(tail))
 
 
 def _podman(*args: str, label: str, log: Path) -> None:

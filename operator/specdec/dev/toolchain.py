@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -167,31 +168,41 @@ def _go() -> str:
     return go
 
 
-def _run_go(args: list[str], cwd: Path, env: dict[str, str], label: str, log: Path) -> None:
-    """Run a go command with its output in `log`; print a heartbeat; fail with the log's tail."""
+def run_logged(args: list[str], label: str, log: Path, env: dict[str, str], say: Callable[[str], None],
+               cwd: Path | None = None, tail_lines: int = 25) -> tuple[int, list[str]]:
+    """Run a command with its output appended to `log` and a heartbeat through `say` while it runs (a cold
+    build is minutes of silence otherwise): its exit status, and the log's last lines when it failed. OSError
+    when the command cannot be run."""
     start = time.monotonic()
     done = threading.Event()
 
     def heartbeat() -> None:
         while not done.wait(HEARTBEAT_SECONDS):
-            _log(f"  still {label}: {time.monotonic() - start:.0f}s elapsed")
+            say(f"  still {label}: {time.monotonic() - start:.0f}s elapsed")
 
     threading.Thread(target=heartbeat, daemon=True).start()
     try:
         with log.open("ab") as out:
-            result = subprocess.run(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            out.write(f"\n$ {' '.join(args)}\n".encode())
+            out.flush()
+            result = subprocess.run(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
     finally:
         done.set()
-    if result.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-25:]
+    tail = log.read_text(errors="replace").splitlines()[-tail_lines:] if result.returncode else []
+    return result.returncode, tail
+
+
+def _run_go(args: list[str], cwd: Path, env: dict[str, str], label: str, log: Path) -> None:
+    """Run a go command with its output in `log`; fail with the log's tail."""
+    status, tail = run_logged(args, label, log, env, _log, cwd)
+    if status:
         hint = ""
         if any(s in line for line in tail for s in ("dial tcp", "proxy.golang.org", "no such host", "GOPROXY")):
             proxy = subprocess.run([args[0], "env", "GOPROXY"], env=env, capture_output=True, text=True).stdout.strip()
             hint = (f"\nThe Go module proxy (GOPROXY={proxy}) is not reachable or disabled; the control plane "
                     "is built from modules it serves.")
-        raise ToolchainError(
-            f"{label} failed (exit {result.returncode}); full log: {log}\n" + "\n".join(tail) + hint
-        )
+        raise ToolchainError(f"{label} failed (exit {status}); full log: {log}\n" + "\n".join(tail) + hint)
 
 
 def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGroup, log: Path) -> list[str]:
