@@ -1,4 +1,4 @@
-"""GPU-seconds that build pods hold while no GPU step runs, and per deployment (issue 14 part 5).
+"""GPU-seconds that build pods hold while no GPU step runs, and per deployment.
 
     PYTHONPATH=operator:. .venv/bin/python bench/gpu_seconds.py --kubeconfig KUBECONFIG \
         [--before-tree /tmp/wt-before] [--step-seconds fetch=20,convert=10,quantize=10,build=30]

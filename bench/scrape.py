@@ -1,4 +1,4 @@
-"""What reading the runtime pods' metrics costs the operator (issue 13: < 10 % of one core at 300 pods).
+"""What reading the runtime pods' metrics costs the operator (the aim: < 10 % of one core at 300 pods).
 
     .venv/bin/python bench/scrape.py [--pods 300] [--passes 8] [--interval 15]
 

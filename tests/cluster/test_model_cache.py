@@ -1,4 +1,4 @@
-"""Checkpoints are fetched by ModelCaches on CPU nodes before any GPU build starts (issue 14 part 1)."""
+"""Checkpoints are fetched by ModelCaches on CPU nodes before any GPU build starts."""
 
 from __future__ import annotations
 

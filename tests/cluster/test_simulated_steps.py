@@ -1,5 +1,5 @@
 """Simulated step durations in the local cluster: ModelCaches and EngineBuilds move through the phases
-of their steps, one after another, as in a real cluster (issue 14 part 5)."""
+of their steps, one after another, as in a real cluster."""
 
 from __future__ import annotations
 

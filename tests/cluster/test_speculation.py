@@ -1,4 +1,4 @@
-"""Issue 13 end to end: the operator scrapes the runtime pods (served by the local pod runner: the real
+"""End to end: the operator scrapes the runtime pods (served by the local pod runner: the real
 front before a simulated backend, on the pods' own IPs) and writes status.speculation, the
 SpeculationEffective condition and, with draftLen: auto, the draft length."""
 
