@@ -81,6 +81,8 @@ def scrape_config(kubeconfig: Path, operator_targets: list[str], namespaces: lis
         ]}
     operator = {"job_name": OPERATOR_JOB, "scrape_interval": interval,
                 "static_configs": [{"targets": list(operator_targets)}]}
+    for job in (operator, runtime):  # Prometheus 3 refuses a scrape without a Content-Type unless told what to assume
+        job["fallback_scrape_protocol"] = "PrometheusText0.0.4"
     return {"global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": "5s"
                        if _seconds(interval) > 5 else interval},
             "rule_files": list(rule_files or []), "scrape_configs": [operator, runtime]}
