@@ -26,7 +26,7 @@ down: install
 
 ## test: every test, unit and cluster (starts its own local cluster unless SPECDEC_TEST_KUBECONFIG is set)
 test: install
-	$(BIN)/specdec dev tools >/dev/null
+	$(BIN)/specdec dev tools --prometheus >/dev/null
 	@# A real node's tools and images (Debian packages too, as root); where none can run, its tests say why.
 	$(BIN)/specdec dev tools --real-node >/dev/null || echo "make: no real node's tools here; tests/realnode says why"
 	$(BIN)/python -m pytest

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from specdec.dev import cluster, images, real_node, simulated_steps, simulation_profile, toolchain
+from specdec.observability import prometheus
 from specdec.settings import Settings
 
 
@@ -70,6 +71,8 @@ def _dev(args: argparse.Namespace) -> int:
             print(toolchain.ensure_tools(real_node=args.real_node))
             if args.real_node:
                 images.build_images()
+            if args.prometheus:
+                prometheus.ensure()
         elif args.dev_command == "up":
             if args.real_node and real_node.problems():
                 raise cluster.ClusterError("--real-node: " + "; ".join(real_node.problems()))
@@ -81,7 +84,10 @@ def _dev(args: argparse.Namespace) -> int:
                        real_node=args.real_node)
             node = real_node.up(local) if args.real_node else None
             if not args.cluster_only:
-                cluster.install(local, sample=not args.no_sample, prometheus=args.prometheus)
+                cluster.install(local, sample=not args.no_sample,
+                                operator_metrics_port=prometheus.DEV_OPERATOR_METRICS_PORT if args.prometheus else 0)
+                if args.prometheus:
+                    prometheus.dev_up(local)
                 if node and not args.no_sample:
                     node.apply_sample()
             env_file = local.write_env_file(*([node.exports()] if node else []))
@@ -101,8 +107,8 @@ def _dev(args: argparse.Namespace) -> int:
                       f"{node.exports()}")
         elif args.dev_command == "simulate":
             _simulate(local, args)
-    except (toolchain.ToolchainError, cluster.ClusterError, images.ImageBuildError, simulation_profile.ProfileError,
-            simulated_steps.StepSecondsError) as error:
+    except (toolchain.ToolchainError, cluster.ClusterError, images.ImageBuildError, prometheus.PrometheusError,
+            simulation_profile.ProfileError, simulated_steps.StepSecondsError) as error:
         print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
         return 1
     return 0
@@ -203,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
     tools.add_argument("--real-node", action="store_true",
                        help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")
+    tools.add_argument("--prometheus", action="store_true", help="also the pinned Prometheus and promtool")
     simulate = dev_commands.add_parser(
         "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them")
     simulate.add_argument("deployment", nargs="?", metavar="NAME", help="the SpeculativeDeployment")

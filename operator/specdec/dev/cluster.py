@@ -263,21 +263,15 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
     _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
 
 
-def install(cluster: LocalCluster, sample: bool = True, prometheus: bool = False) -> None:
-    """CRDs, the operator (a local process: kwok pods run no containers) and a sample deployment;
-    `prometheus`: also a Prometheus scraping the operator and the runtime pods (specdec.observability)."""
+def install(cluster: LocalCluster, sample: bool = True, operator_metrics_port: int = 0) -> None:
+    """CRDs, the operator (a local process: kwok pods run no containers; its /metrics on
+    `operator_metrics_port`, 0 for none) and a sample deployment."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                     input="\n---\n".join(render_crds().values()))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                     "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
-    if prometheus:
-        from specdec.observability import prometheus as monitoring
-        start_operator(cluster, monitoring.DEV_OPERATOR_METRICS_PORT)
-    else:
-        start_operator(cluster)
+    start_operator(cluster, operator_metrics_port)
     start_pod_runner(cluster)
-    if prometheus:
-        monitoring.dev_up(cluster)
     if sample:
         text = resources.files("specdec").joinpath("examples", SAMPLE).read_text()
         cluster.kubectl("apply", "-n", "default", "-f", "-", input=text)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from specdec.dev import toolchain
-from specdec.dev.cluster import ClusterError
+from specdec.dev.cluster import ClusterError, LocalCluster, running_pid
 from specdec.observability import alerts
 
 PINNED_VERSION = "3.16.0"
@@ -182,10 +183,13 @@ DEV_PORT = 19090
 DEV_OPERATOR_METRICS_PORT = 18081
 
 
-def dev_up(cluster) -> Prometheus:
-    """Start (or keep) the local cluster's Prometheus: files under <cluster dir>/prometheus."""
-    from specdec.dev.cluster import _log, running_pid
+def _log(message: str) -> None:
+    print(f"[prometheus] {message}", file=sys.stderr, flush=True)
 
+
+def dev_up(cluster: LocalCluster) -> Prometheus:
+    """Start (or keep) the local cluster's Prometheus: files under <cluster dir>/prometheus (`specdec dev down`
+    stops it with the cluster's other processes)."""
     server = Prometheus(cluster.directory / "prometheus", DEV_PORT)
     if running_pid(server.pid_file):
         _log(f"prometheus already running at {server.url}")
@@ -195,9 +199,3 @@ def dev_up(cluster) -> Prometheus:
     process = server.start()
     _log(f"prometheus {PINNED_VERSION} running at {server.url} (pid {process.pid}, files in {server.directory})")
     return server
-
-
-def dev_down(cluster) -> None:
-    from specdec.dev.cluster import stop_process
-
-    stop_process(cluster.directory / "prometheus" / "prometheus.pid", "prometheus")
