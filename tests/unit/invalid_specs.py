@@ -147,6 +147,12 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
      spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"maxConcurrency": 0}}), "maxConcurrency"),
     ("mtp-relaxed-top-k-zero",
      spec(backend="pytorch", speculation={"mode": "mtp", "mtp": {"relaxedAcceptance": {"topK": 0}}}), "topK"),
+    ("sa-on-tensorrt", spec(speculation={"mode": "sa", "sa": {}}), "mode"),
+    ("sa-ngram-size-zero",
+     spec(backend="pytorch", speculation={"mode": "sa", "sa": {"maxMatchingNgramSize": 0}}), "maxMatchingNgramSize"),
+    ("sa-global-pool-ngram-size-above-64",
+     spec(backend="pytorch", speculation={"mode": "sa", "sa": {"enableGlobalPool": True, "maxMatchingNgramSize": 65}}),
+     "maxMatchingNgramSize"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -163,6 +169,7 @@ CEL: frozenset[str] = frozenset({
     "pytorch-draft-target-max-draft-len", "pytorch-fp8-quantization", "pytorch-fp8-draft", "eagle3-on-tensorrt",
     "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
     "ngram-on-tensorrt", "ngram-window-without-threshold",
+    "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})

@@ -59,7 +59,8 @@ def test_every_mode_says_what_drafts():
     from specdec.modes import MODES
 
     assert {name: m.drafter for name, m in MODES.items() if name != "none"} == {
-        "draftTarget": "model", "redrafter": "head", "eagle3": "head", "mtp": "head", "ngram": "lookup"}
+        "draftTarget": "model", "redrafter": "head", "eagle3": "head", "mtp": "head", "ngram": "lookup",
+        "sa": "lookup"}
 
 
 def test_delta_handles_first_scrape_and_restarts():
