@@ -248,7 +248,8 @@ def test_simulated_clients_arrive_at_the_profiles_rate():
         return len(arrivals)
 
     assert 20 <= run(scenario(50.0)) <= 80
-    assert arrivals[0] == {"prompt": simulated_clients.PROMPT, "max_tokens": 12}
+    assert {a["prompt"] for a in arrivals} == {simulated_clients.PROMPT} and {a["max_tokens"] for a in arrivals} == {12}
+    assert {a["stream"] for a in arrivals} == {True, False}  # some stream: the front's first-token times
     assert run(scenario(0.0)) == 0
 
 

@@ -1,6 +1,7 @@
 """Simulated clients of a runtime pod in the local cluster: an open-loop load of /v1/completions.
 
-Arrivals are a Poisson process at the profile's `requestsPerSecond`, each asking for `maxTokens`; they do not
+Arrivals are a Poisson process at the profile's `requestsPerSecond`, each asking for `maxTokens` (half of them
+streamed); they do not
 wait for earlier answers (open loop), except that a pod with MAX_IN_FLIGHT requests outstanding drops new
 arrivals, so an overloaded simulation does not snowball.
 """
@@ -18,11 +19,12 @@ from specdec.dev.simulation_profile import Profile
 MAX_IN_FLIGHT = 64
 MAX_WAIT_SECONDS = 1.0  # how soon a new rate applies
 PROMPT = "Explain speculative decoding in one paragraph."
+STREAMED = 0.5  # the share of requests that stream
 
 
-async def _request(session: aiohttp.ClientSession, url: str, max_tokens: int) -> None:
+async def _request(session: aiohttp.ClientSession, url: str, max_tokens: int, stream: bool) -> None:
     try:
-        async with session.post(url, json={"prompt": PROMPT, "max_tokens": max_tokens}) as response:
+        async with session.post(url, json={"prompt": PROMPT, "max_tokens": max_tokens, "stream": stream}) as response:
             await response.read()
     except (aiohttp.ClientError, asyncio.TimeoutError):
         pass  # a pod starting or stopping; the front's own metrics count what it answered
@@ -44,7 +46,8 @@ async def open_loop(session: aiohttp.ClientSession, url: str, profile: Callable[
             await asyncio.sleep(min(wait, MAX_WAIT_SECONDS))
             if wait > MAX_WAIT_SECONDS or len(in_flight) >= MAX_IN_FLIGHT:
                 continue
-            task = asyncio.create_task(_request(session, url, current.max_tokens))
+            # Every other request streams, as chat clients do: the front's time to first token has samples.
+            task = asyncio.create_task(_request(session, url, current.max_tokens, stream=rng.random() < STREAMED))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
     finally:
