@@ -153,6 +153,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("sa-global-pool-ngram-size-above-64",
      spec(backend="pytorch", speculation={"mode": "sa", "sa": {"enableGlobalPool": True, "maxMatchingNgramSize": 65}}),
      "maxMatchingNgramSize"),
+    ("auto-on-tensorrt", spec(speculation={"mode": "auto"}), "mode"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -169,7 +170,7 @@ CEL: frozenset[str] = frozenset({
     "pytorch-draft-target-max-draft-len", "pytorch-fp8-quantization", "pytorch-fp8-draft", "eagle3-on-tensorrt",
     "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
     "ngram-on-tensorrt", "ngram-window-without-threshold",
-    "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64",
+    "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})
