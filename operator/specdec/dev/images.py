@@ -224,8 +224,10 @@ def _runroot_base() -> Path:
 
 
 def podman_command() -> list[str]:
-    """podman on this module's own image store, with runc."""
-    store = images_dir() / "podman"
+    """podman on this module's own image store, with runc. The store's real path: podman records it and refuses
+    the store under another spelling (a symlinked cache dir, a SPECDEC_CACHE through a link)."""
+    images_dir().mkdir(parents=True, exist_ok=True)
+    store = images_dir().resolve() / "podman"
     run = _runroot_base()
     return ["podman", "--root", str(store / "storage"), "--runroot", str(run / "runroot"),
             "--tmpdir", str(run / "libpod"), "--runtime", "runc"]

@@ -41,7 +41,8 @@ from typing import Any, Callable
 
 PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
 DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec.dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
-LOOKUP_DECODING_TYPES = {"NGram"}  # drafts that cost no draft-model time
+# Drafts that cost no draft-model time: the modes whose drafter is a lookup (specdec.modes; AUTO becomes NGram).
+LOOKUP_DECODING_TYPES = {"NGram", "SA", "AUTO"}
 
 # trtllm-serve's `serve` options (tests/runtime/data/trtllm_serve.json keeps where they were read): name -> type;
 # None for a flag without a value.
