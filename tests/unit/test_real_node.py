@@ -47,3 +47,14 @@ def test_containerd_keeps_its_state_and_runc_state_in_its_directory(tmp_path):
     cni = real_node.cni_config(tmp_path / "ipam")
     bridge = cni["plugins"][0]
     assert bridge["bridge"] == real_node.BRIDGE and bridge["ipMasq"] is False  # no iptables rule of its own
+
+
+def test_without_root_the_real_node_says_why_before_anything_starts(monkeypatch, tmp_path, capsys):
+    from specdec import cli
+
+    monkeypatch.setattr(real_node.os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    assert any("needs root" in p for p in real_node.problems())
+    assert cli.main(["dev", "up", "--real-node", "--name", "no-root"]) == 1
+    assert "--real-node: a real node needs root" in capsys.readouterr().err
+    assert not (tmp_path / "kwok").exists()  # no cluster was created
