@@ -154,6 +154,9 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
      spec(backend="pytorch", speculation={"mode": "sa", "sa": {"enableGlobalPool": True, "maxMatchingNgramSize": 65}}),
      "maxMatchingNgramSize"),
     ("auto-on-tensorrt", spec(speculation={"mode": "auto"}), "mode"),
+    ("pard-on-tensorrt",
+     spec(speculation={"mode": "pard", "pard": {"draftModel": "hf://amd/PARD-Llama-3.2-1B"}}), "mode"),
+    ("pard-without-draft-model", spec(backend="pytorch", speculation={"mode": "pard", "pard": {}}), "draftModel"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -171,6 +174,7 @@ CEL: frozenset[str] = frozenset({
     "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
     "ngram-on-tensorrt", "ngram-window-without-threshold",
     "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
+    "pard-on-tensorrt", "pard-without-draft-model",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})

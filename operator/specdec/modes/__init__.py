@@ -11,7 +11,7 @@ from typing import Literal, Optional
 from pydantic import Field, create_model
 
 from specdec.api.base import ApiModel, cel, validations
-from specdec.modes import auto, draft_target, eagle3, mtp, ngram, none, redrafter, sa
+from specdec.modes import auto, draft_target, eagle3, mtp, ngram, none, pard, redrafter, sa
 from specdec.modes.mode import Mode
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -23,6 +23,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     ngram.MODE,
     sa.MODE,
     auto.MODE,
+    pard.MODE,
 )}
 
 
