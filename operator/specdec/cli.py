@@ -30,7 +30,7 @@ Next (the first line points this shell at the cluster; every new shell needs it 
 REAL_NODE_NEXT_STEPS = f"""
 The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and TensorRT-LLM stay simulated):
   kubectl get pods -o wide -l app.kubernetes.io/instance={real_node.SAMPLE_NAME}   # its runtime pod, real IP
-  crictl ps                                          # its containers (after the export line above)
+  crictl ps                                          # its containers (env.sh sets CONTAINER_RUNTIME_ENDPOINT)
 """
 
 
