@@ -74,8 +74,9 @@ def _dev(args: argparse.Namespace) -> int:
             if args.prometheus:
                 prometheus.ensure()
         elif args.dev_command == "up":
-            if args.real_node and real_node.problems():
-                raise cluster.ClusterError("--real-node: " + "; ".join(real_node.problems()))
+            found = real_node.problems() if args.real_node else []
+            if found:
+                raise cluster.ClusterError("--real-node: " + "; ".join(found))
             if args.step_seconds is not None:
                 step_seconds = simulated_steps.parse(args.step_seconds)
             else:  # a cluster keeps the step seconds it was created with

@@ -125,7 +125,7 @@ def test_ulimits_stay_within_the_hard_limits():
 
 
 def test_missing_tools_say_what_to_install(monkeypatch):
-    monkeypatch.setattr(images, "_which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}")
+    monkeypatch.setattr(images.toolchain, "which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}")
     images._require("podman")
     with pytest.raises(images.ImageBuildError, match="runc, mmdebstrap are not installed.*apt-get install"):
         images._require("podman", "runc", "mmdebstrap")

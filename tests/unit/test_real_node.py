@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 
-from specdec.dev import nodes, real_node
+from specdec.dev import cluster, nodes, real_node
 
 
 def test_the_pause_image_is_an_oci_archive_containerd_names_by_its_reference():
@@ -28,7 +28,7 @@ def test_the_pause_image_is_an_oci_archive_containerd_names_by_its_reference():
 
 
 def test_the_kubernetes_service_ip_is_the_first_of_the_service_range():
-    assert real_node.service_ip("10.96.0.0/16") == "10.96.0.1"
+    assert cluster.SERVICE_CIDR == "10.96.0.0/16" and cluster.KUBERNETES_SERVICE_IP == "10.96.0.1"
 
 
 def test_the_kubelet_is_configured_for_this_kind_of_host(tmp_path):

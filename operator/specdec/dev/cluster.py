@@ -34,6 +34,7 @@ READY_TIMEOUT_SECONDS = 180
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
 OPERATOR_HEALTH_PORT = 18080
 SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))  # the `kubernetes` Service's ClusterIP
 ENDPOINT_CONTROLLERS = ("endpoints-controller", "endpointslice-controller", "endpointslice-mirroring-controller")
 # The local operator reads the pods' metrics more often than the production default (15 s), so
 # `kubectl get sd` shows ACCEPT and SPEEDUP seconds after the sample's pod serves.
@@ -129,6 +130,11 @@ class LocalCluster:
         """The files of the cluster's real node (specdec.dev.real_node), when it has one."""
         return self.directory / "real-node"
 
+    @property
+    def prometheus_dir(self) -> Path:
+        """The files of `dev up --prometheus`'s server (specdec.observability.prometheus)."""
+        return self.directory / "prometheus"
+
     def options(self) -> dict:
         """How the cluster was created (OPTIONS_FILE), {} for a cluster created before it was written."""
         try:
@@ -180,7 +186,7 @@ def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
             "kubectlBinary": str(bins / "kubectl"),
             "kwokControllerBinary": str(bins / "kwok"),
             # In-cluster clients reach the API server at the `kubernetes` Service's ClusterIP.
-            "kubeApiserverCertSANs": [str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))],
+            "kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP],
         },
     }
     # The API server's default service range is a /24: 254 Services, fewer than a fleet of deployments.
@@ -390,7 +396,7 @@ def down(cluster: LocalCluster) -> None:
         raise ClusterError(f"cluster {cluster.name!r} has a real node running: `specdec dev down` stops it first")
     stop_process(cluster.pod_runner_pid_file, "pod runner")
     stop_operator(cluster)
-    stop_process(cluster.directory / "prometheus" / "prometheus.pid", "prometheus")  # `dev up --prometheus`
+    stop_process(cluster.prometheus_dir / "prometheus.pid", "prometheus")  # `dev up --prometheus`
     if not cluster.exists():
         _log(f"no cluster {cluster.name!r}; nothing to do")
         return

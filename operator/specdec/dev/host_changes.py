@@ -48,12 +48,9 @@ class HostState:
         return cls(**json.loads(path.read_text()))
 
 
-def _path() -> str:
-    return toolchain.with_system_dirs(os.environ.get("PATH", ""))
-
-
 def _run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, "PATH": _path()})
+    path = toolchain.with_system_dirs(os.environ.get("PATH", ""))
+    return subprocess.run(list(argv), capture_output=True, text=True, env={**os.environ, "PATH": path})
 
 
 def _chains(iptables: str, table: str) -> list[str]:
@@ -63,7 +60,7 @@ def _chains(iptables: str, table: str) -> list[str]:
 
 
 def _nft_tables() -> list[str]:
-    if not shutil.which("nft", path=_path()):
+    if not toolchain.which("nft"):
         return []
     lines = _run("nft", "list", "tables").stdout.splitlines()
     return sorted(line.removeprefix("table ").strip() for line in lines if line.startswith("table "))
@@ -83,7 +80,7 @@ def kube_cgroups() -> list[str]:
 def record() -> HostState:
     sysctls = {name: Path("/proc/sys", name).read_text().strip() for name in SYSCTLS}
     tables = _nft_tables()  # before listing chains: with iptables' nft backend a listing creates its table
-    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if shutil.which(ipt, path=_path())
+    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if toolchain.which(ipt)
               for table in TABLES}
     return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, tables, kube_cgroups())
 

@@ -248,12 +248,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PATH": toolchain.with_system_dirs(os.environ.get("PATH", ""))}
 
 
-def _which(name: str) -> str | None:
-    return shutil.which(name, path=_env()["PATH"])
-
-
 def _require(*names: str) -> None:
-    missing = [name for name in names if not _which(name)]
+    missing = [name for name in names if not toolchain.which(name)]
     if missing:
         raise ImageBuildError(
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; the images are built "

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import ipaddress
 import json
 import os
 import shutil
@@ -39,8 +38,8 @@ import yaml
 
 from specdec.dev import host_changes, images, nodes, toolchain
 from specdec.dev import cluster as local_cluster
-from specdec.dev.cluster import (ClusterError, LocalCluster, SERVICE_CIDR, running_pid, start_process, stop_process,
-                                 wait_nodes_ready)
+from specdec.dev.cluster import (KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, running_pid, start_process,
+                                 stop_process, wait_nodes_ready)
 
 NODE_NAME = "real-0"
 GPU_STAND_INS = 4
@@ -59,7 +58,6 @@ DEBIAN_PACKAGES = {"runc": "runc", "iptables": "iptables", "ip": "iproute2", "po
                    "mmdebstrap": "mmdebstrap", "gcc": "gcc", "nft": "nftables"}
 # One real node per machine: who has it (the kubelet's device-plugin socket dir is fixed).
 OWNER_FILE = Path("/run/specdec-real-node.owner")
-READY_SECONDS = 120
 DNAT_COMMENT = "specdec real node: the kubernetes Service"
 # The sample whose runtime pod runs on the real node: a PyTorch-backend deployment (no engine builds; its
 # checkpoints are fetched on simulated CPU nodes), in the runtime test image.
@@ -67,12 +65,8 @@ SAMPLE = "llama-3.1-8b-draft-1b-pytorch.yaml"
 SAMPLE_NAME = "llama8b-real-node"
 
 
-def _which(command: str) -> str | None:
-    return shutil.which(command, path=toolchain.with_system_dirs(os.environ.get("PATH", "")))
-
-
 def _missing_packages() -> list[str]:
-    return sorted({package for command, package in DEBIAN_PACKAGES.items() if not _which(command)})
+    return sorted({package for command, package in DEBIAN_PACKAGES.items() if not toolchain.which(command)})
 
 
 def problems() -> list[str]:
@@ -107,11 +101,6 @@ def install_packages() -> None:
 
 def _log(message: str) -> None:
     print(f"[real-node] {message}", file=sys.stderr, flush=True)
-
-
-def service_ip(cidr: str = SERVICE_CIDR) -> str:
-    """The `kubernetes` Service's ClusterIP: the first address of the service range."""
-    return str(next(ipaddress.ip_network(cidr).hosts()))
 
 
 def pause_image_archive(pause_binary: bytes, reference: str = PAUSE_IMAGE) -> bytes:
@@ -154,7 +143,7 @@ def containerd_config(directory: Path, cni_bin: Path) -> str:
     restrict_oom_score_adj: the CRI gives sandboxes a negative OOM score, which needs CAP_SYS_RESOURCE; without
     it (containers in containers, some CI machines) every sandbox fails with runc's "can't get final child's
     PID from pipe". Clamping costs Guaranteed pods their negative OOM scores, nothing else."""
-    runc = _which("runc") or "runc"
+    runc = toolchain.which("runc") or "runc"
     return f"""version = 3
 root = "{directory}/root"
 state = "{directory}/state"
@@ -219,7 +208,7 @@ class RealNode:
 
     def __init__(self, cluster: LocalCluster):
         self.cluster = cluster
-        self.directory = cluster.directory / "real-node"
+        self.directory = cluster.real_node_dir
 
     @property
     def socket(self) -> Path:
@@ -326,13 +315,13 @@ class RealNode:
         """The one Service rule kube-proxy would make that in-cluster clients need: the `kubernetes` Service's
         ClusterIP:443 to the API server, for traffic from the pods' bridge."""
         rule = self._dnat_rule()
-        iptables = _which("iptables") or "iptables"
+        iptables = toolchain.which("iptables") or "iptables"
         if subprocess.run([iptables, "-w", "-t", "nat", "-C", *rule], capture_output=True).returncode != 0:
             subprocess.run([iptables, "-w", "-t", "nat", "-A", *rule], check=True, capture_output=True)
 
     def _dnat_rule(self) -> list[str]:
         port = urlsplit(self.cluster.server()).port
-        return ["PREROUTING", "-i", BRIDGE, "-d", f"{service_ip()}/32", "-p", "tcp", "--dport", "443",
+        return ["PREROUTING", "-i", BRIDGE, "-d", f"{KUBERNETES_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
                 "-m", "comment", "--comment", DNAT_COMMENT, "-j", "DNAT", "--to-destination", f"{GATEWAY}:{port}"]
 
     def _start_kubelet(self) -> None:
@@ -375,7 +364,7 @@ class RealNode:
                 self.crictl("rmp", "--force", sandbox, check=False)
         stop_process(self._file("containerd.pid"), "containerd")
         self._kill_shims()
-        subprocess.run([_which("iptables") or "iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
+        subprocess.run([toolchain.which("iptables") or "iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
                        capture_output=True)
         notes = host_changes.unmount_under(self.directory)
         state_file = self._file("host-state.json")

@@ -104,6 +104,14 @@ GROUPS: tuple[ToolGroup, ...] = (
 # Built only for a real node (`specdec dev up --real-node`, `specdec dev tools --real-node`).
 CONTAINERD = "github.com/containerd/containerd/v2"
 CNI_PLUGINS = "github.com/containernetworking/plugins"
+CNI_GROUP = ToolGroup(
+    name="cni-plugins",
+    module=CNI_PLUGINS,
+    version=CNI_PLUGINS_VERSION,
+    binaries={"bridge": f"{CNI_PLUGINS}/plugins/main/bridge", "loopback": f"{CNI_PLUGINS}/plugins/main/loopback",
+              "host-local": f"{CNI_PLUGINS}/plugins/ipam/host-local"},
+    linked=False,
+)
 NODE_GROUPS: tuple[ToolGroup, ...] = (
     _kubernetes("kubelet", ("kubelet",)),
     ToolGroup(
@@ -113,14 +121,7 @@ NODE_GROUPS: tuple[ToolGroup, ...] = (
         binaries={name: f"{CONTAINERD}/cmd/{name}" for name in ("containerd", "ctr", "containerd-shim-runc-v2")},
         ldflags=(f"-X {CONTAINERD}/version.Version={CONTAINERD_VERSION}",),
     ),
-    ToolGroup(
-        name="cni-plugins",
-        module=CNI_PLUGINS,
-        version=CNI_PLUGINS_VERSION,
-        binaries={"bridge": f"{CNI_PLUGINS}/plugins/main/bridge", "loopback": f"{CNI_PLUGINS}/plugins/main/loopback",
-                  "host-local": f"{CNI_PLUGINS}/plugins/ipam/host-local"},
-        linked=False,
-    ),
+    CNI_GROUP,
     ToolGroup(
         name="crictl",
         module="sigs.k8s.io/cri-tools",
@@ -129,7 +130,6 @@ NODE_GROUPS: tuple[ToolGroup, ...] = (
         ldflags=(f"-X sigs.k8s.io/cri-tools/pkg/version.Version={CRICTL_VERSION}",),
     ),
 )
-CNI_GROUP = NODE_GROUPS[2]
 
 
 # Where Debian puts runc, iptables, ip and what mmdebstrap's dpkg runs; a minimal PATH (CI's) lacks them.
@@ -140,6 +140,11 @@ def with_system_dirs(path: str) -> str:
     """`path` (a PATH value) with SYSTEM_DIRS appended where missing."""
     dirs = [d for d in path.split(os.pathsep) if d]
     return os.pathsep.join(dirs + [d for d in SYSTEM_DIRS if d not in dirs])
+
+
+def which(command: str) -> str | None:
+    """`command` on this process's PATH or in SYSTEM_DIRS."""
+    return shutil.which(command, path=with_system_dirs(os.environ.get("PATH", "")))
 
 
 def cache_root() -> Path:
@@ -209,9 +214,7 @@ def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGr
     """k8s.io/kubernetes points its staging modules at ./staging; we point them at v0.Y.Z."""
     _run_go([go, "mod", "download", "-json", f"{group.module}@{group.version}"], workdir, env,
             f"downloading {group.module}@{group.version}", log)
-    info = subprocess.run([go, "mod", "download", "-json", f"{group.module}@{group.version}"],
-                          cwd=workdir, env=env, capture_output=True, text=True, check=True)
-    gomod = Path(json.loads(info.stdout)["GoMod"]).read_text()
+    gomod = Path(_module_download(group.module, group.version)["GoMod"]).read_text()
     staging_version = "v0." + group.version.split(".", 1)[1]
     replaces = []
     for line in gomod.splitlines():
@@ -223,14 +226,20 @@ def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGr
     return replaces
 
 
-def module_dir(module: str, version: str) -> Path:
-    """The source of `module`@`version` in Go's module cache (downloaded from the proxy when missing)."""
+def _module_download(module: str, version: str) -> dict:
+    """`go mod download -json`: where `module`@`version` is in Go's module cache (Dir, GoMod), downloaded from
+    the proxy when missing."""
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
     result = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"], env=env,
                             capture_output=True, text=True, cwd=tempfile.gettempdir())
     if result.returncode != 0:
         raise ToolchainError(f"`go mod download {module}@{version}` failed: {result.stdout.strip() or result.stderr}")
-    return Path(json.loads(result.stdout)["Dir"])
+    return json.loads(result.stdout)
+
+
+def module_dir(module: str, version: str) -> Path:
+    """The source of `module`@`version` in Go's module cache."""
+    return Path(_module_download(module, version)["Dir"])
 
 
 def build_group(group: ToolGroup) -> Path:

@@ -190,7 +190,7 @@ def _log(message: str) -> None:
 def dev_up(cluster: LocalCluster) -> Prometheus:
     """Start (or keep) the local cluster's Prometheus: files under <cluster dir>/prometheus (`specdec dev down`
     stops it with the cluster's other processes)."""
-    server = Prometheus(cluster.directory / "prometheus", DEV_PORT)
+    server = Prometheus(cluster.prometheus_dir, DEV_PORT)
     if running_pid(server.pid_file):
         _log(f"prometheus already running at {server.url}")
         return server
