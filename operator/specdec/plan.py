@@ -215,6 +215,8 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
     )
     fields.update((limits.tuning or models.EngineTuning()).recipe_fields(role, source))
     mode, block = modes.mode_of(spec.speculation)
+    if role == "target" and mode.decoding_mode:
+        fields["speculative_decoding_mode"] = mode.decoding_mode
     fields.update(mode.recipe(block, role))
     return models.EngineRecipe(**fields)
 
@@ -239,12 +241,15 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
                                                       path=cache_path(uri, revision), pod=pod))
 
 
+def recipe_models(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
+    """The checkpoints (uri, revision) an engine build reads: its model, and its mode's (Mode.engine_models)."""
+    mode = modes.engine_mode(recipe)
+    return [(recipe.model, recipe.revision or "main"), *((uri, "main") for uri in (mode.engine_models(recipe) if mode else ()))]
+
+
 def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
     """The hf:// checkpoints (uri, revision) an engine build reads from the cache."""
-    checkpoints = [(recipe.model, recipe.revision or "main")]
-    if recipe.redrafter:
-        checkpoints.append((recipe.redrafter.drafter_model, "main"))
-    return [(uri, revision) for uri, revision in checkpoints if uri.startswith("hf://")]
+    return [(uri, revision) for uri, revision in recipe_models(recipe) if uri.startswith("hf://")]
 
 
 def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec,

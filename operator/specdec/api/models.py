@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
 from specdec import modes
@@ -21,9 +21,7 @@ from specdec.api.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATT
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.api.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
-from specdec.modes.draft_target import DraftTargetSpec  # noqa: F401 (part of the API)
 from specdec.modes.pytorch import PYTORCH_FP8
-from specdec.modes.redrafter import ReDrafterSpec  # noqa: F401 (part of the API)
 
 SpeculationSpec = modes.speculation_spec()
 
@@ -282,16 +280,7 @@ class SpeculativeDeploymentStatus(StatusBase):
 
 # --- EngineBuild ---------------------------------------------------------------------------------
 
-class RedrafterRecipe(ApiModel):
-    drafter_model: str
-    num_beams: int
-    draft_len_per_beam: int
-    greedy: bool
-
-
-class EngineRecipe(ApiModel):
-    """Everything that changes an engine's bytes; its hash names the EngineBuild."""
-
+class _RecipeModel(ApiModel):
     model: str
     revision: str | None = None
     family: str = "llama"
@@ -299,10 +288,19 @@ class EngineRecipe(ApiModel):
     quantization: str
     kv_cache_dtype: str
     tensor_parallel_size: int
-    speculative_decoding_mode: Literal["none", "draft_tokens_external", "explicit_draft_tokens"] = "none"
+    speculative_decoding_mode: Literal[modes.decoding_modes()] = "none"
     max_draft_len: int | None = None
     gather_generation_logits: bool = False
-    redrafter: RedrafterRecipe | None = None
+
+
+# The engine-path modes' own parts (Mode.engine_recipe, e.g. `redrafter`), between the speculation
+# fields and the limits: the field order is the EngineBuild's on the wire.
+_RecipeSpeculation = create_model("_RecipeSpeculation", __base__=_RecipeModel, **modes.engine_recipe_fields())
+
+
+class EngineRecipe(_RecipeSpeculation):
+    """Everything that changes an engine's bytes; its hash names the EngineBuild."""
+
     max_batch_size: int | None = None
     max_input_len: int | None = None
     max_seq_len: int | None = None

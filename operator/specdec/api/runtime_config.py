@@ -9,7 +9,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
+from specdec import modes
 from specdec.api.base import ApiModel
+from specdec.api.served_model import ServedModel
+from specdec.modes.draft_target import RuntimeDraftTarget
+from specdec.modes.redrafter import RuntimeReDrafter
 
 RUNTIME_CONFIG_KEY = "runtime.json"
 # The draft length in effect (draftLen: auto), a key of its own in the runtime ConfigMap and outside the
@@ -21,14 +25,6 @@ CACHE_MOUNT = "/cache"
 MODELS_MOUNT = "/models"
 
 
-class ServedModel(ApiModel):
-    engine_dir: str | None = Field(None, description="Engine directory (tensorrt backend).")
-    checkpoint: str = Field(description="Hugging Face checkpoint dir or hub id: tokenizer, and the model itself for pytorch.")
-    revision: str | None = Field(None, description="Hub revision, when checkpoint is a hub id.")
-    devices: list[int] = Field(description="GPU indices within the pod.")
-    tensor_parallel_size: int = 1
-
-
 class RuntimeKvCache(ApiModel):
     free_gpu_memory_fraction: float = Field(gt=0, le=1)
     enable_block_reuse: bool = True
@@ -38,23 +34,6 @@ class RuntimeNone(ApiModel):
     mode: Literal["none"] = "none"
 
 
-class RuntimeDraftTarget(ApiModel):
-    mode: Literal["draftTarget"] = "draftTarget"
-    draft: ServedModel
-    draft_len: int = Field(ge=1)
-    max_draft_len: int = Field(ge=1)
-    use_logits: bool = False
-    speculative_config: dict[str, Any] | None = Field(None, description="Backend pytorch: trtllm-serve's speculative_config.")
-
-
-class RuntimeReDrafter(ApiModel):
-    mode: Literal["redrafter"] = "redrafter"
-    num_beams: int
-    draft_len_per_beam: int
-    greedy: bool
-    temperature: float | None = None
-
-
 class RuntimeSpeculativeConfig(ApiModel):
     """A mode of the PyTorch path only: trtllm-serve's speculative_config is all the runtime needs."""
 
@@ -62,9 +41,9 @@ class RuntimeSpeculativeConfig(ApiModel):
     speculative_config: dict[str, Any] = Field(description="speculative_config of the --extra_llm_api_options YAML.")
 
 
-# Modes with a block of their own are tagged by name; every other mode (the PyTorch path's, present and
-# future) is a RuntimeSpeculativeConfig, so adding such a mode changes nothing here.
-_TAGGED = {"none": RuntimeNone, "draftTarget": RuntimeDraftTarget, "redrafter": RuntimeReDrafter}
+# Modes with a block of their own (Mode.runtime_block, in the mode's module) are tagged by name; every other
+# mode (the PyTorch path's) is a RuntimeSpeculativeConfig, so adding a mode changes nothing here.
+_TAGGED = {"none": RuntimeNone, **modes.runtime_blocks()}
 
 
 def _tag(value: Any) -> str:

@@ -1,5 +1,5 @@
-"""The steps of an engine build, as the TensorRT-LLM docs give them: convert or quantize, (ReDrafter
-conversion), trtllm-build. One container per step, so a failure names its step. hf:// checkpoints are
+"""The steps of an engine build, as the TensorRT-LLM docs give them: convert or quantize, the mode's own
+steps (Mode.build_steps: ReDrafter's drafter conversion), trtllm-build. One container per step, so a failure names its step. hf:// checkpoints are
 already in the cache: a ModelCache's fetch Job (builders/model_cache.py) put them there on a CPU node.
 
 Flags were checked against the TensorRT-LLM sources (examples/models/core/llama/convert_checkpoint.py,
@@ -14,18 +14,21 @@ import dataclasses
 import json
 import shlex
 
+from specdec import modes
 from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
+from specdec.modes.mode import BuildStep
 from specdec.plan import model_dir
 
 EXAMPLES = "${TRTLLM_EXAMPLES_DIR}"
 RECIPE_FILE = "specdec-recipe.json"  # written last into a finished engine: what it was built from
 
+_MODE_STEPS = [step for mode in modes.MODES.values() for step in mode.build_steps]
 # step name -> the phase while it runs and the reason prefix when it fails ("fetch": a ModelCache's Job)
 STEP_PHASES = {"fetch": "Fetching", "convert": "Converting", "quantize": "Quantizing",
-               "redrafter-convert": "Converting", "build": "Building"}
+               **{step.name: step.phase for step in _MODE_STEPS}, "build": "Building"}
 STEP_REASONS = {"fetch": "Fetch", "convert": "Convert", "quantize": "Quantize",
-                "redrafter-convert": "RedrafterConvert", "build": "Build"}
+                **{step.name: step.reason for step in _MODE_STEPS}, "build": "Build"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,15 +66,10 @@ def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> 
     return Step(name, f"rm -rf {shlex.quote(out)}\n{_cmd(*argv)}", uses_gpus=True)
 
 
-def _redrafter_step(recipe: models.EngineRecipe, base: str, out: str) -> Step:
-    rd = recipe.redrafter
-    argv = ["python3", f"{EXAMPLES}/redrafter/convert_checkpoint.py",
-            "--base_model_checkpoint_dir", base, "--drafter_model_dir", model_dir(rd.drafter_model, None),
-            "--output_dir", out, "--dtype", recipe.dtype, "--tp_size", recipe.tensor_parallel_size,
-            "--redrafter_num_beams", rd.num_beams, "--redrafter_draft_len_per_beam", rd.draft_len_per_beam]
-    if not rd.greedy:
-        argv.append("--redrafter_no_greedy_search")
-    return Step("redrafter-convert", f"rm -rf {shlex.quote(out)}\n{_cmd(*argv)}", uses_gpus=True)
+def _mode_step(step: BuildStep, recipe: models.EngineRecipe, base: str, out: str) -> Step:
+    args = step.args(recipe, base, out, lambda uri: model_dir(uri, None))
+    return Step(step.name, f"rm -rf {shlex.quote(out)}\n{_cmd('python3', f'{EXAMPLES}/{step.script}', *args)}",
+                uses_gpus=True)
 
 
 def trtllm_build_args(recipe: models.EngineRecipe, checkpoint: str, out: str) -> list[str | int]:
@@ -107,9 +105,11 @@ def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> lis
     engine = f"{CACHE_MOUNT}/{spec.engine_path}"
     checkpoint = f"{work}/checkpoint"
     steps = [_checkpoint_step(recipe, checkpoint, calib_size)]
-    if recipe.redrafter:
-        steps.append(_redrafter_step(recipe, checkpoint, f"{work}/redrafter"))
-        checkpoint = f"{work}/redrafter"
+    mode = modes.engine_mode(recipe)
+    for mode_step in mode.build_steps if mode else ():
+        out = f"{work}/{mode_step.output}"
+        steps.append(_mode_step(mode_step, recipe, checkpoint, out))
+        checkpoint = out
     partial = f"{work}/engine"  # per EngineBuild: builds of one recipe with different placement run apart
     recipe_json = json.dumps(recipe.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
     # An engine of this very recipe already in the cache (built by another EngineBuild of the same

@@ -8,7 +8,7 @@ from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
 from specdec.builders.build_steps import build_steps
-from specdec.plan import EnginePlan, model_claims, slug
+from specdec.plan import EnginePlan, model_claims, recipe_models, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
 def job_name(engine_build_name: str) -> str:
@@ -28,7 +28,7 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
     recipe, pod = spec.recipe, spec.pod
     gpus = recipe.tensor_parallel_size
     env = [{"name": "TRTLLM_EXAMPLES_DIR", "value": settings.trtllm_examples_dir}, *common.hf_env()]
-    claims = model_claims(recipe.model, recipe.redrafter.drafter_model if recipe.redrafter else "")
+    claims = model_claims(*(uri for uri, _ in recipe_models(recipe)))
     mounts = [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
     mounts += common.model_mounts(claims)
     containers = [{

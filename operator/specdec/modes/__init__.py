@@ -1,12 +1,13 @@
 """The speculation modes: one module each, and this registry, which feeds the API union
-(`spec.speculation`), the CRD, `plan()` and the runtime.
+(`spec.speculation`), the EngineRecipe's speculation fields, the CRD, `plan()`, the engine builds and the
+runtime configuration's union (`speculation`).
 
 Adding a mode = one module with a `MODE`, one line in `MODES` below, its example and its tests.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model
 
@@ -53,3 +54,24 @@ def mode_of(speculation) -> tuple[Mode, object]:
     """The chosen mode of a parsed `spec.speculation`, and its block (None for mode none)."""
     mode = MODES[speculation.mode]
     return mode, mode.block_of(speculation)
+
+
+def decoding_modes() -> tuple[str, ...]:
+    """EngineRecipe.speculative_decoding_mode's values: none, and the engine-path modes' own."""
+    return ("none", *(m.decoding_mode for m in MODES.values() if m.decoding_mode))
+
+
+def engine_recipe_fields() -> dict[str, Any]:
+    """EngineRecipe's field of each mode with a part of its own in the target's recipe."""
+    return {m.field: (Optional[m.engine_recipe], None) for m in MODES.values() if m.engine_recipe}
+
+
+def engine_mode(recipe) -> Mode | None:
+    """The mode an EngineRecipe's engine is built for: the one of its speculative_decoding_mode."""
+    return next((m for m in MODES.values() if m.decoding_mode and m.decoding_mode == recipe.speculative_decoding_mode),
+                None)
+
+
+def runtime_blocks() -> dict[str, type]:
+    """The runtime configuration's `speculation` class of each mode with one of its own, by mode name."""
+    return {m.name: m.runtime_block for m in MODES.values() if m.runtime_block}

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Callable, Literal, Union
 from pydantic import Field
 
 from specdec.api.base import ApiModel, ModelSource, cel, validations
+from specdec.api.served_model import ServedModel
 from specdec.modes.mode import Mode, Rule
 from specdec.modes.pytorch import PYTORCH_FP8
 
@@ -60,10 +61,19 @@ class DraftTargetSpec(ApiModel):
         return min(AUTO_START, self.effective_max_draft_len) if self.auto else self.draft_len
 
 
+class RuntimeDraftTarget(ApiModel):
+    mode: Literal["draftTarget"] = "draftTarget"
+    draft: ServedModel
+    draft_len: int = Field(ge=1)
+    max_draft_len: int = Field(ge=1)
+    use_logits: bool = False
+    speculative_config: dict[str, Any] | None = Field(None, description="Backend pytorch: trtllm-serve's speculative_config.")
+
+
 def _recipe(block: DraftTargetSpec, role: str) -> dict[str, Any]:
     fields: dict[str, Any] = {"gather_generation_logits": block.acceptance == "logits"}  # both engines need it
     if role == "target":
-        fields.update(speculative_decoding_mode="draft_tokens_external", max_draft_len=block.effective_max_draft_len)
+        fields.update(max_draft_len=block.effective_max_draft_len)
     return fields
 
 
@@ -73,9 +83,7 @@ def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]
             "speculative_model": checkpoint(block.draft.model)}
 
 
-def _runtime(block: DraftTargetSpec, draft: Any, speculative_config: dict[str, Any] | None) -> Any:
-    from specdec.api.runtime_config import RuntimeDraftTarget
-
+def _runtime(block: DraftTargetSpec, draft: ServedModel, speculative_config: dict[str, Any] | None) -> RuntimeDraftTarget:
     return RuntimeDraftTarget(draft=draft, draft_len=block.start_draft_len, max_draft_len=block.effective_max_draft_len,
                               use_logits=block.acceptance == "logits", speculative_config=speculative_config)
 
@@ -97,6 +105,7 @@ MODE = Mode(
              "maxDraftLen sizes the target engine of backend tensorrt; with backend pytorch the draft proposes "
              "draftLen tokens: leave maxDraftLen unset", ".speculation.draftTarget.maxDraftLen"),
     ),
-    drafter="model", draft=lambda block: block.draft, recipe=_recipe, runtime=_runtime, speculative_config=_speculative_config,
+    drafter="model", draft=lambda block: block.draft, recipe=_recipe, decoding_mode="draft_tokens_external",
+    runtime_block=RuntimeDraftTarget, runtime=_runtime, speculative_config=_speculative_config,
     draft_len=lambda block: block.start_draft_len,
     draft_len_range=lambda block: (1, block.effective_max_draft_len), auto_draft_len=lambda block: block.auto)

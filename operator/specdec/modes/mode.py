@@ -1,5 +1,5 @@
 """What a speculation mode is: one unit the registry (`specdec.modes`) feeds to the API, the CRD,
-`plan()` and the runtime."""
+`plan()`, the engine builds and the runtime."""
 
 from __future__ import annotations
 
@@ -23,6 +23,21 @@ class Rule:
 
 
 @dataclasses.dataclass(frozen=True)
+class BuildStep:
+    """A build step of the mode's own, between the checkpoint conversion and trtllm-build: one of
+    TensorRT-LLM's example scripts, turning the converted checkpoint into the one trtllm-build reads."""
+
+    name: str  # the build container's name
+    phase: str  # the EngineBuild's phase while it runs
+    reason: str  # the prefix of the EngineBuild's reason when it fails
+    script: str  # under TensorRT-LLM's examples directory
+    output: str  # its output directory, under the build's work directory
+    # Its arguments, given the EngineRecipe, the checkpoint it reads and the directory it writes, and
+    # where the build pod finds a checkpoint by its hf:// or pvc:// address.
+    args: Callable[[Any, str, str, Callable[[str], str]], list[str | int]]
+
+
+@dataclasses.dataclass(frozen=True)
 class Mode:
     name: str  # spec.speculation.mode, and the name of its block
     summary: str
@@ -33,8 +48,17 @@ class Mode:
     # mode adds to the target's and that model's EngineRecipe.
     draft: Callable[[Any], ModelSource | None] = lambda block: None
     recipe: Callable[[Any, str], dict[str, Any]] = lambda block, role: {}
-    # The runtime configuration's `speculation` of this mode, given the served draft and the rendered
-    # speculative_config; None: RuntimeNone, or RuntimeSpeculativeConfig on the PyTorch path.
+    # trtllm-build's --speculative_decoding_mode of the target engine (EngineRecipe's field of that name).
+    decoding_mode: str | None = None
+    # The mode's own part of the target's EngineRecipe (EngineRecipe.<field>, set by `recipe`), the
+    # checkpoints its build reads besides the model (given the EngineRecipe), and its own build steps.
+    engine_recipe: type[ApiModel] | None = None
+    engine_models: Callable[[Any], tuple[str, ...]] = lambda recipe: ()
+    build_steps: tuple[BuildStep, ...] = ()
+    # The runtime configuration's `speculation` of this mode (tagged by the mode's name), and how it is
+    # made, given the block, the served draft and the rendered speculative_config. None: RuntimeNone, or
+    # RuntimeSpeculativeConfig on the PyTorch path.
+    runtime_block: type[ApiModel] | None = None
     runtime: Callable[[Any, Any, dict[str, Any] | None], Any] | None = None
     # Checkpoints the runtime reads besides the target and `draft` (hf:// or pvc://).
     extra_models: Callable[[Any], tuple[str, ...]] = lambda block: ()

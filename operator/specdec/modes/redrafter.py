@@ -3,12 +3,12 @@ path only (examples/redrafter/convert_checkpoint.py, TensorRT-LLM 1.2.x)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Literal
 
 from pydantic import Field
 
 from specdec.api.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import BuildStep, Mode
 
 
 class ReDrafterSpec(ApiModel):
@@ -26,20 +26,48 @@ class ReDrafterSpec(ApiModel):
     temperature: float | None = Field(None, gt=0, le=10, description="Default sampling temperature; only when greedy is false.")
 
 
+# The target EngineRecipe's `redrafter`: what the drafter conversion builds into the engine.
+class ReDrafterRecipe(ApiModel):
+    drafter_model: str
+    num_beams: int
+    draft_len_per_beam: int
+    greedy: bool
+
+
+class RuntimeReDrafter(ApiModel):
+    mode: Literal["redrafter"] = "redrafter"
+    num_beams: int
+    draft_len_per_beam: int
+    greedy: bool
+    temperature: float | None = None
+
+
 def _recipe(block: ReDrafterSpec, role: str) -> dict[str, Any]:
-    from specdec.api.models import RedrafterRecipe
-
-    return {"speculative_decoding_mode": "explicit_draft_tokens", "redrafter": RedrafterRecipe(
-        drafter_model=block.drafter_model, num_beams=block.num_beams,
-        draft_len_per_beam=block.draft_len_per_beam, greedy=block.greedy)}
+    return {"redrafter": ReDrafterRecipe(drafter_model=block.drafter_model, num_beams=block.num_beams,
+                                         draft_len_per_beam=block.draft_len_per_beam, greedy=block.greedy)}
 
 
-def _runtime(block: ReDrafterSpec, draft: Any, speculative_config: dict[str, Any] | None) -> Any:
-    from specdec.api.runtime_config import RuntimeReDrafter
+def _convert_args(recipe: Any, base: str, out: str, checkpoint: Callable[[str], str]) -> list[str | int]:
+    rd = recipe.redrafter
+    args: list[str | int] = [
+        "--base_model_checkpoint_dir", base, "--drafter_model_dir", checkpoint(rd.drafter_model),
+        "--output_dir", out, "--dtype", recipe.dtype, "--tp_size", recipe.tensor_parallel_size,
+        "--redrafter_num_beams", rd.num_beams, "--redrafter_draft_len_per_beam", rd.draft_len_per_beam]
+    if not rd.greedy:
+        args.append("--redrafter_no_greedy_search")
+    return args
 
+
+def _runtime(block: ReDrafterSpec, draft: Any, speculative_config: dict[str, Any] | None) -> RuntimeReDrafter:
     return RuntimeReDrafter(num_beams=block.num_beams, draft_len_per_beam=block.draft_len_per_beam,
                             greedy=block.greedy, temperature=block.temperature)
 
 
-MODE = Mode("redrafter", "a recurrent drafter head in the target engine proposes beams of tokens", ReDrafterSpec,
-            backends=("tensorrt",), recipe=_recipe, runtime=_runtime)  # the drafter is built into the engine
+MODE = Mode(
+    "redrafter", "a recurrent drafter head in the target engine proposes beams of tokens", ReDrafterSpec,
+    backends=("tensorrt",), recipe=_recipe,  # the drafter is built into the engine
+    decoding_mode="explicit_draft_tokens", engine_recipe=ReDrafterRecipe,
+    engine_models=lambda recipe: (recipe.redrafter.drafter_model,),
+    build_steps=(BuildStep("redrafter-convert", "Converting", "RedrafterConvert", "redrafter/convert_checkpoint.py",
+                           "redrafter", _convert_args),),
+    runtime_block=RuntimeReDrafter, runtime=_runtime)

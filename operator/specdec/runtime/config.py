@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from specdec.api.ports import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import RuntimeConfig
+from specdec.modes import MODES
 
 
 class ConfigError(Exception):
@@ -36,8 +37,6 @@ def reserved_ports(config: RuntimeConfig) -> dict[int, str]:
 
 def check(config: RuntimeConfig) -> RuntimeConfig:
     """What the shared model cannot say on its own; raises ConfigError."""
-    from specdec.modes import MODES
-
     problems: list[str] = []
     mode = MODES.get(config.mode)
     if mode is None:
