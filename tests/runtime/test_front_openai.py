@@ -206,7 +206,7 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
 
 def test_redrafter_default_temperature_applies_when_the_client_sets_none():
     config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.redrafter.model_copy(
-        update={"greedy": False, "temperature": 0.7})})
+        update={"temperature": 0.7})})
     state = OpenAIState()
 
     async def scenario():

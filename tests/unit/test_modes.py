@@ -55,3 +55,17 @@ def test_mtp_without_max_draft_len_leaves_it_to_the_checkpoint():
 
 def test_the_engine_path_has_no_speculative_config():
     assert make_plan(spec()).runtime.speculative_config is None
+
+
+def test_the_engine_recipe_and_the_runtime_union_are_the_registry():
+    from specdec.api.models import EngineRecipe
+    from specdec.api.runtime_config import RuntimeConfig
+
+    schema = EngineRecipe.model_json_schema(by_alias=True)
+    assert schema["properties"]["speculativeDecodingMode"]["enum"] == [
+        "none", *(m.decoding_mode for m in MODES.values() if m.decoding_mode)]
+    assert {m.field for m in MODES.values() if m.engine_recipe} <= set(EngineRecipe.model_fields)
+    union = RuntimeConfig.model_json_schema(by_alias=True)["$defs"]
+    for mode in (m for m in MODES.values() if m.runtime_block):
+        assert mode.runtime_block.model_fields["mode"].default == mode.name  # its tag
+        assert mode.runtime_block.__name__ in union

@@ -273,12 +273,17 @@ def test_runtime_of_the_redrafter_example():
     p = make_plan(load_example(EXAMPLE_REDRAFTER)["spec"], "vicuna7b-redrafter")
     rt = p.runtime
     assert (rt.mode, rt.draft_target) == ("redrafter", None)
-    assert (rt.redrafter.num_beams, rt.redrafter.draft_len_per_beam, rt.redrafter.greedy) == (4, 5, True)
+    assert rt.redrafter.model_dump() == {"mode": "redrafter", "temperature": None}  # the beams are the engine's
     assert rt.target.devices == [0]
     assert [e.role for e in p.engines] == ["target"]
     assert rt.target.engine_dir == f"/cache/engines/{p.engines[0].name}"
     assert p.engines[0].spec.recipe.speculative_decoding_mode == "explicit_draft_tokens"
     assert p.model_claims == ()  # the drafter is built into the engine; the runtime does not mount it
+
+
+def test_redrafter_runtime_carries_the_default_temperature():
+    rt = make_plan(spec(speculation=redrafter(greedy=False, temperature=0.7))).runtime
+    assert rt.redrafter.temperature == 0.7
 
 
 def test_served_name_of_a_pvc_model_is_its_last_path_part():

@@ -35,10 +35,10 @@ class ReDrafterRecipe(ApiModel):
 
 
 class RuntimeReDrafter(ApiModel):
+    """What the runtime needs of ReDrafter: the beams are the engine's (built in), the default temperature
+    is the front's, for requests that set none."""
+
     mode: Literal["redrafter"] = "redrafter"
-    num_beams: int
-    draft_len_per_beam: int
-    greedy: bool
     temperature: float | None = None
 
 
@@ -59,8 +59,7 @@ def _convert_args(recipe: Any, base: str, out: str, checkpoint: Callable[[str], 
 
 
 def _runtime(block: ReDrafterSpec, draft: Any, speculative_config: dict[str, Any] | None) -> RuntimeReDrafter:
-    return RuntimeReDrafter(num_beams=block.num_beams, draft_len_per_beam=block.draft_len_per_beam,
-                            greedy=block.greedy, temperature=block.temperature)
+    return RuntimeReDrafter(temperature=block.temperature)
 
 
 MODE = Mode(
