@@ -52,6 +52,11 @@ def gpu_node(node: dict) -> GpuNode | None:
                    labels.get(LABEL_PRODUCT, "GPU"))
 
 
+def node_selector(settings_selector: tuple[tuple[str, str], ...], extra: dict[str, str] | None) -> dict[str, str]:
+    """A pod's node selector: the operator's, then the spec's (which wins on a shared key)."""
+    return {**dict(settings_selector), **(extra or {})}
+
+
 def candidates(nodes: tuple[GpuNode, ...], node_selector: dict[str, str], gpus: int) -> list[GpuNode]:
     """The nodes a pod with this node selector and GPU count may be scheduled on (taints and affinity
     are not evaluated). Every plan asks it of every GPU node: no selector parsed, no dict built per node."""

@@ -21,7 +21,7 @@ from specdec.admission import Observed, admit, facts_awaited, fetched_checkpoint
 from specdec.api import models
 from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, RuntimeNone,
                                         RuntimeSpeculativeConfig, ServedModel)
-from specdec.builders.common import node_selector
+from specdec.gpu_nodes import node_selector
 from specdec.problem import Problem
 from specdec.settings import Settings
 

@@ -56,11 +56,6 @@ def container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
 
 
-def node_selector(settings_selector: tuple[tuple[str, str], ...], extra: dict[str, str] | None) -> dict[str, str]:
-    """A GPU pod's node selector: the operator's, then the spec's (which wins on a shared key)."""
-    return {**dict(settings_selector), **(extra or {})}
-
-
 def tolerations(settings_tolerations: tuple[dict, ...], extra: list[models.Toleration] | None) -> list[dict]:
     merged = [dict(t) for t in settings_tolerations]
     for t in extra or []:

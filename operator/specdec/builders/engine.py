@@ -8,6 +8,7 @@ from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
 from specdec.builders.build_steps import build_steps
+from specdec.gpu_nodes import node_selector
 from specdec.plan import EnginePlan, model_claims, recipe_models, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
@@ -43,7 +44,7 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
     } for step in build_steps(name, spec, settings.calib_size)]
     labels = common.labels("engine-build", **{common.LABEL_ENGINE_BUILD: name})
     pod_spec: dict[str, Any] = {
-        "nodeSelector": common.node_selector(settings.gpu_node_selector, pod.node_selector),
+        "nodeSelector": node_selector(settings.gpu_node_selector, pod.node_selector),
         "tolerations": common.tolerations(settings.gpu_tolerations, pod.tolerations),
         **({"initContainers": containers[:-1]} if containers[:-1] else {}),
         "containers": containers[-1:],

@@ -11,6 +11,7 @@ from specdec import checkpoint_facts
 from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
+from specdec.gpu_nodes import node_selector
 from specdec.plan import ModelCachePlan, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
@@ -74,7 +75,7 @@ def build_fetch_job(model_cache: dict[str, Any], settings: Settings) -> dict[str
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     labels = common.labels("model-cache", **{common.LABEL_MODEL_CACHE: name})
-    placement = {"nodeSelector": common.node_selector((), pod.node_selector),
+    placement = {"nodeSelector": node_selector((), pod.node_selector),
                  "tolerations": common.tolerations((), pod.tolerations)}
     pod_spec = {
         **{k: v for k, v in placement.items() if v},

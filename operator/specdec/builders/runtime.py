@@ -8,6 +8,7 @@ from typing import Any
 from specdec.api.runtime_config import CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_KEY
 from specdec import modes
 from specdec.builders import common
+from specdec.gpu_nodes import node_selector
 from specdec.plan import Plan, content_hash
 from specdec.settings import GPU_RESOURCE, Settings
 
@@ -110,7 +111,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": common.pod_security_context(),
         **common.image_pull_secrets(settings.image_pull_secrets),
-        "nodeSelector": common.node_selector(settings.gpu_node_selector, runtime.node_selector),
+        "nodeSelector": node_selector(settings.gpu_node_selector, runtime.node_selector),
         "tolerations": common.tolerations(settings.gpu_tolerations, runtime.tolerations),
         "containers": [container],
         "volumes": volumes,
