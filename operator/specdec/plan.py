@@ -244,7 +244,8 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
 def recipe_models(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
     """The checkpoints (uri, revision) an engine build reads: its model, and its mode's (Mode.engine_models)."""
     mode = modes.engine_mode(recipe)
-    return [(recipe.model, recipe.revision or "main"), *((uri, "main") for uri in (mode.engine_models(recipe) if mode else ()))]
+    extra = mode.engine_models(recipe) if mode else ()
+    return [(recipe.model, recipe.revision or "main"), *((uri, "main") for uri in extra)]
 
 
 def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:

@@ -68,8 +68,8 @@ def engine_recipe_fields() -> dict[str, Any]:
 
 def engine_mode(recipe) -> Mode | None:
     """The mode an EngineRecipe's engine is built for: the one of its speculative_decoding_mode."""
-    return next((m for m in MODES.values() if m.decoding_mode and m.decoding_mode == recipe.speculative_decoding_mode),
-                None)
+    decoding_mode = recipe.speculative_decoding_mode
+    return next((m for m in MODES.values() if m.decoding_mode and m.decoding_mode == decoding_mode), None)
 
 
 def runtime_blocks() -> dict[str, type]:

@@ -83,7 +83,8 @@ def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]
             "speculative_model": checkpoint(block.draft.model)}
 
 
-def _runtime(block: DraftTargetSpec, draft: ServedModel, speculative_config: dict[str, Any] | None) -> RuntimeDraftTarget:
+def _runtime(block: DraftTargetSpec, draft: ServedModel,
+             speculative_config: dict[str, Any] | None) -> RuntimeDraftTarget:
     return RuntimeDraftTarget(draft=draft, draft_len=block.start_draft_len, max_draft_len=block.effective_max_draft_len,
                               use_logits=block.acceptance == "logits", speculative_config=speculative_config)
 
