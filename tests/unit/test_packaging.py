@@ -52,3 +52,13 @@ def test_each_backend_runs_its_routes_image():
         image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
         assert image == settings.runtime_image_for(backend)
     assert settings.runtime_image_for("pytorch") == settings.runtime_image + versions.PYTORCH.image_suffix
+
+
+def test_the_wheel_carries_every_data_file_of_the_package():
+    """Package data (the model catalog, examples, templates) reaches the images only through package-data."""
+    package = ROOT / "operator" / "specdec"
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["specdec"]
+    shipped = {p for g in globs for p in package.glob(g) if p.is_file()}
+    data = {p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")}
+    assert package / "model_catalog.yaml" in data
+    assert data <= shipped, sorted(str(p.relative_to(package)) for p in data - shipped)
