@@ -131,8 +131,8 @@ def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_s
     """The first Problem, or the notes of what could not be checked."""
     served = served_models(spec, observed)
     notes = [_without_facts(m, observed) for m in served if m.facts is None]
-    dt = spec.speculation.draft_target
-    results = (check_vocabulary(served, dt.acceptance if dt else "tokens"),
+    mode, block = modes.mode_of(spec.speculation)
+    results = (check_vocabulary(served, mode.acceptance(block)),
                check_tensor_parallel(served),
                check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
     for result in results:

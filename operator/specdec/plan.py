@@ -151,8 +151,8 @@ def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
 
 
 def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    dt = spec.speculation.draft_target
-    if spec.backend == "pytorch" and dt and dt.acceptance == "logits":
+    mode, block = modes.mode_of(spec.speculation)
+    if spec.backend == "pytorch" and mode.acceptance(block) == "logits":
         return Problem("LogitsAcceptanceUnsupported",
                        "trtllm-serve's PyTorch backend accepts draft tokens by comparing tokens; use "
                        "acceptance: tokens, or backend: tensorrt for logits-based acceptance")

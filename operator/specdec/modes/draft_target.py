@@ -106,7 +106,7 @@ MODE = Mode(
              "maxDraftLen sizes the target engine of backend tensorrt; with backend pytorch the draft proposes "
              "draftLen tokens: leave maxDraftLen unset", ".speculation.draftTarget.maxDraftLen"),
     ),
-    drafter="model", draft=lambda block: block.draft, recipe=_recipe, decoding_mode="draft_tokens_external",
+    drafter="model", acceptance=lambda block: block.acceptance, draft=lambda block: block.draft, recipe=_recipe, decoding_mode="draft_tokens_external",
     runtime_block=RuntimeDraftTarget, runtime=_runtime, speculative_config=_speculative_config,
     draft_len=lambda block: block.start_draft_len,
     draft_len_range=lambda block: (1, block.effective_max_draft_len), auto_draft_len=lambda block: block.auto)

@@ -65,12 +65,15 @@ class Mode:
     # The PyTorch path: trtllm-serve's `speculative_config` (the --extra_llm_api_options YAML), given
     # the block and where the runtime finds the checkpoints named in it.
     speculative_config: Callable[[Any, Callable[[str], str]], dict[str, Any]] | None = None
-    # Draft tokens per target step as configured (None: the runtime knows, e.g. an MTP checkpoint's
-    # layer count); the lengths it could run without a rebuild or restart (None: only the configured
-    # one); whether the operator chooses it among those (draftLen: auto).
     # What proposes the tokens, for the cost estimate when the route measures none (specdec.speculation):
     # "model" (a draft model of its own), "head" (layers on the target's), "lookup" (no model at all).
     drafter: str = "head"
+    # How the target accepts draft tokens: "tokens" (compares them) or "logits" (rejection sampling on the
+    # draft's and the target's logits: their vocabularies must be equal, and only the engine path has it).
+    acceptance: Callable[[Any], str] = lambda block: "tokens"
+    # Draft tokens per target step as configured (None: the runtime knows, e.g. an MTP checkpoint's
+    # layer count); the lengths it could run without a rebuild or restart (None: only the configured
+    # one); whether the operator chooses it among those (draftLen: auto).
     draft_len: Callable[[Any], int | None] = lambda block: None
     draft_len_range: Callable[[Any], tuple[int, int] | None] = lambda block: None
     auto_draft_len: Callable[[Any], bool] = lambda block: False
