@@ -221,10 +221,19 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
     return models.EngineRecipe(**fields)
 
 
+# The EngineRecipe's optional fields that its hash holds even when null: the names of the engines already
+# built hash them so. Any field added since is left out while null, so that adding one (a new mode's part of
+# the recipe, a new flag) renames no engine.
+HASHED_WHEN_NULL = frozenset({
+    "revision", "max_draft_len", "redrafter", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
+    "gpt_attention_plugin", "use_fused_mlp", "multiple_profiles", "reduce_fusion"})
+
+
 def engine_name(recipe: models.EngineRecipe, cache_claim: str) -> str:
     """Names the engine's bytes: its directory in the cache (and its EngineBuild, by default)."""
     model = recipe.model.split("://", 1)[1].rsplit("/", 1)[-1]
-    return f"{slug(model)}-{content_hash([recipe.model_dump(mode='json'), cache_claim])}"
+    identity = {k: v for k, v in recipe.model_dump(mode="json").items() if v is not None or k in HASHED_WHEN_NULL}
+    return f"{slug(model)}-{content_hash([identity, cache_claim])}"
 
 
 def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.FetchSpec) -> ModelCachePlan:

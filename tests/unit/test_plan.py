@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 
+import pydantic
 import pytest
 
 from specdec.builders.runtime import build_deployment, runtime_config_json
+from specdec.plan import HASHED_WHEN_NULL, engine_name
 from tests.unit.helpers import (EXAMPLE_13B, EXAMPLE_70B, EXAMPLE_REDRAFTER, SETTINGS, load_example, make_plan,
                                 make_problem)
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
@@ -82,6 +84,18 @@ def test_a_tokens_draft_engine_is_the_plain_engine_of_that_model_with_the_drafts
 ])
 def test_target_engine_name_changes_with_the_recipe(path, value):
     assert names(edited(path, value))["target"] != names(base())["target"]
+
+
+def test_a_field_added_to_the_recipe_renames_no_engine_while_unset():
+    """A new mode's part of the EngineRecipe, or a new flag, is left out of the name while null; the fields
+    engine names already hash as null stay in it (HASHED_WHEN_NULL)."""
+    recipe = make_plan(load_example(EXAMPLE_13B)["spec"]).engines[0].spec.recipe
+    grown = pydantic.create_model("Grown", __base__=type(recipe), new_part=(dict | None, None))
+    same = grown(**recipe.model_dump())
+    assert engine_name(same, "claim") == engine_name(recipe, "claim")
+    assert engine_name(same.model_copy(update={"new_part": {"a": 1}}), "claim") != engine_name(recipe, "claim")
+    nulls = {k for k, v in recipe.model_dump().items() if v is None}
+    assert nulls and nulls <= HASHED_WHEN_NULL
 
 
 @pytest.mark.parametrize("path,value", [
