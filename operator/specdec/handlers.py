@@ -28,7 +28,7 @@ from specdec.leader import Leadership
 from specdec.plan import plan
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.status import runtime_pod_blocked, runtime_view
+from specdec.status.deployment import runtime_pod_blocked, runtime_view
 from specdec.store import Store
 
 log = logging.getLogger("specdec")

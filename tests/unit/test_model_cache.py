@@ -199,7 +199,7 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from specdec.reconcile.service_lane import ServiceLane
     from specdec.reconcile.state.failures import Backoff, ServiceFailures
     from specdec.requeue import DelayQueue
-    from specdec.status import BuildState
+    from specdec.status.shared import BuildState
 
     kube, queues = NoWrites(), Queues()
     runtime = runtime_applier(kube, queues)
@@ -236,7 +236,7 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
     The ConfigMap goes first, so a ConfigMap name taken by another leaves no Deployment whose pods would read
     it, and the Service is queued only once the Deployment is ours."""
     from specdec.reconcile.errors import NameConflict
-    from specdec.status import BuildState
+    from specdec.status.shared import BuildState
 
     kube, queues = NoWrites(), Queues()
     kube.get_live = None  # a lookup would fail the test
@@ -259,19 +259,20 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():
-    from specdec.status import BuildState, deployment_conditions
+    from specdec.status.deployment import DeploymentInput, deployment_conditions
+    from specdec.status.shared import BuildState
 
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     target, draft = p.runtime_inputs
     caches = {target.name: BuildState("Fetched", "Fetched", "checkpoint in the cache"),
               draft.name: BuildState("Fetching", "Fetching", "step fetch running")}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     runtime = next(c for c in conds if c.type == "RuntimeAvailable")
     assert phase == "Building" and (runtime.status, runtime.reason) == (False, "Fetching")
     assert runtime.message.endswith(f"fetching {DRAFT}@main (ModelCache {draft.name})") and TARGET not in runtime.message
     assert "EnginesReady" not in {c.type for c in conds}
     failed = {c.name: BuildState("Failed", "FetchFailed", "401 Unauthorized") for c in p.runtime_inputs}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=failed)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=failed))
     ready = next(c for c in conds if c.type == "Ready")
     assert phase == "Failed" and ready.reason == "FetchFailed"
     assert "401 Unauthorized" in next(c for c in conds if c.type == "RuntimeAvailable").message

@@ -185,7 +185,6 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
 
 def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     import yaml
-    from specdec.plan import plan
     from tests.unit.helpers import ROOT
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
@@ -320,7 +319,7 @@ def test_a_shared_objects_job_steps_wait_what_its_users_read_is_written_at_once(
     builds): a change none of its users reads waits PROGRESS_WRITE_SECONDS after the last write; done is
     written at once."""
     from specdec.reconcile import PROGRESS_WRITE_SECONDS
-    from specdec.status import BuildState
+    from specdec.status.shared import BuildState
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     eb = engine_build("1")

@@ -20,7 +20,8 @@ from specdec.reconcile.plans import PlanMemo
 from specdec.reconcile.serving import RuntimeApplier
 from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
-from specdec.status import BuildState, deployment_conditions
+from specdec.status.deployment import DeploymentInput, deployment_conditions
+from specdec.status.shared import BuildState
 
 
 class DeploymentController:
@@ -89,8 +90,8 @@ class DeploymentController:
         service_failure = self.service_failures.get(namespace, name)
         if not failed and isinstance(result, Plan) and service_failure:  # the Service lane retries it, tells us
             failure = failure_condition(service_failure[1])
-        phase, conds = deployment_conditions(result, states, deployment, current,
-                                             endpoint(result) if isinstance(result, Plan) else None, failure, pods,
-                                             caches, service_current)
+        phase, conds = deployment_conditions(DeploymentInput(
+            result, states, deployment, current, endpoint(result) if isinstance(result, Plan) else None,
+            failure=failure, pods=pods, caches=caches, service_current=service_current))
         self.status.write(sd, result, phase, conds, deployment, in_use)
         return failed

@@ -11,7 +11,7 @@ from specdec.builders.runtime import endpoint, selector_labels
 from specdec.kube import Kube
 from specdec.plan import Plan, Problem
 from specdec.reconcile.state.pacing import WritePacing, status_changed
-from specdec.status import NO_TRAFFIC, SPECULATION_EFFECTIVE
+from specdec.status.speculation import NO_TRAFFIC, SPECULATION_EFFECTIVE
 
 FAILED_PHASES = ("Failed", "Invalid")
 PROGRESS_FIELDS = ("replicas", "readyReplicas", "conditions")

@@ -14,7 +14,7 @@ from specdec.plan import Plan, recipe_checkpoints
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo
 from specdec.reconcile.state.users import Users
-from specdec.status import build_state_from_status, users_view
+from specdec.status.shared import build_state_from_status, users_view
 
 
 class UserFanout:

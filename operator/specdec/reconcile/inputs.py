@@ -18,7 +18,7 @@ from specdec.plan import Plan
 from specdec.reconcile.errors import NameConflict
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.state.users import Users
-from specdec.status import BuildState, build_state_from_status
+from specdec.status.shared import BuildState, build_state_from_status
 
 
 class DeploymentInputs:

@@ -15,7 +15,7 @@ from specdec.model_facts import ModelFacts
 from specdec.plan import Plan, Problem, plan
 from specdec.reconcile.ownership import ours
 from specdec.settings import Settings
-from specdec.status import FETCHED, build_state_from_status
+from specdec.status.shared import FETCHED, build_state_from_status
 
 _ABSENT = object()  # a checkpoint not fetched (None: fetched, no facts)
 

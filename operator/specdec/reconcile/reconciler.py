@@ -29,7 +29,7 @@ from specdec.reconcile.state.pacing import WritePacing
 from specdec.reconcile.state.users import Users
 from specdec.requeue import DelayQueue
 from specdec.settings import Settings
-from specdec.status import BuildState
+from specdec.status.shared import BuildState
 from specdec.workqueue import WorkQueue
 
 log = logging.getLogger("specdec.reconcile")

@@ -13,7 +13,8 @@ from specdec.plan import Plan
 from specdec.reconcile.ownership import Children
 from specdec.reconcile.state.failures import ServiceFailures
 from specdec.settings import Settings
-from specdec.status import BuildState, runtime_inputs_fetched
+from specdec.status.deployment import runtime_inputs_fetched
+from specdec.status.shared import BuildState
 
 
 class RuntimeApplier:

@@ -17,7 +17,8 @@ from specdec.reconcile.state.failures import Backoff
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing, status_changed
 from specdec.requeue import DelayQueue
-from specdec.status import STUCK_REASONS, BuildState, build_state_from_status, fetched_status, users_view
+from specdec.status.pods import STUCK_REASONS
+from specdec.status.shared import BuildState, build_state_from_status, fetched_status, users_view
 
 REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build (or fetch) Job could not be had
 

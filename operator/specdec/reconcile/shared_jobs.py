@@ -21,7 +21,7 @@ from specdec.reconcile.errors import NameConflict
 from specdec.reconcile.ownership import controlled_by
 from specdec.reconcile.plans import fetched
 from specdec.settings import Settings
-from specdec.status import BUILD, FETCH, WAITING_FOR_CHECKPOINTS, BuildState, JobKind, evaluate_build
+from specdec.status.shared import BUILD, FETCH, WAITING_FOR_CHECKPOINTS, BuildState, JobKind, evaluate_build
 
 # A Job without pods this long may have pods the API server refuses: look at its FailedCreate Events.
 POD_CREATION_GRACE_SECONDS = 10.0
