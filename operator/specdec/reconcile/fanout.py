@@ -39,6 +39,10 @@ class UserFanout:
         if shared.get("kind") == "ModelCache":
             self._wake_builds_reading(shared)
 
+    def forget(self, namespace: str, shared: str) -> None:
+        """A shared object deleted: its users hear of one made again."""
+        self.users.forget_shared(namespace, shared)
+
     def _waits_on(self, namespace: str, user: str, kind: str | None) -> bool:
         """Whether a deployment has something to create once a shared object of `kind` is done: its runtime
         after an EngineBuild; after a ModelCache only its EngineBuilds (models admission had no facts of)

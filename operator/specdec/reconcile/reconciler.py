@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any, Callable
 
@@ -118,7 +119,7 @@ class Reconciler:
         self.plans.forget(namespace, name)
         self.pacing.forget(("SpeculativeDeployment", namespace, name))
 
-    def collect_unused_engines(self, namespace: str | None, now: Any = None) -> list[str]:
+    def collect_unused_engines(self, namespace: str | None, now: datetime.datetime | None = None) -> list[str]:
         return self.collector.collect(namespace, now)
 
     # -- the work queues --------------------------------------------------------------------------

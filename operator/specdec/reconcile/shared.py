@@ -66,7 +66,7 @@ class SharedController:
         self.fanout.tell(obj)
 
     def gone(self, kind: str, namespace: str, name: str) -> None:
-        self.fanout.users.forget_shared(namespace, name)
+        self.fanout.forget(namespace, name)
         self.pacing.forget((kind, namespace, name))
 
     def _reconcile(self, kind: str, obj: dict[str, Any]) -> tuple[BuildState, bool]:
