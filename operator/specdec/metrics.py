@@ -14,7 +14,7 @@ from typing import Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from specdec.store import Store
+from specdec.kube.cache import Store
 
 REGISTRY = CollectorRegistry()
 

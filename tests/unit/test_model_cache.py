@@ -173,11 +173,11 @@ class NoWrites:
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from kubernetes import client
 
-    from specdec.kube import Kube
+    from specdec.kube.client import Kube
     from specdec.reconcile import Reconciler
     from specdec.settings import Settings
     from specdec.status import BuildState
-    from specdec.store import Store
+    from specdec.kube.cache import Store
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     reconciler.kube = kube = NoWrites()
@@ -215,11 +215,11 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
     it, and the Service is queued only once the Deployment is ours."""
     from kubernetes import client
 
-    from specdec.kube import Kube
+    from specdec.kube.client import Kube
     from specdec.reconcile import NameConflict, Reconciler
     from specdec.settings import Settings
     from specdec.status import BuildState
-    from specdec.store import Store
+    from specdec.kube.cache import Store
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     reconciler.kube = kube = NoWrites()

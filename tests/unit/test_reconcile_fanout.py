@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.store import Store
+from specdec.kube.cache import Store
 from tests.unit.helpers import Recorded
 
 
