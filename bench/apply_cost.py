@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client, config
 
 from bench.run import cluster_cpu
-from specdec.builders.runtime import build_config_map, build_deployment, build_service
+from specdec.builders.serving import build_config_map, build_deployment, build_service
 from specdec.kube.client import Kube
 from specdec.plan import Plan, plan
 from specdec.settings import Settings

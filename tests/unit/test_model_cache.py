@@ -139,7 +139,7 @@ def test_pytorch_runtime_config_points_at_the_cache():
 
 
 def test_pytorch_runtime_mounts_the_cache_read_only():
-    from specdec.builders.runtime import build_deployment
+    from specdec.builders.serving import build_deployment
 
     p = make_plan(spec(backend="pytorch"))
     pod = build_deployment(p, "uid", SETTINGS)["spec"]["template"]["spec"]

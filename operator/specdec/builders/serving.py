@@ -1,0 +1,149 @@
+"""The serving side of a SpeculativeDeployment: the runtime pods' ConfigMap, Deployment, Service and cache claim."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specdec.api.runtime_config import CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_KEY
+from specdec import modes
+from specdec.builders import common
+from specdec.plan import Plan, content_hash
+from specdec.settings import GPU_RESOURCE, Settings
+
+# Bump when the pod template's shape changes in a way that must restart pods; anything else that
+# changes (e.g. a new operator version with the same template) leaves running pods alone.
+POD_TEMPLATE_VERSION = 1
+TERMINATION_GRACE_SECONDS = 40
+
+
+def runtime_name(plan: Plan) -> str:
+    return plan.name
+
+
+def config_map_name(plan: Plan) -> str:
+    return f"{plan.name}-runtime"
+
+
+def selector_labels(plan: Plan) -> dict[str, str]:
+    return {common.LABEL_INSTANCE: plan.name, common.LABEL_COMPONENT: "runtime"}
+
+
+def _metadata(plan: Plan, name: str, owner_uid: str, component: str) -> dict[str, Any]:
+    return {"name": name, "namespace": plan.namespace,
+            "labels": {**common.labels(component), common.LABEL_INSTANCE: plan.name,
+                       common.LABEL_DEPLOYMENT: plan.name},
+            "ownerReferences": [common.owner_reference("SpeculativeDeployment", plan.name, owner_uid)]}
+
+
+def runtime_config_json(plan: Plan) -> str:
+    return json.dumps(plan.runtime.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2,
+                      sort_keys=True)
+
+
+def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
+    """The ConfigMap's draft length with draftLen: auto (None without): `chosen` (the operator's choice,
+    or what the pods were last told) within the engine's range; at first, where auto starts."""
+    mode, block = modes.mode_of(plan.spec.speculation)
+    if not mode.auto_draft_len(block):
+        return None
+    lo, hi = mode.draft_len_range(block)
+    return min(max(chosen or mode.draft_len(block), lo), hi)
+
+
+def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None) -> dict[str, Any]:
+    """The draft length (live_draft_len) is a key outside the rollout hash: changing it restarts nothing."""
+    data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
+    draft_len = live_draft_len(plan, chosen_draft_len)
+    if draft_len is not None:
+        data[DRAFT_LEN_KEY] = str(draft_len)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"), "data": data}
+
+
+def build_cache_claim(plan: Plan) -> dict[str, Any]:
+    """The engine cache the operator creates when none is given; not owned, so engines outlive deployments."""
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": plan.cache.size}}}
+    if plan.cache.storage_class_name:
+        spec["storageClassName"] = plan.cache.storage_class_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": plan.cache.claim_name, "namespace": plan.namespace,
+                         "labels": common.labels("engine-cache")},
+            "spec": spec}
+
+
+def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str, Any]:
+    spec = plan.spec
+    runtime = spec.runtime
+    mounts = [{"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": config_map_name(plan)}},
+        {"name": "tmp", "emptyDir": {}},
+        # Triton's Python backend and NCCL need far more shared memory than the default 64 MiB.
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    if spec.backend == "tensorrt" or plan.runtime_inputs:  # engines, or (pytorch) the fetched checkpoints
+        mounts.append({"name": "cache", "mountPath": CACHE_MOUNT, "readOnly": True})
+        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": plan.cache.claim_name,
+                                                                   "readOnly": True}})
+    mounts += common.model_mounts(plan.model_claims)
+    volumes += common.model_volumes(plan.model_claims)
+    container = {
+        "name": "runtime",
+        "image": runtime.image or settings.runtime_image_for(spec.backend),
+        "args": ["--config", f"{RUNTIME_CONFIG_DIR}/{RUNTIME_CONFIG_KEY}"],
+        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
+        "env": common.hf_env(),
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
+                           "periodSeconds": 10, "failureThreshold": 3},
+        # Loading engines takes minutes; the startup probe keeps liveness from killing a slow start.
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
+                         "periodSeconds": 10, "failureThreshold": 180},
+        "resources": common.resources(runtime.resources, plan.gpus, GPU_RESOURCE),
+        "volumeMounts": mounts,
+        "securityContext": common.container_security_context(),
+    }
+    pod_spec: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        # specdec-runtime gives the server 25 s to drain after SIGTERM; keep the kubelet's kill later.
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": common.pod_security_context(),
+        **common.image_pull_secrets(settings.image_pull_secrets),
+        "nodeSelector": common.node_selector(settings.gpu_node_selector, runtime.node_selector),
+        "tolerations": common.tolerations(settings.gpu_tolerations, runtime.tolerations),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if runtime.affinity:
+        pod_spec["affinity"] = runtime.affinity
+    selector = selector_labels(plan)
+    template = {"metadata": {"labels": {**common.labels("runtime"), **selector}}, "spec": pod_spec}
+    # Roll the pods when their template or the runtime config changes (the ConfigMap keeps its name).
+    rollout_hash = content_hash([POD_TEMPLATE_VERSION, template, runtime_config_json(plan)])
+    template["metadata"]["annotations"] = {common.ANNOTATION_CONFIG_HASH: rollout_hash}
+    metadata = _metadata(plan, runtime_name(plan), owner_uid, "runtime")
+    metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": runtime.replicas,
+            "selector": {"matchLabels": selector},
+            # Surge one pod and never drop one: the old engines keep serving until the new pod is ready.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": template,
+        },
+    }
+
+
+def build_service(plan: Plan, owner_uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
+            "spec": {"type": "ClusterIP", "selector": selector_labels(plan),
+                     "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http",
+                                "protocol": "TCP"}]}}
+
+
+def endpoint(plan: Plan) -> str:
+    return f"http://{runtime_name(plan)}.{plan.namespace}.svc:{plan.spec.runtime.port}/v1"
