@@ -108,7 +108,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     _warm_up(ours)
     reconciler().speculation.start()
     if memo.get("metrics_port"):
-        metrics.serve(memo["metrics_port"], store)
+        metrics.serve(memo["metrics_port"], lambda kind: store.list(kind, None))
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
     resync = threading.Thread(target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True,
