@@ -37,6 +37,7 @@ def backoff(failures: int) -> float:
     """Seconds before retrying after `failures` consecutive failures (>= 1): doubling, jittered."""
     return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
 
+
 class DelayQueue:
     """Calls run in `seconds`, at most one pending per key: the timer behind `WorkQueue.add_after`."""
 
