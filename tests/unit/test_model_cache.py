@@ -139,7 +139,7 @@ def test_pytorch_runtime_config_points_at_the_cache():
 
 
 def test_pytorch_runtime_mounts_the_cache_read_only():
-    from specdec.builders.runtime import build_deployment
+    from specdec.builders.serving import build_deployment
 
     p = make_plan(spec(backend="pytorch"))
     pod = build_deployment(p, "uid", SETTINGS)["spec"]["template"]["spec"]
@@ -198,7 +198,6 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from specdec.reconcile.ownership import Children
     from specdec.reconcile.service_lane import ServiceLane
     from specdec.reconcile.state.failures import Backoff, ServiceFailures
-    from specdec.requeue import DelayQueue
     from specdec.status.shared import BuildState
 
     kube, queues = NoWrites(), Queues()
@@ -217,7 +216,7 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
     assert services.keys == [("Service", p.namespace, p.name)] and services.urgent == [True]
     lane = ServiceLane(kube, SimpleNamespace(plan=lambda _: p), Children(kube), ServiceFailures(),
-                       Backoff(DelayQueue(), queues.enqueue), queues.enqueue, active=lambda: True)
+                       Backoff(lambda seconds, *key, urgent=False: None), queues.enqueue, active=lambda: True)
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
     lane.reconcile(("Service", p.namespace, p.name))
     assert kube.written[2:] == ["Service"]

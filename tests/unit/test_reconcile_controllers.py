@@ -24,7 +24,7 @@ from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing
 from specdec.reconcile.state.users import Users
-from specdec.requeue import BACKOFF_FIRST, DelayQueue
+from specdec.kube.workqueue import BACKOFF_FIRST
 from tests.unit.apiserver import Cluster
 from tests.unit.helpers import EXAMPLE_13B, SETTINGS, Recorded, load_example
 
@@ -58,13 +58,12 @@ class Operator:
         self.reconciler = Reconciler(cluster.kube, SETTINGS)
         self.queues = Queues()
         self.reconciler.queues = self.queues.by_kind
-        self.deferred: list[tuple] = []
-        self.reconciler.requeue.after = lambda seconds, key, call: self.deferred.append(key)
 
     def resync(self) -> None:
         """A resync pass, then every key it queued (the Service lane's too), until none is left."""
         self.reconciler.pacing.last_written.clear()  # the pacing interval has passed
-        self.deferred.clear()
+        for q in self.queues.by_kind.values():
+            q.later.clear()
         self.reconciler.resync(None, [])
         for _ in range(10):
             keys = self.queues.take()
@@ -78,6 +77,11 @@ class Operator:
                 else:
                     self.reconciler.reconcile_shared(kind, namespace, name)
         raise AssertionError("the work queues never drained")
+
+    @property
+    def deferred(self) -> list[tuple]:
+        """The keys queued for later since the last resync."""
+        return [key for q in self.queues.by_kind.values() for _, key in q.later]
 
 
 def test_a_converged_deployment_makes_no_write_on_a_further_reconcile():
@@ -101,14 +105,13 @@ def test_a_converged_deployment_makes_no_write_on_a_further_reconcile():
 
 
 def shared_controller(cluster: Cluster, queues: Queues, users: Users) -> SharedController:
-    requeue = DelayQueue()
-    requeue.after = lambda seconds, key, call: None
+    later = lambda seconds, *key, urgent=False: None
     plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
                      lambda namespace: cluster.kube.list("ModelCache", namespace))
     return SharedController(cluster.kube, SharedJobs(cluster.kube, SETTINGS),
                             UserFanout(cluster.kube, users, plans, queues.enqueue),
-                            WritePacing(requeue, queues.enqueue), Backoff(requeue, queues.enqueue), Locks(),
-                            requeue, queues.enqueue, active=lambda: True)
+                            WritePacing(later), Backoff(later), Locks(), queues.enqueue, later,
+                            active=lambda: True)
 
 
 def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetched_and_then_writes_nothing():
@@ -147,18 +150,17 @@ def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetc
 
 
 def deployment_controller(cluster: Cluster, queues: Queues, reconciled_shared: list) -> DeploymentController:
-    requeue = DelayQueue()
-    requeue.after = lambda seconds, key, call: None
+    later = lambda seconds, *key, urgent=False: None
     plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
                      lambda namespace: cluster.kube.list("ModelCache", namespace))
     service_failures = ServiceFailures()
     inputs = DeploymentInputs(cluster.kube, Users(), lambda *key: reconciled_shared.append(key), queues.enqueue)
     runtime = RuntimeApplier(cluster.kube, SETTINGS, Children(cluster.kube), service_failures,
                              lambda namespace, name: None, queues.enqueue)
-    status = DeploymentStatusWriter(cluster.kube, WritePacing(requeue, queues.enqueue),
+    status = DeploymentStatusWriter(cluster.kube, WritePacing(later),
                                     lambda namespace, name, generation: None)
     return DeploymentController(cluster.kube, plans, inputs, runtime, status, service_failures,
-                                Backoff(requeue, queues.enqueue), Locks(), lambda namespace, name: None,
+                                Backoff(later), Locks(), lambda namespace, name: None,
                                 active=lambda: True)
 
 
@@ -239,10 +241,8 @@ def test_users_hear_of_a_change_once_and_a_deleted_shared_object_is_heard_of_ane
 
 
 def test_backoff_waits_longer_after_each_failure_and_starts_over_once_settled():
-    requeue = DelayQueue()
     waits = []
-    requeue.after = lambda seconds, key, call: waits.append(seconds)
-    backoff = Backoff(requeue, lambda *key, urgent=False: None)
+    backoff = Backoff(lambda seconds, *key, urgent=False: waits.append(seconds))
     key = ("EngineBuild", "ns", "eb")
     for _ in range(3):
         backoff.retry_later(key)

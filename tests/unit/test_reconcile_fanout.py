@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.store import Store
+from specdec.kube.cache import Store
 from tests.unit.helpers import Recorded
 
 
@@ -286,13 +286,10 @@ def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at
     from specdec.reconcile import PROGRESS_WRITE_SECONDS
     from specdec.reconcile.deployment_status import DeploymentStatusWriter
     from specdec.reconcile.state.pacing import WritePacing
-    from specdec.requeue import DelayQueue
 
     kube = StatusWrites()
-    requeue = DelayQueue()
     deferred = []
-    requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
-    pacing = WritePacing(requeue, Recorded().add)
+    pacing = WritePacing(lambda seconds, *key, urgent=False: deferred.append((seconds, key)))
     writer = DeploymentStatusWriter(kube, pacing, published=lambda namespace, name, generation: None)
     problem = Problem("ModelDoesNotFitGpu", "too big")
     sd = {"metadata": {"namespace": "ns", "name": "sd", "generation": 1}}
@@ -332,7 +329,7 @@ def test_a_shared_objects_job_steps_wait_what_its_users_read_is_written_at_once(
 
     reconciler.kube.patch, reconciler.kube.event = patch, lambda *args, **kwargs: None
     deferred = []
-    reconciler.requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
+    reconciler.delays.after = lambda seconds, key, call: deferred.append((seconds, key[1]))  # (queue, key)
 
     def step(phase: str) -> None:
         reconciler.shared.jobs.observe = lambda kind, obj: (BuildState(phase, phase, f"{phase}: message"), False, [])

@@ -129,7 +129,7 @@ def test_oom_killed_build_reports_the_memory_limit():
 
 
 def test_a_cached_pod_keeps_what_build_states_read():
-    from specdec.store import slim
+    from specdec.kube.cache import slim
 
     full = pod(phase="Failed", init={"convert": terminated(0)}, main={"build": terminated(137, reason="OOMKilled")},
                limits={"memory": "64Gi", "cpu": "8"})

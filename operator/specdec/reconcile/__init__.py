@@ -1,8 +1,8 @@
 """Reconcile = observe -> decide (pure: plan, builders, status) -> apply -> write status.
 
-Level-triggered: every entry point re-reads what it needs (from the watch cache, see store.py) and the
+Level-triggered: every entry point re-reads what it needs (from the watch cache, specdec.kube.cache) and the
 outcome depends only on the observed state, never on which event woke us. One lock per object serializes
-concurrent triggers. Watch events only add keys to a work queue (workqueue.py), so a burst of events for one
+concurrent triggers. Watch events only add keys to a work queue (specdec.kube.workqueue), so a burst of events for one
 object costs one reconcile. Entry points never raise: whatever goes wrong is written to the object's status
 (reason and message) and the object is reconciled again after a back-off.
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from specdec.kube import Kube, api_error_message
+from specdec.kube.client import Kube
+from specdec.kube.errors import api_error_message
 from specdec.plan import Plan
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from specdec import metrics
 from specdec.builders import common
-from specdec.builders.runtime import endpoint, selector_labels
-from specdec.kube import Kube
+from specdec.builders.serving import endpoint, selector_labels
+from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
 from specdec.reconcile.errors import failure_condition, log_failure

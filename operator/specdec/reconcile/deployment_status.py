@@ -7,8 +7,8 @@ from typing import Any, Callable
 from kubernetes.client.rest import ApiException
 
 from specdec import conditions
-from specdec.builders.runtime import endpoint, selector_labels
-from specdec.kube import Kube
+from specdec.builders.serving import endpoint, selector_labels
+from specdec.kube.client import Kube
 from specdec.plan import Plan, Problem
 from specdec.reconcile.state.pacing import WritePacing, status_changed
 from specdec.status.speculation import NO_TRAFFIC, SPECULATION_EFFECTIVE

@@ -7,7 +7,7 @@ import logging
 from kubernetes.client.rest import ApiException
 
 from specdec import conditions
-from specdec.kube import api_error_message, permanent
+from specdec.kube.errors import api_error_message, permanent
 
 log = logging.getLogger("specdec.reconcile")
 

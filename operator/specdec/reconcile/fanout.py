@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from specdec.api import models
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.plan import Plan, recipe_checkpoints
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo

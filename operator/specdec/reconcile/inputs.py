@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 from specdec.builders.engine import build_engine_build
 from specdec.builders.model_cache import build_model_cache
-from specdec.builders.runtime import build_cache_claim
-from specdec.kube import Kube, contains
+from specdec.builders.serving import build_cache_claim
+from specdec.kube.apply import contains
+from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.errors import NameConflict
 from specdec.reconcile.ownership import ours

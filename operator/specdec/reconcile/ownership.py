@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.builders import common
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.reconcile.errors import NameConflict
 
 

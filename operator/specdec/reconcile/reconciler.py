@@ -10,7 +10,8 @@ from kubernetes.client.rest import ApiException
 
 from specdec import metrics
 from specdec.gpu_nodes import GpuNodeInventory
-from specdec.kube import Kube, api_error_message
+from specdec.kube.client import Kube
+from specdec.kube.errors import api_error_message
 from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan
 from specdec.reconcile.collect import GarbageCollector
@@ -28,10 +29,10 @@ from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing
 from specdec.reconcile.state.users import Users
-from specdec.requeue import DelayQueue
+from specdec.kube.workqueue import DelayQueue
 from specdec.settings import Settings
 from specdec.status.shared import BuildState
-from specdec.workqueue import WorkQueue
+from specdec.kube.workqueue import WorkQueue
 
 log = logging.getLogger("specdec.reconcile")
 
@@ -54,13 +55,13 @@ START_WORKERS = 8
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: Settings, requeue: DelayQueue | None = None,
+    def __init__(self, kube: Kube, settings: Settings,
                  active: Callable[[], bool] = lambda: True):
-        """`active`: whether this replica may act (it leads; see leader.py). A standby's watches keep
+        """`active`: whether this replica may act (it leads; see specdec.kube.leader). A standby's watches keep
         the cache warm, but it reconciles nothing, writes nothing and posts no Events."""
         self.kube = kube
         self.settings = settings
-        self.requeue = requeue or DelayQueue()
+        self.delays = DelayQueue()  # the one timer thread behind every queue's add_after
         self.active = active
         self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
@@ -70,14 +71,14 @@ class Reconciler:
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()
-        self.pacing = WritePacing(self.requeue, self.enqueue)
-        self.backoff = Backoff(self.requeue, self.enqueue)
+        self.pacing = WritePacing(self.enqueue_after)
+        self.backoff = Backoff(self.enqueue_after)
         self.service_failures = ServiceFailures()
         self.plans = PlanMemo(settings, self.gpu_nodes, lambda namespace: kube.list("ModelCache", namespace))
         children = Children(kube)
         self.shared = SharedController(kube, SharedJobs(kube, settings),
                                        UserFanout(kube, self.users, self.plans, self.enqueue), self.pacing,
-                                       self.backoff, self.locks, self.requeue, self.enqueue, active)
+                                       self.backoff, self.locks, self.enqueue, self.enqueue_after, active)
         self.inputs = DeploymentInputs(kube, self.users, self.shared.reconcile, self.enqueue)
         self.deployments = DeploymentController(
             kube, self.plans, self.inputs,
@@ -91,7 +92,7 @@ class Reconciler:
         handlers = {"SpeculativeDeployment": lambda key: self.reconcile_deployment(key[1], key[2]),
                     "Service": self.services.reconcile}
         self.queues = {kind: WorkQueue(handlers.get(kind, lambda key: self.reconcile_shared(*key)), workers,
-                                       metrics.QUEUE_WAIT_SECONDS.labels(kind).observe)
+                                       metrics.QUEUE_WAIT_SECONDS.labels(kind).observe, self.delays)
                        for kind, workers in WORKERS.items()}
         self.starts = WorkQueue(self._start_key, START_WORKERS, metrics.QUEUE_WAIT_SECONDS.labels("start").observe)
 
@@ -128,6 +129,10 @@ class Reconciler:
         """Reconcile this SpeculativeDeployment, EngineBuild, ModelCache or Service soon, once however often
         asked; `urgent`: before the others, for there is something to create or apply (see WorkQueue.add)."""
         self.queues[kind].add((kind, namespace, name), urgent)
+
+    def enqueue_after(self, seconds: float, kind: str, namespace: str, name: str, urgent: bool = False) -> None:
+        """`enqueue` in `seconds` (back-off, paced writes, looking again later), unless already due sooner."""
+        self.queues[kind].add_after(seconds, (kind, namespace, name), urgent)
 
     @property
     def workers_alive(self) -> bool:

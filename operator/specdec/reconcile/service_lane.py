@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Callable
 
 from specdec import metrics
-from specdec.builders.runtime import build_service, runtime_name
-from specdec.kube import Kube
+from specdec.builders.serving import build_service, runtime_name
+from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.errors import log_failure
 from specdec.reconcile.ownership import Children

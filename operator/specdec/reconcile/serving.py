@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY
-from specdec.builders.runtime import build_config_map, build_deployment, build_service, config_map_name, runtime_name
-from specdec.kube import Kube, contains
+from specdec.builders.serving import build_config_map, build_deployment, build_service, config_map_name, runtime_name
+from specdec.kube.apply import contains
+from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.ownership import Children
 from specdec.reconcile.state.failures import ServiceFailures

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from specdec import conditions, metrics
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.reconcile.errors import log_failure
 from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.ownership import ours
@@ -16,7 +16,6 @@ from specdec.reconcile.shared_jobs import POD_CREATION_GRACE_SECONDS, SHARED, Sh
 from specdec.reconcile.state.failures import Backoff
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing, status_changed
-from specdec.requeue import DelayQueue
 from specdec.status.pods import STUCK_REASONS
 from specdec.status.shared import BuildState, build_state_from_status, fetched_status, users_view
 
@@ -25,15 +24,16 @@ REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build (or fetch) 
 
 class SharedController:
     def __init__(self, kube: Kube, jobs: SharedJobs, fanout: UserFanout, pacing: WritePacing, backoff: Backoff,
-                 locks: Locks, requeue: DelayQueue, enqueue: Callable[..., None], active: Callable[[], bool]):
+                 locks: Locks, enqueue: Callable[..., None], enqueue_after: Callable[..., None],
+                 active: Callable[[], bool]):
         self.kube = kube
         self.jobs = jobs
         self.fanout = fanout
         self.pacing = pacing
         self.backoff = backoff
         self.locks = locks
-        self.requeue = requeue
         self.enqueue = enqueue
+        self.enqueue_after = enqueue_after
         self.active = active
 
     def reconcile(self, kind: str, namespace: str, name: str) -> BuildState | None:
@@ -56,7 +56,7 @@ class SharedController:
                 return state
             self.backoff.settled(key)
             if look_again:
-                self.requeue.after(POD_CREATION_GRACE_SECONDS, key, lambda: self.enqueue(*key))
+                self.enqueue_after(POD_CREATION_GRACE_SECONDS, *key)
             return state
 
     def seen(self, kind: str, obj: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ from specdec.api import models
 from specdec.builders import common
 from specdec.builders import engine as engine_builders
 from specdec.builders import model_cache as cache_builders
-from specdec.kube import Kube, api_error_message, permanent
+from specdec.kube.client import Kube
+from specdec.kube.errors import api_error_message, permanent
 from specdec.plan import recipe_checkpoints
 from specdec.reconcile.errors import NameConflict
 from specdec.reconcile.ownership import controlled_by

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-from specdec.requeue import DelayQueue, backoff
+from specdec.kube.workqueue import backoff
 
 
 class Backoff:
     """Consecutive failed reconciles by key (kind, namespace, name); each retried after a longer wait."""
 
-    def __init__(self, requeue: DelayQueue, enqueue: Callable[..., None]):
-        self._requeue = requeue
-        self._enqueue = enqueue
+    def __init__(self, enqueue_after: Callable[..., None]):
+        """`enqueue_after(seconds, kind, namespace, name, urgent=False)`: reconcile a key later."""
+        self._enqueue_after = enqueue_after
         self._failures: dict[tuple[str, str, str], int] = {}
 
     def retry_later(self, key: tuple[str, str, str]) -> None:
         failures = self._failures[key] = self._failures.get(key, 0) + 1
-        self._requeue.after(backoff(failures), key, lambda: self._enqueue(*key, urgent=True))
+        self._enqueue_after(backoff(failures), *key, urgent=True)
 
     def settled(self, key: tuple[str, str, str]) -> None:
         self._failures.pop(key, None)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from specdec.requeue import DelayQueue
-
 PROGRESS_WRITE_SECONDS = 5.0
 
 
@@ -24,9 +22,9 @@ def status_changed(current: dict[str, Any] | None, desired: dict[str, Any]) -> b
 class WritePacing:
     """When each object's status was last written (monotonic), by key (kind, namespace, name)."""
 
-    def __init__(self, requeue: DelayQueue, enqueue: Callable[..., None]):
-        self._requeue = requeue
-        self._enqueue = enqueue
+    def __init__(self, enqueue_after: Callable[..., None]):
+        """`enqueue_after(seconds, kind, namespace, name, urgent=False)`: reconcile a key later."""
+        self._enqueue_after = enqueue_after
         self.last_written: dict[tuple[str, str, str], float] = {}
 
     def later(self, key: tuple[str, str, str], progress_only: bool) -> bool:
@@ -35,7 +33,7 @@ class WritePacing:
         last = self.last_written.get(key)
         wait = 0.0 if last is None else last + PROGRESS_WRITE_SECONDS - time.monotonic()
         if wait > 0 and progress_only:
-            self._requeue.after(wait, key, lambda: self._enqueue(*key))
+            self._enqueue_after(wait, *key)
             return True
         return False
 
