@@ -3,7 +3,7 @@
     PYTHONPATH=operator:. .venv/bin/python bench/apply_cost.py --kubeconfig KUBECONFIG [--count 300] [--rounds 2]
 
 The objects are the operator's own runtime children for `examples/llama-2-13b-draft-7b-logits.yaml` (its
-ConfigMap, Deployment and Service, written by specdec.kube.Kube: the operator's requests), renamed per copy
+ConfigMap, Deployment and Service, written by specdec.kube.client.Kube: the operator's requests), renamed per copy
 and without ownerReferences (their owner does not exist: the garbage collector would delete them meanwhile).
 Each round writes `--count` copies of each kind one after another, once by create and once by apply, each
 into a fresh namespace, and measures the CPU seconds kube-apiserver and etcd spent (/proc) and the wall time.
@@ -25,8 +25,8 @@ import yaml
 from kubernetes import client, config
 
 from bench.run import cluster_cpu
-from specdec.builders.runtime import build_config_map, build_deployment, build_service
-from specdec.kube import Kube
+from specdec.builders.serving import build_config_map, build_deployment, build_service
+from specdec.kube.client import Kube
 from specdec.plan import Plan, plan
 from specdec.settings import Settings
 

@@ -35,7 +35,7 @@ from specdec.api.models import GROUP, VERSION
 from specdec.builders import engine as engine_builders
 from specdec.builders import model_cache as cache_builders
 from specdec.dev import cluster as dev
-from specdec.kube import USER_AGENT
+from specdec.kube.client import USER_AGENT
 from specdec.plan import Plan, plan
 from specdec.reconcile import WORKERS
 from specdec.settings import Settings

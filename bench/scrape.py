@@ -24,7 +24,7 @@ from pathlib import Path
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.monitor import SpeculationMonitor
-from specdec.store import Store
+from specdec.kube.cache import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 8000

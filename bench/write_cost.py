@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from bench.apply_cost import EXAMPLE, cost_command, server_cpu
 from specdec import conditions
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 
 
 def measure(count: int, write: Callable[[int], object]) -> dict[str, float]:
@@ -57,8 +57,8 @@ def one_round(kube: Kube, core: client.CoreV1Api, count: int) -> dict[str, dict[
         return {"SD create": measure(count, create_sd),
                 "SD status patch (a new phase)": measure(count, patch_status("RollingOut")),
                 "SD status patch (nothing changes)": measure(count, patch_status("RollingOut")),
-                "Event create": measure(count, lambda i: kube.post_event(sds[i], "Ready", "serving", False,
-                                                                        conditions.now())),
+                "Event create": measure(count, lambda i: kube.events.post(sds[i], "Ready", "serving", False,
+                                                                         conditions.now())),
                 "ConfigMap create (1 kB)": measure(count, lambda i: kube.create(
                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace},
                      "data": {"config.json": "x" * 1024}}))}

@@ -3,116 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import yaml
 
-from specdec.dev import cluster, images, real_node, simulated_steps, simulation_profile, toolchain
-from specdec.observability import prometheus
 from specdec.settings import Settings
-
 
 # The CRDs live in crds/ and, for `helm install`, in the chart (a copy: charts must not link out).
 CRD_DIRS = ("crds", "charts/specdec-operator/files/crds")
-
-NEXT_STEPS = """
-Next (the first line points this shell at the cluster; every new shell needs it too):
-  source {env_file}
-  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count   # simulated GPU nodes: H100 labels, 8 GPUs
-  kubectl get sd,mc,eb               # the sample, its ModelCaches and EngineBuilds: Fetching, Building, Ready
-  kubectl describe sd llama70b-spec  # conditions and events, step by step
-  kubectl get jobs,deploy,svc,cm     # what the operator created
-  specdec dev simulate llama70b-spec --acceptance 0.9   # the simulated backends' acceptance, live
-  make down                          # stop everything (the same as `specdec dev down`)
-"""
-REAL_NODE_NEXT_STEPS = f"""
-The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and TensorRT-LLM stay simulated):
-  kubectl get pods -o wide -l app.kubernetes.io/instance={real_node.SAMPLE_NAME}   # its runtime pod, real IP
-  crictl ps                                          # its containers (env.sh sets CONTAINER_RUNTIME_ENDPOINT)
-"""
-
-
-# `specdec dev simulate` options -> fields of specdec.dev.simulation_profile.Profile.
-SIMULATE_OPTIONS = {"acceptance": "acceptance", "cost_ratio": "cost_ratio", "rps": "requests_per_second",
-                    "max_tokens": "max_tokens", "noise": "noise"}
-PROFILE_FIELDS = simulation_profile.Profile.model_fields
-
-
-def _simulate(local: cluster.LocalCluster, args: argparse.Namespace) -> None:
-    if args.show:
-        if local.simulator_profile.is_file():
-            print(local.simulator_profile.read_text(), end="")
-        else:
-            defaults = simulation_profile.Profile().model_dump(by_alias=True)
-            print(f"no {local.simulator_profile} yet: every deployment has the defaults {json.dumps(defaults)}")
-        return
-    if not args.deployment:
-        raise simulation_profile.ProfileError("name a SpeculativeDeployment (or --show the profiles)")
-    values = {PROFILE_FIELDS[name].alias: getattr(args, option) for option, name in SIMULATE_OPTIONS.items()
-              if getattr(args, option) is not None}
-    if not values:
-        raise simulation_profile.ProfileError(
-            f"nothing to set: give {', '.join('--' + o.replace('_', '-') for o in SIMULATE_OPTIONS)}")
-    if not local.exists():
-        raise cluster.ClusterError(f"no cluster {local.name!r} (run `specdec dev up`)")
-    deployment = f"{args.namespace}/{args.deployment}"
-    profile = simulation_profile.update(local.simulator_profile, deployment, values)
-    print(f"{deployment}: {json.dumps(profile.model_dump(by_alias=True))} (the pod runner applies it within seconds)")
-
-
-def _dev(args: argparse.Namespace) -> int:
-    local = cluster.LocalCluster(name=args.name)
-    try:
-        if args.dev_command == "tools":
-            if args.real_node:
-                real_node.install_packages()
-            print(toolchain.ensure_tools(real_node=args.real_node))
-            if args.real_node:
-                images.build_images()
-            if args.prometheus:
-                prometheus.ensure()
-        elif args.dev_command == "up":
-            found = real_node.problems() if args.real_node else []
-            if found:
-                raise cluster.ClusterError("--real-node: " + "; ".join(found))
-            if args.step_seconds is not None:
-                step_seconds = simulated_steps.parse(args.step_seconds)
-            else:  # a cluster keeps the step seconds it was created with
-                step_seconds = None if local.exists() else cluster.QUICK_START_STEP_SECONDS
-            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes, step_seconds=step_seconds,
-                       real_node=args.real_node)
-            node = real_node.up(local) if args.real_node else None
-            if not args.cluster_only:
-                cluster.install(local, sample=not args.no_sample,
-                                operator_metrics_port=prometheus.DEV_OPERATOR_METRICS_PORT if args.prometheus else 0)
-                if args.prometheus:
-                    prometheus.dev_up(local)
-                if node and not args.no_sample:
-                    node.apply_sample()
-            env_file = local.write_env_file(*([node.exports()] if node else []))
-            print(env_file.read_text(), end="")
-            print(NEXT_STEPS.format(env_file=env_file) + (REAL_NODE_NEXT_STEPS if node else ""), file=sys.stderr)
-        elif args.dev_command == "env":
-            if not local.env_file.is_file():
-                raise cluster.ClusterError(f"cluster {local.name!r} has not been brought up (`specdec dev up`)")
-            print(local.env_file.read_text(), end="")
-        elif args.dev_command == "down":
-            real_node.down(local)
-        elif args.dev_command == "status":
-            print(cluster.status(local))
-            node = real_node.RealNode(local)
-            if node.kubelet_pid():
-                print(f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, logs in {node.directory}\n"
-                      f"{node.exports()}")
-        elif args.dev_command == "simulate":
-            _simulate(local, args)
-    except (toolchain.ToolchainError, cluster.ClusterError, images.ImageBuildError, prometheus.PrometheusError,
-            simulation_profile.ProfileError, simulated_steps.StepSecondsError) as error:
-        print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -185,45 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    dev = commands.add_parser("dev", help="a local cluster with simulated GPU nodes")
-    dev_commands = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_commands.add_parser("up", help="build the tools if needed, start the cluster, print exports")
-    up.add_argument("--cluster-only", action="store_true", help="no CRDs, operator or sample")
-    up.add_argument("--no-sample", action="store_true", help="install CRDs and operator, but no sample")
-    up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
-    up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
-                    help="simulated nodes with 8 GPUs each")
-    up.add_argument("--step-seconds", default=None, metavar="STEP=SECONDS,...",
-                    help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
-                         "(when the cluster is created; default: " + ",".join(
-                             f"{k}={v:g}" for k, v in cluster.QUICK_START_STEP_SECONDS.items()) +
-                         ", so each phase of the sample shows; 0 ends every step at once)")
-    up.add_argument("--real-node", action="store_true",
-                    help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
-                         "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)")
-    up.add_argument("--prometheus", action="store_true",
-                    help="also a Prometheus (built once, pinned) scraping the operator and the runtime pods, with "
-                         "specdec's alert rules, at http://127.0.0.1:19090")
-    dev_commands.add_parser("down", help="stop the cluster (and its real node) and remove its processes and data")
-    dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
-    dev_commands.add_parser("env", help="print the cluster's exports (also in its env.sh): eval \"$(specdec dev env)\"")
-    tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
-    tools.add_argument("--real-node", action="store_true",
-                       help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")
-    tools.add_argument("--prometheus", action="store_true", help="also the pinned Prometheus and promtool")
-    simulate = dev_commands.add_parser(
-        "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them")
-    simulate.add_argument("deployment", nargs="?", metavar="NAME", help="the SpeculativeDeployment")
-    simulate.add_argument("-n", "--namespace", default="default", help="its namespace (default: %(default)s)")
-    for option, name in SIMULATE_OPTIONS.items():
-        field = PROFILE_FIELDS[name]
-        simulate.add_argument(f"--{option.replace('_', '-')}", type=field.annotation,
-                              help=f"{field.description} (default {field.default})")
-    simulate.add_argument("--show", action="store_true", help="print the profiles file")
-    for sub in dev_commands.choices.values():
-        sub.add_argument("--name", metavar="CLUSTER", default=cluster.CLUSTER_NAME,
-                         help="cluster name (default: %(default)s)")
-    dev.set_defaults(func=_dev)
+    # `specdec dev ...` has its own parser (specdec.dev.cli), which main() hands the rest of the line to: the
+    # operator's start-up path must not load development code. Listed here for `specdec --help`.
+    commands.add_parser("dev", help="a local cluster with simulated GPU nodes (specdec dev --help)", add_help=False)
 
     render = commands.add_parser("render", help="print every object the operator would create (offline)")
     render.add_argument("-f", "--file", required=True, help="a SpeculativeDeployment manifest, or - for stdin")
@@ -248,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["dev"]:
+        from specdec.dev.cli import main as dev_main
+
+        return dev_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
 

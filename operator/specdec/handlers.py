@@ -19,17 +19,18 @@ from typing import Any, Callable
 import kopf
 import yaml
 
-from specdec import gc_pacing, jsonio, metrics, watch_resilience
+from specdec import metrics
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_INSTANCE,
                                      LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY)
-from specdec.kube import Kube
-from specdec.leader import Leadership
+from specdec.kube import gc_pacing, kopf_patches
+from specdec.kube.cache import Store
+from specdec.kube.client import Kube
+from specdec.kube.leader import Leadership
 from specdec.plan import plan
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.status import runtime_pod_blocked, runtime_view
-from specdec.store import Store
+from specdec.status.deployment import runtime_pod_blocked, runtime_view
 
 log = logging.getLogger("specdec")
 
@@ -59,21 +60,6 @@ WATCHED = (
 )
 
 
-class NoDiffBase(kopf.DiffBaseStorage):
-    """No diff base: kopf deep-copies every object of every watch event into one, for on.create/on.update
-    handlers to diff against; this operator has on.event handlers only, and nothing reads it (kopf has no
-    setting to skip it). The copies were ~8 % of the operator's CPU in a fleet of 1000 (py-spy)."""
-
-    def build(self, *, body, extra_fields=None):  # noqa: ARG002 — kopf's signature
-        return None
-
-    def fetch(self, *, body):  # noqa: ARG002
-        return None
-
-    def store(self, *, body, patch, essence):  # noqa: ARG002
-        pass
-
-
 _state: dict[str, object] = {}
 _STOP = threading.Event()
 _WAKE = threading.Event()  # a resync pass now, not at the next interval
@@ -93,13 +79,11 @@ def _observe(kind: str, event) -> bool:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     ours = Settings.from_env()
     settings.posting.enabled = False  # we post our own Events, only when something changes
-    settings.persistence.diffbase_storage = NoDiffBase()
     # No namespace or CRD scanning: it needs cluster-wide list/watch rights a namespaced install does not
     # have (kopf retries for a minute before watching). The namespaces and resources are known.
     settings.scanning.disabled = True
     settings.execution.max_workers = 2  # for the sync handlers: this one, the probe, the cleanup
-    watch_resilience.install()
-    jsonio.install()
+    kopf_patches.install(settings)
     gc_pacing.install()
     for watched in WATCHED:
         if watched.label_selector:
@@ -124,7 +108,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     _warm_up(ours)
     reconciler().speculation.start()
     if memo.get("metrics_port"):
-        metrics.serve(memo["metrics_port"], store)
+        metrics.serve(memo["metrics_port"], lambda kind: store.list(kind, None))
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
     resync = threading.Thread(target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True,
@@ -190,8 +174,8 @@ def workers_alive(**_) -> str:
     """Liveness: kopf's own /healthz answers while its loop runs; our threads must be alive too."""
     r = _state.get("reconciler")
     dead = [name for name, alive in (
-        ("event poster", r is None or r.kube.event_poster_alive),
-        ("delayed reconciles", r is None or r.requeue.alive),
+        ("event poster", r is None or r.kube.events.alive),
+        ("delayed reconciles", r is None or r.delays.alive),
         ("reconcile workers", r is None or r.workers_alive),
         ("resync", "resync" not in _state or _state["resync"].is_alive()),
         ("speculation monitor", r is None or r.speculation.alive),

@@ -9,12 +9,10 @@ from __future__ import annotations
 import collections
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
-
-from specdec.store import Store
 
 REGISTRY = CollectorRegistry()
 
@@ -56,20 +54,20 @@ def reconciling(kind: str) -> Iterator[None]:
 class PhaseCollector:
     """specdec_speculative_deployments / specdec_engine_builds / specdec_model_caches by phase, from the cache."""
 
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, cached: Callable[[str], Iterable[dict[str, Any]]]):
+        self.cached = cached  # a kind's objects in the watch cache, in every namespace
 
     def collect(self):
         for kind, name in (("SpeculativeDeployment", "specdec_speculative_deployments"),
                            ("EngineBuild", "specdec_engine_builds"), ("ModelCache", "specdec_model_caches")):
             family = GaugeMetricFamily(name, f"{kind}s by status.phase.", labels=["phase"])
             phases = collections.Counter((o.get("status") or {}).get("phase") or "Unknown"
-                                         for o in self.store.list(kind, None))
+                                         for o in self.cached(kind))
             for phase, count in sorted(phases.items()):
                 family.add_metric([phase], count)
             yield family
 
 
-def serve(port: int, store: Store) -> None:
-    REGISTRY.register(PhaseCollector(store))
+def serve(port: int, cached: Callable[[str], Iterable[dict[str, Any]]]) -> None:
+    REGISTRY.register(PhaseCollector(cached))
     start_http_server(port, registry=REGISTRY)

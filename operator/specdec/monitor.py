@@ -27,7 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec import conditions, modes, speculation
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
-from specdec.status import condition_true, speculation_condition, speculation_status
+from specdec.status.pods import condition_true
+from specdec.status.speculation import speculation_condition, speculation_status
 
 log = logging.getLogger("specdec.monitor")
 

@@ -11,7 +11,7 @@ from typing import Any
 from specdec import yamlio
 from specdec.builders.engine import build_engine_build, build_job
 from specdec.builders.model_cache import build_fetch_job, build_model_cache
-from specdec.builders.runtime import build_cache_claim, build_config_map, build_deployment, build_service
+from specdec.builders.serving import build_cache_claim, build_config_map, build_deployment, build_service
 from specdec.plan import Problem, plan
 from specdec.settings import Settings
 

@@ -1,4 +1,4 @@
-"""What the operator's credentials must allow: exactly the API calls of operator/specdec/kube.py and the
+"""What the operator's credentials must allow: exactly the API calls of operator/specdec/kube/client.py and the
 watches of operator/specdec/handlers.py (kopf runs standalone, its event posting disabled)."""
 
 # (apiGroup, resource) -> verbs
@@ -52,7 +52,7 @@ def flatten(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
 
 
 def lease_rules(lease: str) -> dict[tuple[str, str, tuple[str, ...]], set[str]]:
-    """Leader election's Role (operator/specdec/leader.py): create any Lease (a create cannot name one),
+    """Leader election's Role (operator/specdec/kube/leader.py): create any Lease (a create cannot name one),
     read and replace only the release's own. {(group, resource, resourceNames): verbs}."""
     return {("coordination.k8s.io", "leases", ()): {"create"},
             ("coordination.k8s.io", "leases", (lease,)): {"get", "update"}}

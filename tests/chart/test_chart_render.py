@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from specdec.api.crd import render_crds
-from specdec.leader import ElectionSettings
+from specdec.kube.leader import ElectionSettings
 from specdec.settings import Settings
 from tests.chart.expected import (CLUSTER_RULES, LEASE_RULES, OPERATOR_RULES, WATCHED, flatten, flatten_named,
                                   lease_rules)
@@ -436,7 +436,7 @@ def test_rbac_covers_every_watch_the_operator_registers():
 
 
 def test_rbac_covers_every_kind_the_operator_calls():
-    from specdec.kube import KINDS
+    from specdec.kube.client import KINDS
 
     rules = flatten(only(render(), "ClusterRole")["rules"])
     for kind, where in KINDS.items():
@@ -556,14 +556,14 @@ def test_schema_refuses_unknown_leader_election_keys():
 
 def test_lease_rules_are_the_calls_of_the_leader_election_code():
     """The Role allows exactly the Lease calls made by the library's LeaseLock (as installed) and by
-    specdec.leader (the release on shutdown): a new call in either fails here, not in a cluster."""
+    specdec.kube.leader (the release on shutdown): a new call in either fails here, not in a cluster."""
     import inspect
 
     from kubernetes.leaderelection.resourcelock import leaselock
 
     verb_of = {"read": "get", "create": "create", "replace": "update", "patch": "patch", "delete": "delete",
                "list": "list", "watch": "watch", "delete_collection": "deletecollection"}
-    sources = inspect.getsource(leaselock) + (ROOT / "operator" / "specdec" / "leader.py").read_text()
+    sources = inspect.getsource(leaselock) + (ROOT / "operator" / "specdec" / "kube" / "leader.py").read_text()
     calls = set(re.findall(r"\b(read|create|replace|patch|delete_collection|delete|list|watch)_namespaced_lease\b",
                            sources))
     assert calls == {"read", "create", "replace"}

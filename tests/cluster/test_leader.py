@@ -1,4 +1,4 @@
-"""Leader election (specdec.leader) against a real API server: candidates in this process, and one in a
+"""Leader election (specdec.kube.leader) against a real API server: candidates in this process, and one in a
 child process that is killed the way a dead node's pod is. Short timings so that failover is quick."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from specdec.leader import Leadership
+from specdec.kube.leader import Leadership
 from tests.kube_helpers import Kube, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -129,7 +129,7 @@ def test_stop_releases_the_lease_and_the_standby_takes_over_within_a_retry_perio
 CHILD = textwrap.dedent("""
     import sys, threading
     from kubernetes import config
-    from specdec.leader import Leadership
+    from specdec.kube.leader import Leadership
     kubeconfig, namespace, lease, identity, timing = sys.argv[1:6]
     lease_seconds, renew_deadline, retry_period = map(float, timing.split(","))
     leadership = Leadership(config.new_client_from_config(config_file=kubeconfig), namespace, lease, identity,

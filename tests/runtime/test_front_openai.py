@@ -23,7 +23,7 @@ REDRAFTER = CONFIGS["vicuna-7b-redrafter"]
 @contextlib.asynccontextmanager
 async def stack(state: OpenAIState, config=PYTORCH, **front_args):
     async with serving(state.app(), handler_cancellation=True) as backend_url:
-        backend = dataclasses.replace(launch.plan(config).backend, url=backend_url)
+        backend = dataclasses.replace(launch.plan_launch(config).backend, url=backend_url)
         front_args.setdefault("stats_interval", 0)
         front = Front(config, backend, **front_args)
         async with serving(front.app, handler_cancellation=True) as url:
@@ -242,6 +242,6 @@ def test_health_is_200_only_when_trtllm_serve_answers():
 def test_the_draft_len_gauge_is_there_only_when_the_configuration_says():
     shown = {}
     for name in ("qwen2.5-7b-ngram", "vicuna-7b-redrafter", "pytorch-none-tp2"):
-        front = Front(CONFIGS[name], launch.plan(CONFIGS[name]).backend)
+        front = Front(CONFIGS[name], launch.plan_launch(CONFIGS[name]).backend)
         shown[name] = front.metrics.registry.get_sample_value("specdec_draft_len")
     assert shown == {"qwen2.5-7b-ngram": 4, "vicuna-7b-redrafter": None, "pytorch-none-tp2": None}

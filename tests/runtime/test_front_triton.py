@@ -48,7 +48,7 @@ def tokenizer_dir(tmp_path):
 async def stack(state: TritonState, tokenizer_dir: str | None, **front_args):
     async with serving(state.app(), handler_cancellation=True) as triton_url, \
             serving(state.metrics_app()) as metrics_url:
-        backend = dataclasses.replace(launch.plan(CONFIG).backend, url=triton_url,
+        backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
                                       metrics_url=f"{metrics_url}/metrics")
         front = Front(CONFIG, backend, tokenizer=Tokenizer(tokenizer_dir), **front_args)
         async with serving(front.app, handler_cancellation=True) as url:
@@ -271,7 +271,7 @@ def test_an_unreachable_backend_is_503_and_unhealthy():
     dead = f"http://127.0.0.1:{free_port()}"
 
     async def scenario():
-        backend = dataclasses.replace(launch.plan(CONFIG).backend, url=dead)
+        backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=dead)
         front = Front(CONFIG, backend)
         async with serving(front.app, handler_cancellation=True) as url, aiohttp.ClientSession() as client:
             started = time.monotonic()

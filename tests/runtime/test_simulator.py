@@ -75,7 +75,7 @@ def test_simulated_triton_behind_the_front_counts_triton_metrics_and_follows_its
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-            backend = dataclasses.replace(launch.plan(DRAFT_TARGET).backend, url=triton_url,
+            backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
                                           metrics_url=f"{metrics_url}/metrics")
             front = Front(DRAFT_TARGET, backend)
             async with serving(front.app) as url, aiohttp.ClientSession() as client:
@@ -134,7 +134,7 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-            backend = dataclasses.replace(launch.plan(DRAFT_TARGET).backend, url=triton_url,
+            backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
                                           metrics_url=f"{metrics_url}/metrics")
             front = Front(DRAFT_TARGET, backend, stats_interval=0.02, draft_len_file=draft_len_file)
             async with serving(front.app) as url, aiohttp.ClientSession() as client:

@@ -1,5 +1,5 @@
 """The stand-in servers (specdec.dev.standin_servers) run the exact command line specdec-runtime launches for
-every example (launch.plan's argv, only the ports swapped for free ones): each answers its health path and
+every example (launch.plan_launch's argv, only the ports swapped for free ones): each answers its health path and
 a completion sent through the front, speculates as its configuration says, refuses an option the real
 server does not have, and stops with status 0 on SIGTERM.
 
@@ -77,7 +77,7 @@ def running(tmp_path_factory):
     started: dict[str, Running] = {}
     try:
         for name, config in CONFIGS.items():
-            plan = launch.plan(config, str(tmp_path_factory.mktemp(name)))
+            plan = launch.plan_launch(config, str(tmp_path_factory.mktemp(name)))
             launch.prepare(plan, str(models))  # the YAML, or the Triton repository
             ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
             argv = with_ports(plan.argv, ports)
@@ -144,7 +144,7 @@ def expected_draft_len(item: Running) -> int:
 
 
 def test_the_examples_take_every_route():
-    routes = {launch.plan(config).route for config in CONFIGS.values()}
+    routes = {launch.plan_launch(config).route for config in CONFIGS.values()}
     assert routes == {"triton", "trtllm-serve-engine", "trtllm-serve-pytorch"}
 
 
@@ -170,7 +170,7 @@ def test_answers_health_and_a_completion_through_the_front(running, name):
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_an_unknown_option_is_refused(name):
-    argv = launch.plan(CONFIGS[name]).argv
+    argv = launch.plan_launch(CONFIGS[name]).argv
     result = subprocess.run([*STANDINS, *argv, "--no-such-option", "1"], env=ENV, cwd=ROOT,
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "unrecognized arguments: --no-such-option" in result.stderr, result
@@ -186,7 +186,7 @@ def test_sigterm_stops_it_with_status_0(running, name):
 
 def test_triton_refuses_a_repository_without_every_model(tmp_path):
     config = CONFIGS["llama-2-13b-draft-7b-logits"]
-    plan = launch.plan(config, str(tmp_path))
+    plan = launch.plan_launch(config, str(tmp_path))
     launch.prepare(plan, str(python_models(tmp_path / "models")))
     (Path(plan.triton_repo) / triton.DRAFT_MODEL / "config.pbtxt").unlink()
     result = subprocess.run([*STANDINS, *with_ports(plan.argv, {"http": 1, "grpc": 1, "metrics": 1})], env=ENV,

@@ -123,7 +123,7 @@ def test_logits_acceptance_on_pytorch_is_reported_not_silently_dropped():
 
 def test_launch_plan_writes_the_yaml_the_command_names(tmp_path):
     config = SERVED["pytorch-none-tp2"]
-    plan = launch.plan(config, str(tmp_path))
+    plan = launch.plan_launch(config, str(tmp_path))
     launch.prepare(plan)
     path = plan.argv[plan.argv.index("--extra_llm_api_options") + 1]
     assert yaml.safe_load(open(path)) == trtllm_serve.extra_options(config)

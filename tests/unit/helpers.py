@@ -108,12 +108,17 @@ def validations(schema: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
 
 
 class Recorded:
-    """A work queue that records the keys added (and whether urgent) and runs nothing."""
+    """A work queue that records the keys added (and whether urgent), and those added for later with
+    their delay (`later`), and runs nothing."""
 
     def __init__(self):
         self.keys: list[tuple] = []
         self.urgent: list[bool] = []
+        self.later: list[tuple[float, tuple]] = []
 
     def add(self, key: tuple, urgent: bool = False) -> None:
         self.keys.append(key)
         self.urgent.append(urgent)
+
+    def add_after(self, seconds: float, key: tuple, urgent: bool = False) -> None:
+        self.later.append((seconds, key))

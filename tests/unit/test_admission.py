@@ -18,7 +18,7 @@ from specdec.gpu_nodes import GpuNodes, gpu_node
 from specdec.model_facts import ModelFacts
 from specdec.model_catalog import CATALOG_SOURCE, catalog_facts
 from specdec.plan import Plan, Problem, parse_spec, plan
-from specdec.status import deployment_conditions
+from specdec.status.deployment import DeploymentInput, deployment_conditions
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example
 
 GIB = 1024 ** 3
@@ -217,7 +217,7 @@ def test_a_model_without_facts_is_not_refused_and_the_status_says_what_was_skipp
     assert result.unchecked == ("the vocabulary, attention heads and GPU memory of pvc://models/my-llama (the "
                                 "operator reads the files of the hf:// checkpoints it fetches, not of pvc:// ones)",)
     assert result.facts_awaited == ()  # nothing to wait for: it is built unchecked
-    _, conditions = deployment_conditions(result, {}, None, False, None)
+    _, conditions = deployment_conditions(DeploymentInput(result, {}, None, False, None))
     valid = next(c for c in conditions if c.type == "SpecValid")
     assert (valid.status, valid.reason) == (True, "Valid")
     assert valid.message.startswith("spec accepted; not checked: the vocabulary, attention heads and GPU memory of "

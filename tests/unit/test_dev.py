@@ -62,7 +62,7 @@ def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
     from specdec.dev.simulated_fetch import EMPTY_TABLE, simulated_report
     from specdec.model_catalog import catalog_facts, hub_ids
     from specdec.model_facts import ModelFacts
-    from specdec.status import fetched_status
+    from specdec.status.shared import fetched_status
 
     stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki")) if d["kind"] == "Stage"}
     template = stages["pod-complete"]["spec"]["next"]["statusTemplate"]

@@ -1,11 +1,11 @@
-"""specdec.gc_pacing: full collections on a timer, none triggered by a growing heap."""
+"""specdec.kube.gc_pacing: full collections on a timer, none triggered by a growing heap."""
 
 from __future__ import annotations
 
 import gc
 import threading
 
-from specdec import gc_pacing
+from specdec.kube import gc_pacing
 
 
 class FullCollections:

@@ -9,18 +9,19 @@ import kopf
 from specdec import handlers
 from specdec.api import base, cel
 from specdec.plan import Plan, _parse_canonical, plan
-from specdec.store import Store
+from specdec.kube import kopf_patches
+from specdec.kube.cache import Store
 from tests.unit.helpers import EXAMPLE_70B, SETTINGS, load_example
 from tests.unit.test_status import AS_ROOT, RT_POD, rt_exit, rt_waiting, runtime_pod
 
 
 def test_only_event_handlers_so_no_diff_base_is_needed():
-    # handlers.NoDiffBase skips kopf's per-event copy of every object: right only while no handler diffs
+    # kopf_patches.NoDiffBase skips kopf's per-event copy of every object: right only while no handler diffs
     # (on.create, on.update, on.field, on.resume, on.delete, daemons, timers).
     registry = kopf.get_default_registry()
     assert list(registry._watching.get_all_handlers())
     assert not list(registry._changing.get_all_handlers()) and not list(registry._spawning.get_all_handlers())
-    assert handlers.NoDiffBase().build(body={"spec": {}}) is None
+    assert kopf_patches.NoDiffBase().build(body={"spec": {}}) is None
 
 
 def test_after_the_warm_up_an_example_s_first_plan_compiles_no_cel_rule():

@@ -1,12 +1,12 @@
-"""specdec.jsonio: orjson where it can, the standard library where orjson refuses, and kopf's watch
-stream parsing with it."""
+"""specdec.kube.jsonio: orjson where it can, the standard library where orjson refuses, and kopf's watch
+stream parsing with it (specdec.kube.kopf_patches)."""
 
 from __future__ import annotations
 
 import json
 import math
 
-from specdec import jsonio
+from specdec.kube import jsonio, kopf_patches
 
 
 def test_loads_reads_what_the_standard_library_reads():
@@ -19,6 +19,6 @@ def test_loads_reads_what_the_standard_library_reads():
 def test_kopfs_watch_stream_parses_with_it():
     from kopf._cogs.clients import api
 
-    jsonio.install()
+    kopf_patches.install_json()
     assert api.json.loads is jsonio.loads
     assert api.json.dumps is json.dumps  # the rest of the module is the standard library's

@@ -13,10 +13,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from specdec import kube as kube_module
-from specdec.kube import CONNECTION_FAILED, Kube, api_error_message, permanent
-from specdec.requeue import DelayQueue
-from specdec.store import Store
+from specdec.kube import client as kube_client
+from specdec.kube import events as kube_events
+from specdec.kube.cache import Store
+from specdec.kube.client import Kube
+from specdec.kube.errors import CONNECTION_FAILED, api_error_message, permanent
+from specdec.kube.workqueue import DelayQueue
 
 
 class Scripted(http.server.BaseHTTPRequestHandler):
@@ -50,7 +52,7 @@ class Scripted(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server(monkeypatch):
-    monkeypatch.setattr(kube_module, "BACKOFF_BASE", 0.01)
+    monkeypatch.setattr(kube_client, "BACKOFF_BASE", 0.01)
     Scripted.script, Scripted.seen = [], []
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -98,7 +100,7 @@ def test_the_same_500_twice_is_permanent(server: Kube):
 
 
 def test_an_unreachable_server_is_transient(server: Kube):
-    Scripted.script = ["reset"] * kube_module.RETRIES
+    Scripted.script = ["reset"] * kube_client.RETRIES
     with pytest.raises(ApiException) as raised:
         server.get_live("ConfigMap", "ns", "x")
     assert raised.value.status == CONNECTION_FAILED and not permanent(raised.value)
@@ -106,20 +108,20 @@ def test_an_unreachable_server_is_transient(server: Kube):
 
 
 def test_the_event_poster_survives_failures(server: Kube):
-    Scripted.script = ["reset"] * kube_module.RETRIES + [(201, {}, {})]
+    Scripted.script = ["reset"] * kube_client.RETRIES + [(201, {}, {})]
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
     server.event(owner, "First", "lost: the server is down")
     server.event(owner, "Second", "posted")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not any(b"Second" in s[2] for s in Scripted.seen):
         time.sleep(0.05)
-    assert any(b"Second" in s[2] for s in Scripted.seen) and server.event_poster_alive
+    assert any(b"Second" in s[2] for s in Scripted.seen) and server.events.alive
 
 
 def test_an_event_says_when_it_happened_not_when_the_poster_got_to_it(server: Kube, monkeypatch):
-    monkeypatch.setattr(kube_module, "BACKOFF_BASE", 0.5)  # the first Event's retry keeps the second waiting
+    monkeypatch.setattr(kube_client, "BACKOFF_BASE", 0.5)  # the first Event's retry keeps the second waiting
     clock = ["2026-11-25T14:00:00Z"]
-    monkeypatch.setattr(kube_module.conditions, "now", lambda: clock[0])
+    monkeypatch.setattr(kube_events.conditions, "now", lambda: clock[0])
     Scripted.script = ["reset", (201, {}, {}), (201, {}, {})]
     owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns", "uid": "u"}}
     server.event(owner, "First", "retried")

@@ -1,4 +1,4 @@
-"""specdec.leader without a cluster: settings, validation against the library's own checks, and a
+"""specdec.kube.leader without a cluster: settings, validation against the library's own checks, and a
 candidate whose API server refuses every connection. The election itself: tests/cluster/test_leader.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.leaderelection import electionconfig
 
-from specdec.leader import ElectionSettings, Leadership, default_identity, validate
+from specdec.kube.leader import ElectionSettings, Leadership, default_identity, validate
 from tests.kube_helpers import wait_for
 
 
@@ -82,11 +82,11 @@ def test_bad_settings_say_which(env, complaint):
 
 
 def test_no_namespace_outside_a_pod_is_an_error(monkeypatch, tmp_path):
-    monkeypatch.setattr("specdec.leader.SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
+    monkeypatch.setattr("specdec.kube.leader.SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
     with pytest.raises(ValueError, match="SPECDEC_LEADER_ELECTION_NAMESPACE"):
         ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "true"})
     (tmp_path / "namespace").write_text("ops\n")
-    monkeypatch.setattr("specdec.leader.SERVICE_ACCOUNT_NAMESPACE", tmp_path / "namespace")
+    monkeypatch.setattr("specdec.kube.leader.SERVICE_ACCOUNT_NAMESPACE", tmp_path / "namespace")
     assert ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "true"}).namespace == "ops"
 
 

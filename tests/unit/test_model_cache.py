@@ -139,7 +139,7 @@ def test_pytorch_runtime_config_points_at_the_cache():
 
 
 def test_pytorch_runtime_mounts_the_cache_read_only():
-    from specdec.builders.runtime import build_deployment
+    from specdec.builders.serving import build_deployment
 
     p = make_plan(spec(backend="pytorch"))
     pod = build_deployment(p, "uid", SETTINGS)["spec"]["template"]["spec"]
@@ -170,34 +170,55 @@ class NoWrites:
         pass
 
 
+class Queues:
+    """The work queues of a controller tested alone: `enqueue` records each key in its kind's queue."""
+
+    def __init__(self):
+        self.by_kind: dict[str, Recorded] = {}
+
+    def enqueue(self, kind, namespace, name, urgent=False):
+        self.by_kind.setdefault(kind, Recorded()).add((kind, namespace, name), urgent)
+
+    def __getitem__(self, kind) -> Recorded:
+        return self.by_kind.setdefault(kind, Recorded())
+
+
+def runtime_applier(kube, queues: Queues):
+    from specdec.reconcile.ownership import Children
+    from specdec.reconcile.serving import RuntimeApplier
+    from specdec.reconcile.state.failures import ServiceFailures
+
+    return RuntimeApplier(kube, SETTINGS, Children(kube), ServiceFailures(),
+                          draft_len_choice=lambda namespace, name: None, enqueue=queues.enqueue)
+
+
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
-    from kubernetes import client
+    from types import SimpleNamespace
 
-    from specdec.kube import Kube
-    from specdec.reconcile import Reconciler
-    from specdec.settings import Settings
-    from specdec.status import BuildState
-    from specdec.store import Store
+    from specdec.reconcile.ownership import Children
+    from specdec.reconcile.service_lane import ServiceLane
+    from specdec.reconcile.state.failures import Backoff, ServiceFailures
+    from specdec.status.shared import BuildState
 
-    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
-    reconciler.kube = kube = NoWrites()
-    services = reconciler.queues["Service"] = Recorded()
-    deployments = reconciler.queues["SpeculativeDeployment"] = Recorded()
+    kube, queues = NoWrites(), Queues()
+    runtime = runtime_applier(kube, queues)
+    services, deployments = queues["Service"], queues["SpeculativeDeployment"]
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     target, draft = p.runtime_inputs
     fetched = BuildState("Fetched", "Fetched", "checkpoint in the cache")
-    assert reconciler._runtime(sd, p, {}, {}) == (None, False, False)
-    assert reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: BuildState(
+    assert runtime.apply(sd, p, {}, {}) == (None, False, False)
+    assert runtime.apply(sd, p, {}, {target.name: fetched, draft.name: BuildState(
         "Fetching", "Fetching", "")}) == (None, False, False)
     assert kube.written == []
-    _, current, service_current = reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
+    _, current, service_current = runtime.apply(sd, p, {}, {target.name: fetched, draft.name: fetched})
     assert current and not service_current
     assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
     assert services.keys == [("Service", p.namespace, p.name)] and services.urgent == [True]
-    reconciler._plan = lambda _: p
+    lane = ServiceLane(kube, SimpleNamespace(plan=lambda _: p), Children(kube), ServiceFailures(),
+                       Backoff(lambda seconds, *key, urgent=False: None), queues.enqueue, active=lambda: True)
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
-    reconciler._service_key(("Service", p.namespace, p.name))
+    lane.reconcile(("Service", p.namespace, p.name))
     assert kube.written[2:] == ["Service"]
     assert deployments.keys == [("SpeculativeDeployment", p.namespace, p.name)]  # its Ready waits for it
     assert deployments.urgent == [False]
@@ -205,7 +226,7 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     ours = {"metadata": {"ownerReferences": [{"controller": True, "uid": "uid-1"}]}, "spec": {}, "data": {}}
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else {**ours, "kind": kind}
     kube.written.clear()
-    reconciler._runtime(sd, p, {}, {target.name: fetched, draft.name: fetched})
+    runtime.apply(sd, p, {}, {target.name: fetched, draft.name: fetched})
     assert kube.written == ["ConfigMap", "Deployment"]
 
 
@@ -213,22 +234,17 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
     """A first write is a create, which the API server refuses if the name is taken: nothing is asked first.
     The ConfigMap goes first, so a ConfigMap name taken by another leaves no Deployment whose pods would read
     it, and the Service is queued only once the Deployment is ours."""
-    from kubernetes import client
+    from specdec.reconcile.errors import NameConflict
+    from specdec.status.shared import BuildState
 
-    from specdec.kube import Kube
-    from specdec.reconcile import NameConflict, Reconciler
-    from specdec.settings import Settings
-    from specdec.status import BuildState
-    from specdec.store import Store
-
-    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
-    reconciler.kube = kube = NoWrites()
+    kube, queues = NoWrites(), Queues()
     kube.get_live = None  # a lookup would fail the test
-    services = reconciler.queues["Service"] = Recorded()
+    runtime = runtime_applier(kube, queues)
+    services = queues["Service"]
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     fetched = {c.name: BuildState("Fetched", "Fetched", "checkpoint in the cache") for c in p.runtime_inputs}
-    _, current, service_current = reconciler._runtime(sd, p, {}, fetched)
+    _, current, service_current = runtime.apply(sd, p, {}, fetched)
     assert kube.written == ["ConfigMap", "Deployment"] and current and not service_current
     assert services.keys == [("Service", p.namespace, p.name)]
 
@@ -237,24 +253,25 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
         (foreign, False) if desired["kind"] == "ConfigMap" else NoWrites.apply(kube, desired, existing))
     kube.written.clear()
     with pytest.raises(NameConflict, match=r"ConfigMap .* already exists and is not controlled by this"):
-        reconciler._runtime(sd, p, {}, fetched)
+        runtime.apply(sd, p, {}, fetched)
     assert kube.written == [] and services.keys == [("Service", p.namespace, p.name)]
 
 
 def test_pytorch_runtime_waits_naming_the_checkpoints():
-    from specdec.status import BuildState, deployment_conditions
+    from specdec.status.deployment import DeploymentInput, deployment_conditions
+    from specdec.status.shared import BuildState
 
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     target, draft = p.runtime_inputs
     caches = {target.name: BuildState("Fetched", "Fetched", "checkpoint in the cache"),
               draft.name: BuildState("Fetching", "Fetching", "step fetch running")}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     runtime = next(c for c in conds if c.type == "RuntimeAvailable")
     assert phase == "Building" and (runtime.status, runtime.reason) == (False, "Fetching")
     assert runtime.message.endswith(f"fetching {DRAFT}@main (ModelCache {draft.name})") and TARGET not in runtime.message
     assert "EnginesReady" not in {c.type for c in conds}
     failed = {c.name: BuildState("Failed", "FetchFailed", "401 Unauthorized") for c in p.runtime_inputs}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=failed)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=failed))
     ready = next(c for c in conds if c.type == "Ready")
     assert phase == "Failed" and ready.reason == "FetchFailed"
     assert "401 Unauthorized" in next(c for c in conds if c.type == "RuntimeAvailable").message

@@ -11,7 +11,7 @@ import pytest
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.monitor import SpeculationMonitor, parse_sample
-from specdec.store import Store
+from specdec.kube.cache import Store
 
 TARGET = "hf://meta-llama/Llama-3.1-70B-Instruct"
 DRAFT = "hf://meta-llama/Llama-3.2-1B-Instruct"

@@ -41,7 +41,7 @@ def test_runtime_images_are_built_on_the_pinned_releases():
 
 
 def test_each_backend_runs_its_routes_image():
-    from specdec.builders.runtime import build_deployment
+    from specdec.builders.serving import build_deployment
     from specdec.settings import Settings
     from tests.unit.helpers import make_plan
     from tests.unit.invalid_specs import draft_target, spec

@@ -7,7 +7,7 @@ import copy
 import pydantic
 import pytest
 
-from specdec.builders.runtime import build_deployment, runtime_config_json
+from specdec.builders.serving import build_deployment, runtime_config_json
 from specdec.plan import HASHED_WHEN_NULL, engine_name
 from tests.unit.helpers import (EXAMPLE_13B, EXAMPLE_70B, EXAMPLE_REDRAFTER, SETTINGS, load_example, make_plan,
                                 make_problem)
@@ -306,7 +306,7 @@ def test_served_name_of_a_pvc_model_is_its_last_path_part():
 # --- draftLen: auto -------------------------------------------------------------------------------
 
 def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
-    from specdec.builders.runtime import build_config_map
+    from specdec.builders.serving import build_config_map
 
     p = make_plan(spec(speculation=draft_target(draftLen="auto", maxDraftLen=8)))
     assert p.runtime.draft_target.draft_len == 4 and p.runtime.draft_target.max_draft_len == 8

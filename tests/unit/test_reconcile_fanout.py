@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from specdec.kube import Kube
+from specdec.kube.client import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.store import Store
+from specdec.kube.cache import Store
 from tests.unit.helpers import Recorded
 
 
@@ -25,7 +25,7 @@ def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_cha
     builds, deployments = Recorded(), Recorded()
     reconciler.queues = {"EngineBuild": builds, "SpeculativeDeployment": deployments}
     for user in ("a", "b"):
-        reconciler._use("ns", "eb", user)
+        reconciler.users.use("ns", "eb", user)
 
     reconciler.shared_seen("EngineBuild", engine_build("1"))
     first = sorted(deployments.keys)
@@ -46,24 +46,24 @@ def test_users_hear_of_a_shared_build_only_when_its_status_spec_or_ownership_cha
 
 def test_a_deployments_events_mark_ready_not_ready_and_each_new_failure():
     from specdec.conditions import Cond
-    from specdec.reconcile import _worth_an_event
+    from specdec.reconcile.deployment_status import worth_an_event
 
     def ready(status: str, reason: str) -> dict:
         return {"type": "Ready", "status": status, "reason": reason}
 
     # progress between steps is in status only
-    assert not _worth_an_event({}, Cond("Ready", False, "Fetching"), None, "Building")
-    assert not _worth_an_event(ready("False", "Fetching"), Cond("Ready", False, "EnginesBuilding"), "Building",
+    assert not worth_an_event({}, Cond("Ready", False, "Fetching"), None, "Building")
+    assert not worth_an_event(ready("False", "Fetching"), Cond("Ready", False, "EnginesBuilding"), "Building",
                                "Building")
-    assert not _worth_an_event(ready("False", "EnginesBuilding"), Cond("Ready", False, "RollingOut"), "Building",
+    assert not worth_an_event(ready("False", "EnginesBuilding"), Cond("Ready", False, "RollingOut"), "Building",
                                "RollingOut")
-    assert _worth_an_event(ready("False", "RollingOut"), Cond("Ready", True, "Ready"), "RollingOut", "Ready")
-    assert not _worth_an_event(ready("True", "Ready"), Cond("Ready", True, "Ready"), "Ready", "Ready")
-    assert _worth_an_event(ready("True", "Ready"), Cond("Ready", False, "RollingOut"), "Ready", "RollingOut")
+    assert worth_an_event(ready("False", "RollingOut"), Cond("Ready", True, "Ready"), "RollingOut", "Ready")
+    assert not worth_an_event(ready("True", "Ready"), Cond("Ready", True, "Ready"), "Ready", "Ready")
+    assert worth_an_event(ready("True", "Ready"), Cond("Ready", False, "RollingOut"), "Ready", "RollingOut")
     # failures: each new cause
-    assert _worth_an_event({}, Cond("Ready", False, "VocabularyMismatch"), None, "Invalid")
-    assert not _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "BuildFailed"), "Failed", "Failed")
-    assert _worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "ApiUnavailable"), "Failed", "Failed")
+    assert worth_an_event({}, Cond("Ready", False, "VocabularyMismatch"), None, "Invalid")
+    assert not worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "BuildFailed"), "Failed", "Failed")
+    assert worth_an_event(ready("False", "BuildFailed"), Cond("Ready", False, "ApiUnavailable"), "Failed", "Failed")
 
 
 def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_reading_it():
@@ -86,15 +86,15 @@ def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_rea
         obj["metadata"]["resourceVersion"] = "1"
         store.put(obj)
     target = "hf://meta-llama/Llama-2-13b-hf"
-    assert reconciler._checkpoints_awaited(ebs["target"]) == [f"{target}@main"]
+    assert reconciler.shared.jobs.checkpoints_awaited(ebs["target"]) == [f"{target}@main"]
 
     fetched = {**caches[target], "status": {"phase": "Fetched", "conditions": [
         {"type": "Ready", "status": "True", "reason": "Fetched"}]}}
     fetched["metadata"] = {**fetched["metadata"], "resourceVersion": "2"}
     store.put(fetched)
     reconciler.shared_seen("ModelCache", fetched)
-    assert reconciler._checkpoints_awaited(ebs["target"]) == []
-    assert reconciler._checkpoints_awaited(ebs["draft"]) == ["hf://meta-llama/Llama-2-7b-hf@main"]
+    assert reconciler.shared.jobs.checkpoints_awaited(ebs["target"]) == []
+    assert reconciler.shared.jobs.checkpoints_awaited(ebs["draft"]) == ["hf://meta-llama/Llama-2-7b-hf@main"]
     assert builds.keys == [("EngineBuild", "ns", ebs["target"]["metadata"]["name"])]  # not the draft's
 
 
@@ -112,17 +112,17 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     deployments = Recorded()
     reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
-    waiting = reconciler._plan(sd)
+    waiting = reconciler.plans.plan(sd)
     assert isinstance(waiting, Plan) and waiting.facts_awaited == ("hf://example-org/llama-13b-finetune",)
     cache = build_model_cache("ns", waiting.model_caches[0])
-    reconciler._use("ns", cache["metadata"]["name"], "sd")
+    reconciler.users.use("ns", cache["metadata"]["name"], "sd")
     fetched_without_facts = {"phase": "Fetched",
                              "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}
     without_facts = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "2"},
                      "status": fetched_without_facts}
     store.put(without_facts)
     reconciler.shared_seen("ModelCache", without_facts)
-    assert reconciler._plan(sd).facts_awaited == ()  # fetched, no facts: built unchecked, as a pvc:// model
+    assert reconciler.plans.plan(sd).facts_awaited == ()  # fetched, no facts: built unchecked, as a pvc:// model
     deployments.keys.clear()
 
     facts = catalog_facts("meta-llama/Llama-2-13b-hf").to_status()
@@ -131,7 +131,7 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     store.put(reported)
     reconciler.shared_seen("ModelCache", reported)
     assert deployments.keys == [("SpeculativeDeployment", "ns", "sd")]  # facts alone changed: its users hear
-    refused = reconciler._plan(sd)
+    refused = reconciler.plans.plan(sd)
     assert isinstance(refused, Problem) and refused.reason == "TensorParallelDoesNotDivideHeads"
     assert refused.message.endswith(
         "(facts of example-org/llama-13b-finetune: the files its fetch read "
@@ -148,7 +148,7 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
 def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
     """Another checkpoint of the namespace fetched (a fleet's hundred models) does not plan a deployment again;
     its own checkpoint's facts do."""
-    from specdec import reconcile
+    from specdec.reconcile import plans as plan_memo
     from specdec.builders.model_cache import build_model_cache
     from specdec.model_catalog import catalog_facts
     from specdec.plan import ModelCachePlan, plan
@@ -159,10 +159,10 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
     store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
     reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     planned = []
-    reconciler_plan = reconcile.plan
-    reconcile.plan = lambda *args: planned.append(args) or plan(*args)
+    reconciler_plan = plan_memo.plan
+    plan_memo.plan = lambda *args: planned.append(args) or plan(*args)
     try:
-        first = reconciler._plan(sd)
+        first = reconciler.plans.plan(sd)
         own = first.model_caches[0]
         other = ModelCachePlan(name="mc-other", spec=own.spec.model_copy(update={"model": "hf://example-org/other"}))
 
@@ -173,19 +173,18 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
                                   "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}})
 
         fetched(other, "2")
-        assert reconciler._plan(sd) is first and len(planned) == 1  # not a checkpoint it reads
+        assert reconciler.plans.plan(sd) is first and len(planned) == 1  # not a checkpoint it reads
         fetched(own, "3")
-        assert reconciler._plan(sd).reason == "TensorParallelDoesNotDivideHeads" and len(planned) == 2
+        assert reconciler.plans.plan(sd).reason == "TensorParallelDoesNotDivideHeads" and len(planned) == 2
         fetched(other, "4")
-        reconciler._plan(sd)
+        reconciler.plans.plan(sd)
         assert len(planned) == 2
     finally:
-        reconcile.plan = reconciler_plan
+        plan_memo.plan = reconciler_plan
 
 
 def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     import yaml
-    from specdec.plan import plan
     from tests.unit.helpers import ROOT
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
@@ -195,9 +194,9 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
                           ("torch", "llama-3.1-8b-draft-1b-pytorch.yaml")):
         sd = yaml.safe_load((ROOT / "examples" / example).read_text())
         sd["metadata"].update(name=name, namespace="ns", uid=name, generation=1)
-        reconciler._plan(sd)
+        reconciler.plans.plan(sd)
     for user in ("engines", "torch", "unplanned"):
-        reconciler._use("ns", "shared", user)
+        reconciler.users.use("ns", "shared", user)
     done = {"Fetched": "ModelCache", "Succeeded": "EngineBuild"}
     heard = {}
     for rv, phase in enumerate(("Fetched", "Succeeded"), start=1):
@@ -285,17 +284,19 @@ def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at
     from specdec.conditions import Cond
     from specdec.problem import Problem
     from specdec.reconcile import PROGRESS_WRITE_SECONDS
+    from specdec.reconcile.deployment_status import DeploymentStatusWriter
+    from specdec.reconcile.state.pacing import WritePacing
 
-    reconciler = Reconciler(Kube(client.ApiClient(), Store(["SpeculativeDeployment"])), Settings())
-    reconciler.kube = kube = StatusWrites()
+    kube = StatusWrites()
     deferred = []
-    reconciler.requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
+    pacing = WritePacing(lambda seconds, *key, urgent=False: deferred.append((seconds, key)))
+    writer = DeploymentStatusWriter(kube, pacing, published=lambda namespace, name, generation: None)
     problem = Problem("ModelDoesNotFitGpu", "too big")
     sd = {"metadata": {"namespace": "ns", "name": "sd", "generation": 1}}
 
     def write(reason: str, message: str) -> None:
         conds = [Cond("SpecValid", False, reason, message), Cond("Ready", False, reason, message)]
-        reconciler._write_status(sd, problem, "Invalid", conds, None, [])
+        writer.write(sd, problem, "Invalid", conds, None, [])
         if kube.patched:
             sd["status"] = kube.patched[-1]
 
@@ -305,7 +306,7 @@ def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at
     assert 0 < deferred[0][0] <= PROGRESS_WRITE_SECONDS
     write("VocabularyMismatch", "the draft's tokenizer differs")  # a new reason: at once
     assert len(kube.patched) == 2 and kube.patched[-1]["conditions"][-1]["reason"] == "VocabularyMismatch"
-    reconciler._status_written[("SpeculativeDeployment", "ns", "sd")] -= PROGRESS_WRITE_SECONDS  # the interval has passed
+    pacing.last_written[("SpeculativeDeployment", "ns", "sd")] -= PROGRESS_WRITE_SECONDS  # the interval has passed
     write("VocabularyMismatch", "the draft's tokenizer differs in 3 tokens")
     assert len(kube.patched) == 3 and len(deferred) == 1
 
@@ -315,7 +316,7 @@ def test_a_shared_objects_job_steps_wait_what_its_users_read_is_written_at_once(
     builds): a change none of its users reads waits PROGRESS_WRITE_SECONDS after the last write; done is
     written at once."""
     from specdec.reconcile import PROGRESS_WRITE_SECONDS
-    from specdec.status import BuildState
+    from specdec.status.shared import BuildState
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild"])), Settings())
     eb = engine_build("1")
@@ -328,11 +329,11 @@ def test_a_shared_objects_job_steps_wait_what_its_users_read_is_written_at_once(
 
     reconciler.kube.patch, reconciler.kube.event = patch, lambda *args, **kwargs: None
     deferred = []
-    reconciler.requeue.after = lambda seconds, key, call: deferred.append((seconds, key))
+    reconciler.delays.after = lambda seconds, key, call: deferred.append((seconds, key[1]))  # (queue, key)
 
     def step(phase: str) -> None:
-        reconciler._observe_job = lambda kind, obj: (BuildState(phase, phase, f"{phase}: message"), False, [])
-        reconciler._reconcile_shared("EngineBuild", eb)
+        reconciler.shared.jobs.observe = lambda kind, obj: (BuildState(phase, phase, f"{phase}: message"), False, [])
+        reconciler.shared._reconcile("EngineBuild", eb)
 
     step("Pending")  # a first status: at once
     step("Converting")  # its Job's steps, just after: later, what is current then

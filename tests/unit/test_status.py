@@ -9,8 +9,8 @@ from specdec import conditions
 from specdec.conditions import Cond
 from specdec.model_catalog import catalog_facts, config_excerpt
 from specdec.model_facts import ModelFacts
-from specdec.status import (FETCH, BuildState, deployment_conditions, evaluate_build, fetched_status,
-                            runtime_pod_blocked, step_failure)
+from specdec.status.deployment import DeploymentInput, deployment_conditions, runtime_pod_blocked
+from specdec.status.shared import FETCH, BuildState, evaluate_build, fetched_status, step_failure
 from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
@@ -129,7 +129,7 @@ def test_oom_killed_build_reports_the_memory_limit():
 
 
 def test_a_cached_pod_keeps_what_build_states_read():
-    from specdec.store import slim
+    from specdec.kube.cache import slim
 
     full = pod(phase="Failed", init={"convert": terminated(0)}, main={"build": terminated(137, reason="OOMKilled")},
                limits={"memory": "64Gi", "cpu": "8"})
@@ -234,7 +234,7 @@ def by_type(conds: list[Cond]) -> dict[str, Cond]:
 
 def test_ready_when_everything_is():
     p = plan13b()
-    phase, conds = deployment_conditions(p, built(p), available_deployment(), True, "http://x/v1")
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), available_deployment(), True, "http://x/v1"))
     c = by_type(conds)
     assert phase == "Ready"
     assert [x.type for x in conds] == ["SpecValid", "EnginesReady", "RuntimeAvailable", "Ready"]
@@ -243,8 +243,8 @@ def test_ready_when_everything_is():
 
 def test_ready_waits_for_the_service_behind_the_endpoint():
     p = plan13b()
-    phase, conds = deployment_conditions(p, built(p), available_deployment(), True, "http://x/v1",
-                                         service_current=False)
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), available_deployment(), True, "http://x/v1",
+                                         service_current=False))
     c = by_type(conds)
     assert phase == "RollingOut" and c["RuntimeAvailable"].status
     assert not c["Ready"].status and c["Ready"].reason == "ServicePending" and "http://x/v1" in c["Ready"].message
@@ -255,7 +255,7 @@ def test_failed_engine_decides_ready():
     states = built(p)
     draft = next(e for e in p.engines if e.role == "draft")
     states[draft.name] = BuildState("Failed", "QuantizeFailed", "step quantize failed with exit code 1", "quantize")
-    phase, conds = deployment_conditions(p, states, None, False, "http://x/v1")
+    phase, conds = deployment_conditions(DeploymentInput(p, states, None, False, "http://x/v1"))
     c = by_type(conds)
     assert phase == "Failed"
     assert (c["EnginesReady"].status, c["EnginesReady"].reason) == (False, "QuantizeFailed")
@@ -270,7 +270,7 @@ def fetched(p) -> dict[str, BuildState]:
 def test_first_false_sub_condition_decides():
     p = plan13b()
     building = {p.engines[0].name: BuildState("Quantizing", "Quantizing", "step quantize running")}
-    phase, conds = deployment_conditions(p, building, None, False, None, caches=fetched(p))
+    phase, conds = deployment_conditions(DeploymentInput(p, building, None, False, None, caches=fetched(p)))
     c = by_type(conds)
     assert phase == "Building"
     assert not c["EnginesReady"].status and not c["RuntimeAvailable"].status
@@ -281,7 +281,7 @@ def test_rolling_out_when_engines_are_built():
     p = plan13b()
     rolling = available_deployment()
     rolling["status"].update(readyReplicas=0, conditions=[])
-    phase, conds = deployment_conditions(p, built(p), rolling, True, None)
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), rolling, True, None))
     assert phase == "RollingOut"
     assert by_type(conds)["EnginesReady"].status
     assert by_type(conds)["Ready"].reason == "RollingOut"
@@ -289,7 +289,7 @@ def test_rolling_out_when_engines_are_built():
 
 def test_invalid_spec_is_reported_in_ready():
     problem = make_problem(spec(runtime={"replicas": -1}))
-    phase, conds = deployment_conditions(problem, {}, None, False, None)
+    phase, conds = deployment_conditions(DeploymentInput(problem, {}, None, False, None))
     assert phase == "Invalid"
     assert [(c.type, c.status, c.reason) for c in conds] == [("SpecValid", False, "InvalidSpec"),
                                                              ("Ready", False, "InvalidSpec")]
@@ -298,7 +298,7 @@ def test_invalid_spec_is_reported_in_ready():
 
 def test_no_engines_condition_for_pytorch():
     p = make_plan(spec(backend="pytorch"))
-    phase, conds = deployment_conditions(p, {}, available_deployment(), True, "http://x/v1")
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, available_deployment(), True, "http://x/v1"))
     assert phase == "Ready" and "EnginesReady" not in by_type(conds)
 
 
@@ -311,7 +311,7 @@ def test_aggregate_ready():
 def test_an_unschedulable_build_is_named_in_the_deployment_condition():
     p = make_plan(spec(target={"model": "hf://meta-llama/Llama-3.1-405B-Instruct", "tensorParallelSize": 16}))
     blocked = BuildState("Pending", "Unschedulable", "build pod cannot be scheduled: 3 Insufficient nvidia.com/gpu")
-    _, conds = deployment_conditions(p, {p.engines[0].name: blocked}, None, False, None)
+    _, conds = deployment_conditions(DeploymentInput(p, {p.engines[0].name: blocked}, None, False, None))
     ready = conds[-1]
     assert (ready.type, ready.status, ready.reason) == ("Ready", False, "BuildUnschedulable")
     assert "Insufficient nvidia.com/gpu" in ready.message and p.engines[0].name in ready.message
@@ -323,7 +323,7 @@ def test_build_pods_the_api_server_refuses_are_named():
     assert "exceeded quota" in state.message
     assert evaluate_build(job(active=0), []).reason == "JobPending"  # no FailedCreate seen: still waiting
     p = plan13b()
-    _, conds = deployment_conditions(p, {p.engines[0].name: state}, None, False, None)
+    _, conds = deployment_conditions(DeploymentInput(p, {p.engines[0].name: state}, None, False, None))
     assert (conds[-1].reason, conds[-1].status) == ("BuildPodCreationFailed", False)
 
 
@@ -332,7 +332,7 @@ def test_runtime_pods_that_cannot_be_created_or_scheduled_are_named():
     refused = available_deployment()
     refused["status"].update(readyReplicas=0, conditions=[
         cond("ReplicaFailure", "True", "FailedCreate", "pods \"x\" is forbidden: violates PodSecurity")])
-    _, conds = deployment_conditions(p, built(p), refused, True, None)
+    _, conds = deployment_conditions(DeploymentInput(p, built(p), refused, True, None))
     assert by_type(conds)["RuntimeAvailable"].reason == "PodCreationFailed"
     assert "violates PodSecurity" in conds[-1].message
 
@@ -340,7 +340,7 @@ def test_runtime_pods_that_cannot_be_created_or_scheduled_are_named():
     pending["status"].update(readyReplicas=0, conditions=[])
     unschedulable = pod(name="rt-1", phase="Pending", conds=[
         cond("PodScheduled", "False", "Unschedulable", "0/5 nodes are available: 5 Insufficient nvidia.com/gpu")])
-    _, conds = deployment_conditions(p, built(p), pending, True, None, pods=[unschedulable])
+    _, conds = deployment_conditions(DeploymentInput(p, built(p), pending, True, None, pods=[unschedulable]))
     assert (conds[-1].reason, conds[-1].status) == ("PodsUnschedulable", False)
     assert "rt-1" in conds[-1].message and "Insufficient nvidia.com/gpu" in conds[-1].message
 
@@ -397,7 +397,7 @@ def rolling_out() -> dict:
 
 def runtime_condition(*pods: dict) -> Cond:
     p = plan13b()
-    phase, conds = deployment_conditions(p, built(p), rolling_out(), True, None, pods=list(pods))
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), rolling_out(), True, None, pods=list(pods)))
     c = by_type(conds)
     assert phase == "RollingOut" and c["Ready"].reason == c["RuntimeAvailable"].reason
     return c["RuntimeAvailable"]
@@ -512,8 +512,9 @@ def test_runtime_pod_blocked_holds_all_a_deployment_reads_of_its_runtime_pods():
     for a in variants:
         for b in variants:
             if runtime_pod_blocked(a) == runtime_pod_blocked(b):
-                assert (deployment_conditions(p, built(p), rolling_out(), True, None, pods=[a])
-                        == deployment_conditions(p, built(p), rolling_out(), True, None, pods=[b])), (a, b)
+                assert (deployment_conditions(DeploymentInput(p, built(p), rolling_out(), True, None, pods=[a]))
+                        == deployment_conditions(DeploymentInput(p, built(p), rolling_out(), True, None,
+                                                                 pods=[b]))), (a, b)
                 same += a is not b
     assert same >= 6
 
@@ -529,7 +530,7 @@ def test_build_and_fetch_pods_whose_containers_will_not_start_are_named():
     assert state.message.startswith("build pod eb-build-abcde: container convert cannot start: "
                                     f"CreateContainerConfigError: {as_root}; the image runs as root")
     p = plan13b()
-    _, conds = deployment_conditions(p, {p.engines[0].name: state}, None, False, None)
+    _, conds = deployment_conditions(DeploymentInput(p, {p.engines[0].name: state}, None, False, None))
     assert (conds[-1].reason, conds[-1].status) == ("BuildContainerCannotStart", False)
     assert p.engines[0].name in conds[-1].message
 
@@ -537,14 +538,14 @@ def test_build_and_fetch_pods_whose_containers_will_not_start_are_named():
     fetch = evaluate_build(job(active=1), [pulling], kind=FETCH)
     assert (fetch.phase, fetch.reason) == ("Pending", "ImagePullFailed")
     caches = {c.name: fetch for c in p.model_caches}
-    _, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    _, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     assert by_type(conds)["EnginesReady"].reason == "FetchImagePullFailed"
 
 
 def test_a_failed_reconcile_keeps_the_observed_conditions_and_fails_ready():
     p = plan13b()
     failure = Cond("Ready", False, "NameConflict", "Service x already exists")
-    phase, conds = deployment_conditions(p, built(p), None, False, None, failure)
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), None, False, None, failure))
     c = by_type(conds)
     assert phase == "Failed" and c["Ready"] == failure
     assert c["SpecValid"].status and c["EnginesReady"].status and not c["RuntimeAvailable"].status
@@ -557,7 +558,7 @@ def test_engines_wait_for_their_checkpoints_naming_models():
     target, draft = p.model_caches  # in the engines' order: target first
     caches = {target.name: BuildState("Fetching", "Fetching", "step fetch running"),
               draft.name: BuildState("Fetched", "Fetched", "checkpoint in the cache")}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     c = by_type(conds)
     assert phase == "Building"
     assert (c["EnginesReady"].status, c["EnginesReady"].reason) == (False, "Fetching")
@@ -569,7 +570,7 @@ def test_failed_fetch_is_fetch_failed_with_the_jobs_message():
     p = plan13b()
     caches = {c.name: BuildState("Failed", "FetchFailed", "step fetch failed with exit code 1: 401 Unauthorized")
               for c in p.model_caches}
-    phase, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     c = by_type(conds)
     assert phase == "Failed"
     assert (c["Ready"].status, c["Ready"].reason) == (False, "FetchFailed")
@@ -580,7 +581,8 @@ def test_an_engine_already_built_does_not_wait_for_a_fetch():
     """A ModelCache made again (collected while unused) fetches while the engines it once fed are built."""
     p = plan13b()
     caches = {c.name: BuildState("Fetching", "Fetching", "step fetch running") for c in p.model_caches}
-    _, conds = deployment_conditions(p, built(p), available_deployment(), True, "http://x/v1", caches=caches)
+    _, conds = deployment_conditions(DeploymentInput(p, built(p), available_deployment(), True, "http://x/v1",
+                                                     caches=caches))
     assert by_type(conds)["EnginesReady"].reason == "EnginesBuilt"
 
 
@@ -588,7 +590,7 @@ def test_unschedulable_fetch_says_so():
     p = plan13b()
     caches = {c.name: BuildState("Pending", "Unschedulable", "fetch pod cannot be scheduled: 0/3 nodes")
               for c in p.model_caches}
-    _, conds = deployment_conditions(p, {}, None, False, None, caches=caches)
+    _, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     assert by_type(conds)["EnginesReady"].reason == "FetchUnschedulable"
 
 
@@ -645,7 +647,7 @@ def test_a_shared_objects_progress_does_not_rewrite_its_users_status():
         draft_engine = next(e for e in p.engines if e.role == "draft")
         states = {draft_engine.name: BuildState(engine_phase, engine_phase, f"step {engine_phase} running")}
         return {c.type: (c.status, c.reason, c.message)
-                for c in deployment_conditions(p, states, None, False, None, caches=caches)[1]}
+                for c in deployment_conditions(DeploymentInput(p, states, None, False, None, caches=caches))[1]}
 
     assert conds_with("Pending", "Pending") == conds_with("Fetching", "Converting") == conds_with("Fetching",
                                                                                                     "Building")
@@ -656,7 +658,7 @@ def test_a_shared_objects_progress_does_not_rewrite_its_users_status():
 def test_users_view_holds_all_a_deployment_reads_of_a_shared_object():
     """Users are woken only when users_view changes: two states with the same view must give the same
     conditions, whichever of the engines or checkpoints they are."""
-    from specdec.status import users_view
+    from specdec.status.shared import users_view
     p = plan13b()
     target_cache, _ = p.model_caches
     engine = next(e for e in p.engines if e.role == "target")
@@ -672,10 +674,12 @@ def test_users_view_holds_all_a_deployment_reads_of_a_shared_object():
     built = {e.name: BuildState("Succeeded", "Built", "built") for e in p.engines}
 
     def as_engine(s: BuildState):
-        return deployment_conditions(p, {**built, engine.name: s}, None, False, None, caches=everything_fetched)
+        return deployment_conditions(DeploymentInput(p, {**built, engine.name: s}, None, False, None,
+                                                     caches=everything_fetched))
 
     def as_cache(s: BuildState):
-        return deployment_conditions(p, {}, None, False, None, caches={**everything_fetched, target_cache.name: s})
+        return deployment_conditions(DeploymentInput(p, {}, None, False, None,
+                                                     caches={**everything_fetched, target_cache.name: s}))
 
     for states, conditions_with in ((engine_states, as_engine), (cache_states, as_cache)):
         for a in states:
@@ -688,7 +692,7 @@ def test_runtime_view_holds_all_a_deployment_reads_of_its_runtime_deployment():
     """Its Deployment's events wake a deployment only when runtime_view changes: Deployments with the same
     view must give the same conditions and pod counts. The controller-manager's updates along a rollout
     that change nothing of that (availableReplicas, Progressing's reasons) are part of the set."""
-    from specdec.status import runtime_view
+    from specdec.status.deployment import runtime_view
     p = plan13b()
 
     def deployment(generation=2, observed=2, replicas=1, updated=1, ready=0, available=0, conds=(), annotations=None):
@@ -711,7 +715,7 @@ def test_runtime_view_holds_all_a_deployment_reads_of_its_runtime_deployment():
 
     def reads(d):
         status = (d or {}).get("status") or {}
-        return (deployment_conditions(p, built(p), d, True, "http://x/v1"), status.get("replicas"),
+        return (deployment_conditions(DeploymentInput(p, built(p), d, True, "http://x/v1")), status.get("replicas"),
                 status.get("readyReplicas"), ((d or {}).get("metadata") or {}).get("annotations"))
 
     same = 0

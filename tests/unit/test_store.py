@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec.store import Store, matches
+from specdec.kube.cache import Store, matches
 
 
 def obj(kind: str, name: str, rv: str, labels: dict | None = None, ns: str = "a") -> dict:

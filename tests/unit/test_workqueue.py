@@ -1,10 +1,11 @@
-"""The work queue: repeated adds of a key collapse, and one key never runs twice at once."""
+"""The work queue: repeated adds of a key collapse, one key never runs twice at once, delayed adds come once."""
 
 from __future__ import annotations
 
 import threading
+import time
 
-from specdec.workqueue import WorkQueue
+from specdec.kube.workqueue import DelayQueue, WorkQueue
 
 
 class Recorder:
@@ -110,3 +111,28 @@ def test_a_key_made_urgent_while_it_runs_runs_again_first():
     handler.gate.set()
     handler.wait_for(3)
     assert handler.calls == ["hold", "hold", "a"] and handler.overlaps == 0
+
+
+def test_add_after_adds_once_when_due_the_earliest_delay_winning():
+    handler = Recorder()
+    delays = DelayQueue()
+    queue = WorkQueue(handler, workers=1, delays=delays)
+    other = WorkQueue(handler, workers=1, delays=delays)  # one delay thread for both; keys apart per queue
+    started = time.monotonic()
+    queue.add_after(30, "a")
+    queue.add_after(0.2, "a")  # sooner: replaces the later one
+    queue.add_after(5, "a")  # later than the one pending: ignored
+    other.add_after(0.2, "a")
+    handler.wait_for(2)
+    assert handler.calls == ["a", "a"] and 0.15 <= time.monotonic() - started < 5
+    queue.add("end")
+    handler.wait_for(3)
+    assert handler.calls == ["a", "a", "end"]
+
+
+def test_add_after_without_a_shared_delay_thread_starts_its_own():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=1)
+    queue.add_after(0.05, "later", urgent=True)
+    handler.wait_for(1)
+    assert handler.calls == ["later"]

@@ -95,7 +95,7 @@ Checks the schema cannot express (they involve two values): fail with what to ch
 {{- end }}
 
 {{/*
-The rules of leader election (operator/specdec/leader.py, on the client's kubernetes.leaderelection),
+The rules of leader election (operator/specdec/kube/leader.py, on the client's kubernetes.leaderelection),
 in a Role in the release namespace, where the Lease is: in both modes, since a namespaced install
 watches other namespaces but elects in its own. Exactly the calls of its LeaseLock and of the release
 on shutdown: read_namespaced_lease, create_namespaced_lease, replace_namespaced_lease. No list,
@@ -116,7 +116,7 @@ watch, patch or delete.
 
 {{/*
 The RBAC rules of the operator, shared by the ClusterRole (cluster-wide) and the per-namespace
-Roles (watchNamespaces). Exactly the API calls of operator/specdec/kube.py and the watches of
+Roles (watchNamespaces). Exactly the API calls of operator/specdec/kube/client.py and the watches of
 operator/specdec/handlers.py; nothing else. kopf runs `standalone` (no peering objects) with its own
 event posting disabled, so it needs no rights beyond the watches (list + watch) below.
 Not granted on purpose: secrets (a gated model's token Secret is mounted by the build pod, never read

@@ -277,7 +277,7 @@ class PodRunner:
         deployment = f"{key[0]}/{pod['metadata'].get('labels', {}).get(common.LABEL_INSTANCE, key[1])}"
         try:
             config = cfg.load(config_dir / RUNTIME_CONFIG_KEY)
-            launch_plan = launch.plan(config, str(config_dir.parent / "work"), read_engines=False)
+            launch_plan = launch.plan_launch(config, str(config_dir.parent / "work"), read_engines=False)
         except cfg.ConfigError as error:
             self._problem(key, str(error))
             return

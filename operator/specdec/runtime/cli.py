@@ -22,7 +22,7 @@ import time
 from aiohttp import web
 
 from specdec.runtime import config as cfg
-from specdec.runtime import launch as launching
+from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
 from specdec.runtime.launch import LaunchPlan
@@ -42,8 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="runtime configuration (runtime.json from the deployment's ConfigMap)")
     p.add_argument("--print-config", action="store_true",
                    help="dry run: print the command and every rendered file, then exit")
-    p.add_argument("--workdir", default=launching.DEFAULT_WORKDIR,
-                   help=f"where rendered files go (default {launching.DEFAULT_WORKDIR})")
+    p.add_argument("--workdir", default=launch.DEFAULT_WORKDIR,
+                   help=f"where rendered files go (default {launch.DEFAULT_WORKDIR})")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--grace-seconds", type=float, default=25.0,
                    help="how long the server gets to stop after SIGTERM before SIGKILL (default 25)")
@@ -84,7 +84,7 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     tokenizer = Tokenizer(config.target.checkpoint) if backend.kind == "triton" else None
     front = Front(config, backend, supervisor=supervisor, tokenizer=tokenizer, route=plan.route,
                   request_timeout=args.request_timeout, stats_interval=args.stats_interval,
-                  draft_len_file=launching.draft_len_file(args.config))
+                  draft_len_file=launch.draft_len_file(args.config))
     runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None)
     await runner.setup()
     try:
@@ -129,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s specdec-runtime: %(message)s")
     try:
         config = cfg.load(args.config)
-        plan = launching.plan(config, args.workdir)
+        plan = launch.plan_launch(config, args.workdir)
     except cfg.ConfigError as error:
         print(f"specdec-runtime: {error}", file=sys.stderr)
         return 2
     if args.print_config:
-        sys.stdout.write(launching.describe(config, plan, args.config))
+        sys.stdout.write(launch.describe(config, plan, args.config))
         return 0
     for note in plan.notes:
         log.info("%s", note)
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                          exclude_none=True), sort_keys=True))
     if not args.backend_command:
         try:
-            launching.prepare(plan)
+            launch.prepare(plan)
         except (cfg.ConfigError, OSError) as error:
             print(f"specdec-runtime: cannot prepare the server: {error}", file=sys.stderr)
             return 2

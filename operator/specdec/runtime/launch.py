@@ -40,7 +40,8 @@ class LaunchPlan:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
-def plan(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_engines: bool = True) -> LaunchPlan:
+def plan_launch(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_engines: bool = True) -> LaunchPlan:
+    """What to launch for `config`: the backend's command line and environment, and the files `prepare` writes."""
     route = cfg.route(config)
     if route == "triton":
         repo_dir = f"{workdir}/triton-repository"

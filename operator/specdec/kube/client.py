@@ -1,4 +1,10 @@
-"""Every API side effect of the operator, in one place.
+"""The operator's API client: every request it makes; reads of the cached kinds come from the cache.
+
+Mirrors client-go's REST client with its request retries (a 429's Retry-After honoured) and pager. The
+Kubernetes Python client falls short for an operator: its generated API classes turn every object into
+model classes and back, and by default it retries no 429 or 5xx answer. So one request function over its
+ApiClient (configuration and authentication) does the retries below. Errors: errors.py; Events: events.py;
+what a write decides before a request: apply.py; the cache: cache.py.
 
 Objects are plain dicts in their wire form, so the pure builders' output goes out unchanged.
 Transient failures (429, 5xx, resets, refused connections, timeouts) are retried with jittered
@@ -11,11 +17,8 @@ idle operator writes nothing.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import queue
 import random
-import threading
 import time
 from typing import Any, Callable
 from urllib.parse import quote
@@ -24,9 +27,12 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from specdec import conditions, jsonio
-from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS, EVENTS_DROPPED
-from specdec.store import Store, slim
+from specdec.kube import jsonio
+from specdec.kube.apply import adopted, contains
+from specdec.kube.cache import Store, slim
+from specdec.kube.errors import CONNECTION_FAILED, TRANSIENT_STATUSES, body_message
+from specdec.kube.events import EventRecorder
+from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS
 
 FIELD_MANAGER = "specdec-operator"
 USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
@@ -34,9 +40,6 @@ RETRIES = 6
 BACKOFF_BASE = 0.2
 BACKOFF_MAX = 5.0
 RETRY_AFTER_MAX = 30.0
-TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
-CONNECTION_FAILED = 0  # the status of an ApiException for a request that got no HTTP answer
-EVENT_QUEUE_SIZE = 1000
 LIST_PAGE_SIZE = 500  # client-go's pager's default
 ADOPT_ATTEMPTS = 3  # see Kube._adopt_created_fields: a controller may write a Deployment's status meanwhile
 
@@ -76,64 +79,9 @@ KINDS = {
 }
 
 
-def _body_message(error: ApiException) -> str:
-    try:
-        body = json.loads(error.body or "{}")
-    except ValueError:
-        body = {}
-    return (body.get("message") if isinstance(body, dict) else None) or (error.body or "").strip() or error.reason
-
-
-def api_error_message(error: ApiException) -> str:
-    """`HTTP 500 InternalError: <the API server's message>` from a failed request."""
-    if error.status == CONNECTION_FAILED:
-        return f"no answer from the API server: {error.reason}"
-    try:
-        reason = (json.loads(error.body or "{}") or {}).get("reason")
-    except (ValueError, AttributeError):
-        reason = None
-    return f"HTTP {error.status} {reason or error.reason}: {_body_message(error)}"
-
-
-def permanent(error: ApiException) -> bool:
-    """Retrying the same request soon cannot help: the request itself is refused (400, 403, 404,
-    422, ...) or the server answered 500 with the same message every time (`_call` marks those)."""
-    return getattr(error, "permanent", False) or (
-        error.status not in TRANSIENT_STATUSES and error.status != CONNECTION_FAILED)
-
-
 def _backoff(attempt: int) -> float:
     """Exponential, with full jitter so that many clients retrying at once spread out."""
     return random.uniform(0.5, 1.0) * min(BACKOFF_MAX, BACKOFF_BASE * 2 ** attempt)
-
-
-def _union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two managed field sets (FieldsV1: nested objects of `f:`/`k:`/`v:` keys) as one."""
-    return {**a, **b, **{k: _union(a[k], b[k]) for k in a.keys() & b.keys()}}
-
-
-def _adopted(entries: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """managedFields with our Update entries (a create's, a merge patch's) folded into our Apply entry; None
-    when there are none."""
-    ours = [e for e in entries if e.get("manager") == FIELD_MANAGER and not e.get("subresource")]
-    if not any(e.get("operation") == "Update" for e in ours):
-        return None
-    fields: dict[str, Any] = {}
-    for entry in ours:
-        fields = _union(fields, entry.get("fieldsV1") or {})
-    applied = next((e for e in ours if e.get("operation") == "Apply"), ours[0])
-    return [*(e for e in entries if not any(e is o for o in ours)),
-            {**applied, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}]
-
-
-def contains(actual: Any, desired: Any) -> bool:
-    """True when every field we set in `desired` has that value in `actual` (defaults may add more)."""
-    if isinstance(desired, dict):
-        return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in desired.items())
-    if isinstance(desired, list):
-        return (isinstance(actual, list) and len(actual) == len(desired)
-                and all(contains(a, d) for a, d in zip(actual, desired)))
-    return actual == desired
 
 
 class Kube:
@@ -142,9 +90,9 @@ class Kube:
     def __init__(self, api: client.ApiClient, store: Store | None = None):
         self.api = api
         self.store = store or Store(())
-        self._events: queue.Queue = queue.Queue(EVENT_QUEUE_SIZE)
-        self._poster = threading.Thread(target=self._post_events, daemon=True, name="specdec-events")
-        self._poster.start()
+        self.events = EventRecorder(
+            lambda event: self._call("POST", KINDS["Event"].path(event["metadata"]["namespace"]), body=event),
+            FIELD_MANAGER)
 
     @classmethod
     def from_environment(cls, store: Store | None = None) -> "Kube":
@@ -171,7 +119,7 @@ class Kube:
                 return self._request(method, path, body, query, content_type)
             except ApiException as error:
                 if error.status == 500:  # the same 500 twice is a verdict, not an outage
-                    message = _body_message(error)
+                    message = body_message(error)
                     if message == previous_500:
                         error.permanent = True
                         raise
@@ -243,7 +191,7 @@ class Kube:
               keep: Callable[[dict[str, Any]], dict[str, Any]] = slim) -> tuple[list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
         them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
-        peak memory. What is kept of each item (`keep`: by default store.slim) is chosen page by page.
+        peak memory. What is kept of each item (`keep`: by default cache.slim) is chosen page by page.
         Consistent lists (no resourceVersion=0: the API server ignores `limit` for those); recent API servers
         answer them, pages too, from their watch cache (ConsistentListFromCache, ListFromCacheSnapshot)."""
         query = [(k, v) for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v]
@@ -325,7 +273,7 @@ class Kube:
         managedFields; changes are rare: a new spec or operator version) and, once per object, a write."""
         for attempt in range(ADOPT_ATTEMPTS):
             live = self.get_live(kind, namespace, name)
-            entries = _adopted((live or {}).get("metadata", {}).get("managedFields") or [])
+            entries = adopted((live or {}).get("metadata", {}).get("managedFields") or [], FIELD_MANAGER)
             if entries is None:
                 return
             try:
@@ -353,46 +301,5 @@ class Kube:
         self.store.remove(kind, namespace, name)
 
     def event(self, obj: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
-        """Post an Event from a background thread: it informs people, it must not slow a reconcile.
-        The queue is bounded: when the API server is unreachable for long, the oldest Events go. Stamped
-        now, not when posted: beside a fleet of 1000 the poster ran up to a minute behind (bench/run.py)."""
-        item = (obj, reason, message, warning, conditions.now())
-        while True:
-            try:
-                self._events.put_nowait(item)
-                return
-            except queue.Full:
-                try:
-                    self._events.get_nowait()
-                    EVENTS_DROPPED.inc()
-                except queue.Empty:
-                    pass
-
-    @property
-    def event_poster_alive(self) -> bool:
-        return self._poster.is_alive()
-
-    def _post_events(self) -> None:
-        while True:
-            item = self._events.get()
-            try:
-                self.post_event(*item)
-            except Exception:  # an Event is never worth the poster: log it and go on with the next
-                log.exception("could not post event %s", item[1])
-
-    def post_event(self, obj: dict[str, Any], reason: str, message: str, warning: bool, stamp: str) -> None:
-        """Post one Event now, from the calling thread (the poster's; `bench/write_cost.py`'s)."""
-        meta = obj["metadata"]
-        event = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid")},
-            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-            "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        }
-        try:
-            self._call("POST", KINDS["Event"].path(meta["namespace"]), body=event)
-        except ApiException as error:  # retries are spent: an event is never worth more
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], api_error_message(error))
+        """Post an Event about `obj` in the background (events.py)."""
+        self.events.record(obj, reason, message, warning)

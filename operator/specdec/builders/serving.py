@@ -1,4 +1,4 @@
-"""The serving side of a SpeculativeDeployment: runtime ConfigMap, Deployment, Service, cache claim."""
+"""The serving side of a SpeculativeDeployment: the runtime pods' ConfigMap, Deployment, Service and cache claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A work queue of keys to reconcile, with the semantics of client-go's workqueue.
+"""A work queue of keys to reconcile, with the semantics of client-go's workqueue, and its delaying queue.
 
 A key added while it waits is not added twice: a burst of events for one object (or a shared
 EngineBuild telling its thousand users at once) costs one reconcile per key, not one per event.
@@ -7,25 +7,91 @@ A key added while a worker reconciles it runs once more afterwards, never twice 
 batching collapses only the events of the object watched, not the reconciles they fan out to.
 Urgent keys (something to create or apply) go before the rest, as in controller-runtime's priority
 queue; within a level, first added, first served.
+
+Delayed adds (client-go's `AddAfter`, with the rate limiter's exponential `backoff`): retry after a
+failure, or look again later at something no watch reports. kopf has per-object timers that fire for
+every object forever (idle work at any scale) and per-handler retries that it records in annotations
+(writes), but no one-shot "reconcile this key in N seconds". So one DelayQueue thread, one heap, at most
+one pending entry per key (the earliest wins), shared by the work queues; its calls run on that thread,
+so they must be quick: adding a key to a work queue is.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
+import random
 import threading
 import time
 from typing import Callable, Hashable
 
 log = logging.getLogger(__name__)
 
+BACKOFF_FIRST = 2.0
+BACKOFF_MAX = 300.0
+
+
+def backoff(failures: int) -> float:
+    """Seconds before retrying after `failures` consecutive failures (>= 1): doubling, jittered."""
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1)) * random.uniform(0.8, 1.2)
+
+
+class DelayQueue:
+    """Calls run in `seconds`, at most one pending per key: the timer behind `WorkQueue.add_after`."""
+
+    def __init__(self):
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[Hashable, tuple[float, Callable[[], None]]] = {}
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="specdec-requeue")
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def after(self, seconds: float, key: Hashable, call: Callable[[], None]) -> None:
+        """Run `call` in `seconds`, unless `key` is already due sooner."""
+        due = time.monotonic() + seconds
+        with self._wake:
+            current = self._due.get(key)
+            if current is not None and current[0] <= due:
+                return
+            self._due[key] = (due, call)
+            heapq.heappush(self._heap, (due, next(self._order), key))
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._wake.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                due, _, key = heapq.heappop(self._heap)
+                entry = self._due.get(key)
+                if entry is None or entry[0] != due:  # superseded by an earlier entry for the key
+                    continue
+                del self._due[key]
+            self._call(key, entry[1])
+
+    @staticmethod
+    def _call(key: Hashable, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:  # the callers report their own failures; this only keeps the thread alive
+            log.exception("delayed reconcile of %s failed", key)
+
 
 class WorkQueue:
     def __init__(self, handle: Callable[[Hashable], None], workers: int,
-                 waited: Callable[[float], None] = lambda seconds: None):
-        """`waited`: told how long each key waited for a worker (since it was first added)."""
+                 waited: Callable[[float], None] = lambda seconds: None, delays: DelayQueue | None = None):
+        """`waited`: told how long each key waited for a worker (since it was first added). `delays`: the
+        thread of `add_after`, shared by queues; by default one of this queue's own, started at its first use."""
         self._handle = handle
         self._waited = waited
+        self._delays = delays
         self._urgent: collections.deque[Hashable] = collections.deque()  # served first
         self._order: collections.deque[Hashable] = collections.deque()
         # In a deque, or to be re-queued when its worker is done: when it was added (monotonic), urgent.
@@ -60,6 +126,13 @@ class WorkQueue:
                 return
             (self._urgent if urgent else self._order).append(key)
             self._ready.notify()
+
+    def add_after(self, seconds: float, key: Hashable, urgent: bool = False) -> None:
+        """`add(key, urgent)` in `seconds`, unless the key is already due to be added sooner."""
+        with self._ready:
+            if self._delays is None:
+                self._delays = DelayQueue()
+        self._delays.after(seconds, (self, key), lambda: self.add(key, urgent))
 
     def _next(self) -> Hashable:
         """The next key to work on; the caller holds the lock."""

@@ -1,4 +1,7 @@
-"""The objects the operator watches, as last seen: a cache, like client-go's informers.
+"""The objects the operator watches, as last seen: a cache, like client-go's informers (their indexer).
+
+kopf hands each watch event's object to its handler and keeps no cache a reconcile could read; the Kubernetes
+Python client has watches but no informer. So this is the informer's store, fed by kopf's watches.
 
 Filled from watch events and from the results of our own writes (so a reconcile right after a
 write sees it), refreshed by each resync's LIST. Reconciles read from here instead of asking the
@@ -38,7 +41,7 @@ def _newer_or_same(candidate: dict[str, Any], current: dict[str, Any] | None) ->
 def slim(obj: dict[str, Any]) -> dict[str, Any]:
     """Without managedFields: no reconcile reads them, and on server-side-applied objects they are
     a good part of the size (client-go informers drop them with a transform for the same reason). A Pod's
-    spec only as far as status.py reads it, its containers' names and memory limits: the rest (env, volumes,
+    spec only as far as the status evaluation reads it, its containers' names and memory limits: the rest (env, volumes,
     probes, the API server's defaults) of a fleet's pods was most of what the cache held of them."""
     meta = obj["metadata"]
     if "managedFields" in meta:

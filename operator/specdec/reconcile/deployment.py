@@ -1,0 +1,97 @@
+"""The deployment controller: plan -> inputs -> runtime -> status, for one SpeculativeDeployment.
+
+Level-triggered: it re-reads what it needs from the watch cache and the outcome depends only on what it
+observed. It never raises: whatever goes wrong is written to the status (reason and message) and the
+deployment is reconciled again after a back-off."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from specdec import metrics
+from specdec.builders import common
+from specdec.builders.serving import endpoint, selector_labels
+from specdec.kube.client import Kube
+from specdec.plan import Plan
+from specdec.reconcile.deployment_status import DeploymentStatusWriter
+from specdec.reconcile.errors import failure_condition, log_failure
+from specdec.reconcile.inputs import DeploymentInputs
+from specdec.reconcile.plans import PlanMemo
+from specdec.reconcile.serving import RuntimeApplier
+from specdec.reconcile.state.failures import Backoff, ServiceFailures
+from specdec.reconcile.state.locks import Locks
+from specdec.status.deployment import DeploymentInput, deployment_conditions
+from specdec.status.shared import BuildState
+
+
+class DeploymentController:
+    """`forget(namespace, name)`: drop what is kept of a deployment that is gone."""
+
+    def __init__(self, kube: Kube, plans: PlanMemo, inputs: DeploymentInputs, runtime: RuntimeApplier,
+                 status: DeploymentStatusWriter, service_failures: ServiceFailures, backoff: Backoff,
+                 locks: Locks, forget: Callable[[str, str], None], active: Callable[[], bool]):
+        self.kube = kube
+        self.plans = plans
+        self.inputs = inputs
+        self.runtime = runtime
+        self.status = status
+        self.service_failures = service_failures
+        self.backoff = backoff
+        self.locks = locks
+        self.forget = forget
+        self.active = active
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        key = ("SpeculativeDeployment", namespace, name)
+        if not self.active():
+            return
+        with self.locks(*key):
+            sd = self.kube.get("SpeculativeDeployment", namespace, name)
+            if sd is None or sd["metadata"].get("deletionTimestamp"):
+                self.forget(namespace, name)
+                return
+            try:
+                with metrics.reconciling("SpeculativeDeployment"):
+                    failed = self._reconcile(sd)
+            except Exception as error:  # noqa: BLE001 — the status write itself failed: retry later
+                log_failure("SpeculativeDeployment", namespace, name, error)
+                failed = True
+            if failed:
+                self.backoff.retry_later(key)
+            else:
+                self.backoff.settled(key)
+
+    def _reconcile(self, sd: dict[str, Any]) -> bool:
+        """Act on the plan and write the full status; True when something failed (retry later)."""
+        meta = sd["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        result = self.plans.plan(sd)
+        states: dict[str, BuildState] = {}  # by EngineBuild
+        caches: dict[str, BuildState] = {}  # by ModelCache
+        deployment = None
+        current = service_current = False
+        failure = None
+        in_use: list[str] = []
+        if isinstance(result, Plan):
+            try:
+                caches, states = self.inputs.ensure(sd, result)
+                deployment, current, service_current = self.runtime.apply(sd, result, states, caches)
+            except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
+                log_failure("SpeculativeDeployment", namespace, name, error)
+                failure = failure_condition(error)
+            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(
+                common.ANNOTATION_ENGINE_BUILDS, "")
+            previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
+            in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n} | set(previous))
+        pods = []
+        if deployment is not None and isinstance(result, Plan):
+            pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector_labels(result).items()))
+        failed = failure is not None
+        service_failure = self.service_failures.get(namespace, name)
+        if not failed and isinstance(result, Plan) and service_failure:  # the Service lane retries it, tells us
+            failure = failure_condition(service_failure[1])
+        phase, conds = deployment_conditions(DeploymentInput(
+            result, states, deployment, current, endpoint(result) if isinstance(result, Plan) else None,
+            failure=failure, pods=pods, caches=caches, service_current=service_current))
+        self.status.write(sd, result, phase, conds, deployment, in_use)
+        return failed

@@ -1,0 +1,95 @@
+"""A deployment's status write: what changed is written (progress alone paced), an Event for what a person acts on."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kubernetes.client.rest import ApiException
+
+from specdec import conditions
+from specdec.builders.serving import endpoint, selector_labels
+from specdec.kube.client import Kube
+from specdec.plan import Plan, Problem
+from specdec.reconcile.state.pacing import WritePacing, status_changed
+from specdec.status.speculation import NO_TRAFFIC, SPECULATION_EFFECTIVE
+
+FAILED_PHASES = ("Failed", "Invalid")
+PROGRESS_FIELDS = ("replicas", "readyReplicas", "conditions")
+
+
+def worth_an_event(old_ready: dict[str, Any], ready: conditions.Cond, old_phase: str | None, phase: str) -> bool:
+    """A deployment's Events: it became Ready, stopped being Ready, or failed (a Warning per new cause).
+    Progress between (fetching, building, rolling out) is in status and in the EngineBuilds' and
+    ModelCaches' own Events: an Event per step would be a write per deployment per step of a shared build."""
+    if phase in FAILED_PHASES:
+        return old_phase != phase or old_ready.get("reason") != ready.reason
+    return (old_ready.get("status") == "True") != bool(ready.status)
+
+
+def progress_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    """Whether `desired` differs from `current` in a rollout's progress only: counts and condition messages."""
+    def state(status: dict[str, Any]) -> tuple:
+        return ({k: status.get(k) for k in desired if k not in PROGRESS_FIELDS},
+                {(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []})
+    return state(current) == state(desired)
+
+
+class DeploymentStatusWriter:
+    """`published(namespace, name, generation)`: what the speculation monitor measured for that generation
+    (.status, .condition), or None."""
+
+    def __init__(self, kube: Kube, pacing: WritePacing, published: Callable[[str, str, Any], Any]):
+        self.kube = kube
+        self.pacing = pacing
+        self.published = published
+
+    def write(self, sd: dict[str, Any], result: Plan | Problem, phase: str, conds: list[conditions.Cond],
+              deployment: dict[str, Any] | None, in_use: list[str]) -> None:
+        """`deployment` may still run the previous engines: its pods are what serves now."""
+        meta = sd["metadata"]
+        status = sd.get("status") or {}
+        generation = meta.get("generation")
+        desired: dict[str, Any] = {
+            "observedGeneration": generation,
+            "phase": phase,
+            "engineBuilds": in_use or None,
+        }
+        if isinstance(result, Plan):
+            dstatus = (deployment or {}).get("status") or {}
+            desired.update(
+                replicas=dstatus.get("replicas", 0), readyReplicas=dstatus.get("readyReplicas", 0),
+                selector=",".join(f"{k}={v}" for k, v in selector_labels(result).items()),
+                endpoint=endpoint(result), speculation=None)
+            if result.spec.speculation.mode != "none":
+                desired["speculation"], effective = self._speculation_status(sd, status)
+                conds = [*conds, effective]
+        desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
+        if not status_changed(status, desired):
+            return
+        key = ("SpeculativeDeployment", meta["namespace"], meta["name"])
+        if self.pacing.later(key, progress_only(status, desired)):
+            return
+        try:
+            self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired},
+                            subresource="status")
+            self.pacing.written(key)
+        except ApiException as error:
+            if error.status == 404:  # deleted meanwhile (or its namespace is going): nothing to tell
+                return
+            raise
+        ready = next(c for c in conds if c.type == "Ready")
+        old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        if worth_an_event(old_ready, ready, status.get("phase"), phase):
+            self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
+
+    def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond]:
+        """What the monitor published for this generation; else what status says (a new leader has not
+        measured yet); else Unknown."""
+        meta = sd["metadata"]
+        published = self.published(meta["namespace"], meta["name"], meta.get("generation"))
+        if published:
+            return published.status, published.condition
+        before = next((c for c in status.get("conditions") or [] if c.get("type") == SPECULATION_EFFECTIVE), None)
+        if before and status.get("speculation"):
+            return status["speculation"], conditions.Cond.from_dict(before)
+        return None, NO_TRAFFIC

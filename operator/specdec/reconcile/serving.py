@@ -1,0 +1,67 @@
+"""A deployment's runtime: its ConfigMap and Deployment, applied once its inputs are ready.
+
+The Service comes after the Deployment is ours, from the Service lane (service_lane.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from specdec.api.runtime_config import DRAFT_LEN_KEY
+from specdec.builders.serving import build_config_map, build_deployment, build_service, config_map_name, runtime_name
+from specdec.kube.apply import contains
+from specdec.kube.client import Kube
+from specdec.plan import Plan
+from specdec.reconcile.ownership import Children
+from specdec.reconcile.state.failures import ServiceFailures
+from specdec.settings import Settings
+from specdec.status.deployment import runtime_inputs_fetched
+from specdec.status.shared import BuildState
+
+
+class RuntimeApplier:
+    """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None."""
+
+    def __init__(self, kube: Kube, settings: Settings, children: Children, service_failures: ServiceFailures,
+                 draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None]):
+        self.kube = kube
+        self.settings = settings
+        self.children = children
+        self.service_failures = service_failures
+        self.draft_len_choice = draft_len_choice
+        self.enqueue = enqueue
+
+    def apply(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
+              caches: dict[str, BuildState]) -> tuple[dict | None, bool, bool]:
+        """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
+        fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
+        it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
+        uid = sd["metadata"]["uid"]
+        existing = self.children.get("Deployment", p.namespace, runtime_name(p), uid)
+        if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
+                and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
+            if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
+                existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
+                                           {"spec": {"replicas": p.spec.runtime.replicas}})
+            return existing, False, False
+        # The ConfigMap first: new pods must read the new configuration, and pods must never start with
+        # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
+        # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
+        config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
+        self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map, uid)
+        deployment, written = self.children.write(build_deployment(p, uid, self.settings), existing, uid)
+        if written:
+            self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
+                            f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
+        service = self.children.get("Service", p.namespace, runtime_name(p), uid)
+        service_current = service is not None and contains(service, build_service(p, uid))
+        failed = self.service_failures.get(p.namespace, p.name)
+        if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
+            self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
+        return deployment, True, service_current
+
+    def _chosen_draft_len(self, p: Plan, config_map: dict[str, Any] | None) -> int | None:
+        """draftLen: auto: the monitor's choice; after a restart of the operator, what the pods were last
+        told (the ConfigMap)."""
+        chosen = self.draft_len_choice(p.namespace, p.name)
+        told = ((config_map or {}).get("data") or {}).get(DRAFT_LEN_KEY, "")
+        return chosen if chosen is not None else int(told) if told.isdigit() else None
