@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import images
+from specdec.dev import base_image, images, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,9 +98,9 @@ def test_the_operator_key_follows_the_package_not_the_tests(tmp_path):
 
 
 def test_the_base_tag_names_its_recipe():
-    assert images.BASE_IMAGE == f"localhost/specdec-base:{images.SUITE}-{images.base_key()[:12]}"
-    assert images.base_key(images.BASE_PACKAGES) != images.base_key((*images.BASE_PACKAGES, "curl"))
-    assert images.base_key(reversed(images.BASE_PACKAGES)) == images.base_key()
+    assert base_image.BASE_IMAGE == f"localhost/specdec-base:{base_image.SUITE}-{base_image.base_key()[:12]}"
+    assert base_image.base_key(base_image.BASE_PACKAGES) != base_image.base_key((*base_image.BASE_PACKAGES, "curl"))
+    assert base_image.base_key(reversed(base_image.BASE_PACKAGES)) == base_image.base_key()
 
 
 def test_the_wheelhouse_covers_the_build_backend_and_the_runtime_extra():
@@ -110,13 +110,13 @@ def test_the_wheelhouse_covers_the_build_backend_and_the_runtime_extra():
 
 def test_archives_live_in_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    assert images.archive_path(images.OPERATOR_IMAGE) == tmp_path / "images" / "specdec-operator.oci.tar"
-    assert images.archive_path(images.BASE_IMAGE) == tmp_path / "images" / "specdec-base.oci.tar"
-    assert images.podman_command()[:3] == ["podman", "--root", str(tmp_path / "images" / "podman" / "storage")]
+    assert podman.archive_path(images.OPERATOR_IMAGE) == tmp_path / "images" / "specdec-operator.oci.tar"
+    assert podman.archive_path(images.BASE_IMAGE) == tmp_path / "images" / "specdec-base.oci.tar"
+    assert podman.podman_command()[:3] == ["podman", "--root", str(tmp_path / "images" / "podman" / "storage")]
 
 
 def test_ulimits_stay_within_the_hard_limits():
-    args = images.ulimit_args()
+    args = podman.ulimit_args()
     limits = dict(value.split("=") for value in args[1::2])
     for name, which in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
         soft, hard = (int(v) for v in limits[name].split(":"))
@@ -125,16 +125,16 @@ def test_ulimits_stay_within_the_hard_limits():
 
 
 def test_missing_tools_say_what_to_install(monkeypatch):
-    monkeypatch.setattr(images.toolchain, "which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}")
-    images._require("podman")
+    monkeypatch.setattr(podman.toolchain, "which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}")
+    podman.require("podman")
     with pytest.raises(images.ImageBuildError, match="runc, mmdebstrap are not installed.*apt-get install"):
-        images._require("podman", "runc", "mmdebstrap")
+        podman.require("podman", "runc", "mmdebstrap")
 
 
 def test_a_failed_step_reports_its_log_tail(tmp_path):
     log = tmp_path / "build.log"
     with pytest.raises(images.ImageBuildError) as failure:
-        images._run(["sh", "-c", "echo first; echo the reason; exit 3"], "a step", log)
+        podman.run(["sh", "-c", "echo first; echo the reason; exit 3"], "a step", log)
     assert "a step failed (exit 3)" in str(failure.value) and "the reason" in str(failure.value)
     assert str(log) in str(failure.value)
 
