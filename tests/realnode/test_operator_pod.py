@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from specdec.dev import images, real_node
+from specdec.dev import images, node_config, real_node
 from tests.chart.cluster_helpers import SD
 from tests.chart.conftest import helm_home, releases, restricted_namespace  # noqa: F401 - fixtures
 from tests.chart.tools import RESTRICTED
@@ -26,7 +26,7 @@ def operator_values(namespace: str) -> dict:
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},  # imported, never pulled
         "nodeSelector": {"kubernetes.io/hostname": real_node.NODE_NAME},
-        "tolerations": [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in real_node.TAINTS],
+        "tolerations": [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in node_config.TAINTS],
         "watchNamespaces": [namespace],  # a shared test cluster: only this test's namespace
         "speculation": {"scrapeSeconds": 5, "refreshSeconds": 300},
     }

@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from specdec import speculation
-from specdec.dev import images, real_node
+from specdec.dev import images, node_config, real_node
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import Kube, wait_for
 from tests.realnode.conftest import pod_exec
@@ -96,7 +96,7 @@ def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_statu
     sd.wait_ready(timeout=START_SECONDS)
     pod = ready_pod(kube, namespace, sd.name)
     assert pod.spec.node_name == real_node.NODE_NAME
-    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(real_node.POD_SUBNET)
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(node_config.POD_SUBNET)
     container = pod.status.container_statuses[0]
     assert container.image_id and container.restart_count == 0  # an image containerd holds, started once
     # What the kubelet enforced: the image's non-root user (no runAsUser in the pod), the ConfigMap volume.
@@ -139,7 +139,7 @@ def test_draft_len_auto_reaches_the_running_front_through_the_kubelet(kube: Kube
         wait_for(lambda: gauge(metrics(ip), "specdec_draft_len") == int(chosen), f"the front's draft length {chosen}",
                  timeout=90)
         print(f"draft_len {chosen} reached the front {time.monotonic() - written:.1f}s after the ConfigMap write "
-              f"(kubelet syncFrequency {real_node.SYNC_FREQUENCY})")
+              f"(kubelet syncFrequency {node_config.SYNC_FREQUENCY})")
     assert abs(int(chosen) - optimum) <= 1 and not traffic.errors, (chosen, optimum, traffic.errors[:3])
     after = ready_pod(kube, namespace, sd.name).status.container_statuses[0]
     assert after.container_id == started and after.restart_count == 0  # no restart

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import host_changes, real_node, toolchain
+from specdec.dev import host_changes, node_config, real_node, toolchain
 
 pytestmark = pytest.mark.cluster
 
@@ -39,7 +39,7 @@ def test_stopping_the_node_leaves_the_host_as_it_found_it(node: real_node.RealNo
     node.stop()
     assert processes() == []
     assert host_changes.mounts_under(node.directory) == [] and not node.directory.exists()
-    assert not Path("/sys/class/net", real_node.BRIDGE).exists()
+    assert not Path("/sys/class/net", node_config.BRIDGE).exists()
     rules = iptables()
     assert real_node.DNAT_COMMENT not in iptables("-t", "nat")
     new_chains = [line for line in rules.splitlines() if line.startswith(":KUBE-")

@@ -7,15 +7,15 @@ import io
 import json
 import tarfile
 
-from specdec.dev import cluster, nodes, real_node
+from specdec.dev import cluster, node_config, nodes, pause_image, real_node
 
 
 def test_the_pause_image_is_an_oci_archive_containerd_names_by_its_reference():
-    archive = tarfile.open(fileobj=io.BytesIO(real_node.pause_image_archive(b"\x7fELF pause")))
+    archive = tarfile.open(fileobj=io.BytesIO(pause_image.pause_image_archive(b"\x7fELF pause")))
     files = {m.name: archive.extractfile(m).read() for m in archive.getmembers()}
     index = json.loads(files["index.json"])
     (entry,) = index["manifests"]
-    assert entry["annotations"]["io.containerd.image.name"] == real_node.PAUSE_IMAGE
+    assert entry["annotations"]["io.containerd.image.name"] == node_config.PAUSE_IMAGE
     manifest = files[f"blobs/sha256/{entry['digest'].split(':')[1]}"]
     assert hashlib.sha256(manifest).hexdigest() == entry["digest"].split(":")[1] and len(manifest) == entry["size"]
     manifest = json.loads(manifest)
@@ -32,21 +32,21 @@ def test_the_kubernetes_service_ip_is_the_first_of_the_service_range():
 
 
 def test_the_kubelet_is_configured_for_this_kind_of_host(tmp_path):
-    config = real_node.kubelet_config(tmp_path, tmp_path / "ca.crt", tmp_path / "c.sock")
+    config = node_config.kubelet_config(tmp_path, tmp_path / "ca.crt", tmp_path / "c.sock")
     assert config["failCgroupV1"] is False and config["cgroupDriver"] == "cgroupfs"
     assert config["authentication"]["anonymous"]["enabled"] is False and config["authorization"]["mode"] == "Webhook"
     assert config["containerRuntimeEndpoint"] == f"unix://{tmp_path / 'c.sock'}"
     taints = {t["key"] for t in config["registerWithTaints"]}
-    assert taints == {nodes.GPU_RESOURCE, real_node.TAINT_KEY}  # no fetch or build pod lands there by chance
+    assert taints == {nodes.GPU_RESOURCE, node_config.TAINT_KEY}  # no fetch or build pod lands there by chance
 
 
 def test_containerd_keeps_its_state_and_runc_state_in_its_directory(tmp_path):
-    text = real_node.containerd_config(tmp_path / "containerd", tmp_path / "cni")
+    text = node_config.containerd_config(tmp_path / "containerd", tmp_path / "cni")
     assert f'root = "{tmp_path}/containerd/root"' in text and f'Root = "{tmp_path}/containerd/runc"' in text
-    assert "restrict_oom_score_adj = true" in text and f'sandbox = "{real_node.PAUSE_IMAGE}"' in text
-    cni = real_node.cni_config(tmp_path / "ipam")
+    assert "restrict_oom_score_adj = true" in text and f'sandbox = "{node_config.PAUSE_IMAGE}"' in text
+    cni = node_config.cni_config(tmp_path / "ipam")
     bridge = cni["plugins"][0]
-    assert bridge["bridge"] == real_node.BRIDGE and bridge["ipMasq"] is False  # no iptables rule of its own
+    assert bridge["bridge"] == node_config.BRIDGE and bridge["ipMasq"] is False  # no iptables rule of its own
 
 
 def test_without_root_the_real_node_says_why_before_anything_starts(monkeypatch, tmp_path, capsys):

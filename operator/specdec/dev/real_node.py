@@ -20,15 +20,12 @@ first and undone by `stop` (specdec.dev.host_changes).
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -37,23 +34,15 @@ from urllib.parse import urlsplit
 import yaml
 
 from specdec.dev import host_changes, images, nodes, toolchain
+from specdec.dev.node_config import (BRIDGE, GATEWAY, PAUSE_IMAGE, TAINT_KEY, cni_config, containerd_config,
+                                     kubelet_config)
+from specdec.dev.pause_image import build_pause, pause_image_archive
 from specdec.dev import cluster as local_cluster
 from specdec.dev.cluster import (KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, running_pid, start_process,
                                  stop_process, wait_nodes_ready)
 
 NODE_NAME = "real-0"
 GPU_STAND_INS = 4
-# A taint only pods meant for the real node tolerate: simulated GPU work (engine builds) stays on kwok's nodes.
-TAINT_KEY = "specdec.io/real-node"
-TAINTS = [{"key": nodes.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},
-          {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
-BRIDGE = "specdec0"
-POD_SUBNET = "10.88.0.0/24"
-GATEWAY = "10.88.0.1"
-PAUSE_IMAGE = f"localhost/specdec-pause:{toolchain.KUBERNETES_VERSION}"
-# The kubelet refreshes a pod's ConfigMap volumes when it syncs the pod: once a minute by default. Ten seconds
-# here, so a draft length the operator changes reaches a pod's front within seconds in the local cluster.
-SYNC_FREQUENCY = "10s"
 DEBIAN_PACKAGES = {"runc": "runc", "iptables": "iptables", "ip": "iproute2", "podman": "podman",
                    "mmdebstrap": "mmdebstrap", "gcc": "gcc", "nft": "nftables"}
 # One real node per machine: who has it (the kubelet's device-plugin socket dir is fixed).
@@ -101,106 +90,6 @@ def install_packages() -> None:
 
 def _log(message: str) -> None:
     print(f"[real-node] {message}", file=sys.stderr, flush=True)
-
-
-def pause_image_archive(pause_binary: bytes, reference: str = PAUSE_IMAGE) -> bytes:
-    """An OCI image archive holding one file, /pause, run as 65535 (what upstream's pause image is). Written
-    here rather than with podman: a one-layer image needs no build tool and no image store of its own."""
-    layer = io.BytesIO()
-    with tarfile.open(fileobj=layer, mode="w") as tar:
-        info = tarfile.TarInfo("pause")
-        info.size, info.mode = len(pause_binary), 0o755
-        tar.addfile(info, io.BytesIO(pause_binary))
-    layer_bytes = layer.getvalue()
-    layer_digest = hashlib.sha256(layer_bytes).hexdigest()
-    config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
-                         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]}}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": _descriptor("application/vnd.oci.image.config.v1+json", config),
-                           "layers": [_descriptor("application/vnd.oci.image.layer.v1.tar", layer_bytes)]}).encode()
-    index = {"schemaVersion": 2, "manifests": [{
-        **_descriptor("application/vnd.oci.image.manifest.v1+json", manifest),
-        "annotations": {"io.containerd.image.name": reference,
-                        "org.opencontainers.image.ref.name": reference.rsplit(":", 1)[1]}}]}
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        for name, data in (("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'), ("index.json", json.dumps(index).encode()),
-                           *((f"blobs/sha256/{hashlib.sha256(b).hexdigest()}", b)
-                             for b in (layer_bytes, config, manifest))):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return archive.getvalue()
-
-
-def _descriptor(media_type: str, data: bytes) -> dict:
-    return {"mediaType": media_type, "digest": f"sha256:{hashlib.sha256(data).hexdigest()}", "size": len(data)}
-
-
-def containerd_config(directory: Path, cni_bin: Path) -> str:
-    """containerd's configuration: everything under `directory`, runc (cgroupfs), our CNI dirs, our pause image.
-    restrict_oom_score_adj: the CRI gives sandboxes a negative OOM score, which needs CAP_SYS_RESOURCE; without
-    it (containers in containers, some CI machines) every sandbox fails with runc's "can't get final child's
-    PID from pipe". Clamping costs Guaranteed pods their negative OOM scores, nothing else."""
-    runc = toolchain.which("runc") or "runc"
-    return f"""version = 3
-root = "{directory}/root"
-state = "{directory}/state"
-[grpc]
-  address = "{directory}/containerd.sock"
-[ttrpc]
-  address = "{directory}/containerd.sock.ttrpc"
-[debug]
-  address = "{directory}/debug.sock"
-[plugins]
-  [plugins."io.containerd.cri.v1.images"]
-    snapshotter = "overlayfs"
-    [plugins."io.containerd.cri.v1.images".pinned_images]
-      sandbox = "{PAUSE_IMAGE}"
-  [plugins."io.containerd.cri.v1.runtime"]
-    restrict_oom_score_adj = true
-    [plugins."io.containerd.cri.v1.runtime".containerd]
-      default_runtime_name = "runc"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-          BinaryName = "{runc}"
-          SystemdCgroup = false
-          Root = "{directory}/runc"
-    [plugins."io.containerd.cri.v1.runtime".cni]
-      bin_dirs = ["{cni_bin}"]
-      conf_dir = "{directory.parent}/cni/conf"
-"""
-
-
-def cni_config(ipam_dir: Path) -> dict:
-    """One bridge (no masquerade, no port maps: neither adds an iptables rule), addresses from host-local."""
-    return {"cniVersion": "1.0.0", "name": "specdec", "plugins": [
-        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(ipam_dir)}}]}
-
-
-def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
-    """A KubeletConfiguration for this machine: cgroup v1 allowed (the kubelet refuses it unless told), the
-    cgroupfs driver (no systemd here), webhook authentication and authorization against the API server (whose
-    kubelet client certificate the cluster's CA signed), no swap check, eviction thresholds a shared dev disk
-    does not trip."""
-    return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True, "enforceNodeAllocatable": ["pods"],
-        "containerRuntimeEndpoint": f"unix://{socket}",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(ca_file)}},
-        "authorization": {"mode": "Webhook"},
-        "failSwapOn": False, "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0, "maxPods": 20,
-        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
-                         "imagefs.available": "1%"},
-        "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
-        "podLogsDir": str(directory / "pod-logs"), "syncFrequency": SYNC_FREQUENCY,
-        "registerWithTaints": TAINTS,
-    }
 
 
 class RealNode:
@@ -392,18 +281,6 @@ class RealNode:
                 continue
             if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(self.socket).encode() in argv:
                 os.kill(int(proc.name), signal.SIGKILL)
-
-
-def build_pause() -> bytes:
-    """The pause binary from the Kubernetes module's own source (build/pause/linux/pause.c), static."""
-    source = toolchain.module_dir("k8s.io/kubernetes", toolchain.KUBERNETES_VERSION) / "build/pause/linux/pause.c"
-    out = toolchain.cache_root() / "tools" / f"pause-{toolchain.KUBERNETES_VERSION}"
-    if not out.is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["gcc", "-Os", "-static", f"-DVERSION={toolchain.KUBERNETES_VERSION}", "-o", str(out),
-                        str(source)], check=True, capture_output=True)
-        subprocess.run(["strip", str(out)], check=True)
-    return out.read_bytes()
 
 
 def on_real_node(deployment: dict, image: str = images.RUNTIME_TEST_IMAGE) -> dict:
