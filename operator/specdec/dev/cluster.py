@@ -13,7 +13,6 @@ import dataclasses
 import ipaddress
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import yaml
 
 from specdec.api.crd import render_crds
 from specdec.dev import nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
+from specdec.dev.processes import running_pid, start_process, stop_process
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
@@ -284,49 +284,14 @@ def install(cluster: LocalCluster, sample: bool = True, operator_metrics_port: i
         _log(f"applied sample {SAMPLE} in namespace default")
 
 
-def running_pid(pid_file: Path) -> int | None:
-    """The PID in `pid_file` if that process is running."""
-    try:
-        pid = int(pid_file.read_text())
-        os.kill(pid, 0)
-    except (OSError, ValueError):
-        return None
-    return pid
-
-
-def start_process(cluster: LocalCluster, argv: list[str], pid_file: Path, log_path: Path,
-                  defaults: dict[str, str] | None = None) -> subprocess.Popen:
-    """A background process of the cluster (its own session: a terminal's Ctrl-C does not reach it);
-    `defaults`: environment it gets unless the caller's environment sets them."""
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(argv, env={**(defaults or {}), **cluster.env()}, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    pid_file.write_text(str(process.pid))
-    return process
-
-
-def stop_process(pid_file: Path, what: str) -> None:
-    """SIGTERM, then SIGKILL after 20 s."""
-    pid = running_pid(pid_file)
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and running_pid(pid_file):
-        time.sleep(0.2)
-    if running_pid(pid_file):
-        os.kill(pid, signal.SIGKILL)
-    pid_file.unlink(missing_ok=True)
-    _log(f"{what} (pid {pid}) stopped")
-
-
 def start_operator(cluster: LocalCluster, metrics_port: int = 0) -> None:
     if cluster.operator_pid():
         _log(f"operator already running (pid {cluster.operator_pid()}, log {cluster.operator_log})")
         return
     argv = [sys.executable, "-m", "specdec.cli", "operator",
             "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz", "--metrics-port", str(metrics_port)]
-    process = start_process(cluster, argv, cluster.operator_pid_file, cluster.operator_log, DEV_OPERATOR_ENV)
+    process = start_process(argv, cluster.operator_pid_file, cluster.operator_log,
+                            {**DEV_OPERATOR_ENV, **cluster.env()})
     problem = wait_healthy(process, cluster.operator_port)
     if problem:
         raise ClusterError(f"{problem}; see {cluster.operator_log}")
@@ -358,8 +323,8 @@ def start_pod_runner(cluster: LocalCluster) -> None:
         _log(f"pod runner already running (pid {pid}, log {cluster.pod_runner_log})")
         return
     process = start_process(
-        cluster, [sys.executable, "-m", "specdec.dev.podrunner", "--kubeconfig", str(cluster.kubeconfig),
-                  "--cluster-dir", str(cluster.directory)], cluster.pod_runner_pid_file, cluster.pod_runner_log)
+        [sys.executable, "-m", "specdec.dev.podrunner", "--kubeconfig", str(cluster.kubeconfig),
+         "--cluster-dir", str(cluster.directory)], cluster.pod_runner_pid_file, cluster.pod_runner_log, cluster.env())
     try:
         process.wait(POD_RUNNER_START_SECONDS)  # one that cannot start (a missing package) ends at once
     except subprocess.TimeoutExpired:

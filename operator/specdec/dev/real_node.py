@@ -38,8 +38,8 @@ from specdec.dev.node_config import (BRIDGE, GATEWAY, PAUSE_IMAGE, TAINT_KEY, cn
                                      kubelet_config)
 from specdec.dev.pause_image import build_pause, pause_image_archive
 from specdec.dev import cluster as local_cluster
-from specdec.dev.cluster import (KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, running_pid, start_process,
-                                 stop_process, wait_nodes_ready)
+from specdec.dev.cluster import KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, wait_nodes_ready
+from specdec.dev.processes import running_pid, start_process, stop_process
 
 NODE_NAME = "real-0"
 GPU_STAND_INS = 4
@@ -174,8 +174,8 @@ class RealNode:
         config.write_text(containerd_config(directory, toolchain.group_dir(toolchain.CNI_GROUP)))
         (self.directory / "cni" / "conf" / "10-specdec.conflist").write_text(
             json.dumps(cni_config(self.directory / "cni" / "ipam"), indent=1))
-        process = start_process(self.cluster, [str(toolchain.bin_dir() / "containerd"), "--config", str(config)],
-                                self._file("containerd.pid"), self._file("containerd.log"))
+        process = start_process([str(toolchain.bin_dir() / "containerd"), "--config", str(config)],
+                                self._file("containerd.pid"), self._file("containerd.log"), self.cluster.env())
         deadline = time.monotonic() + 30
         while self.ctr("version", check=False).returncode != 0:
             if process.poll() is not None or time.monotonic() > deadline:
@@ -224,7 +224,7 @@ class RealNode:
         argv = [str(toolchain.bin_dir() / "kubelet"), f"--config={config}", f"--kubeconfig={self.cluster.kubeconfig}",
                 f"--root-dir={root}", f"--cert-dir={root / 'pki'}", f"--hostname-override={NODE_NAME}",
                 f"--node-labels={labels}"]
-        start_process(self.cluster, argv, self._file("kubelet.pid"), self._file("kubelet.log"))
+        start_process(argv, self._file("kubelet.pid"), self._file("kubelet.log"), self.cluster.env())
 
     def _advertise_gpus(self) -> None:
         """nvidia.com/gpu in the node's capacity; the kubelet copies it to allocatable at its next status sync."""

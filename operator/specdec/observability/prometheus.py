@@ -30,7 +30,8 @@ from typing import Any
 import yaml
 
 from specdec.dev import toolchain
-from specdec.dev.cluster import ClusterError, LocalCluster, running_pid
+from specdec.dev.cluster import ClusterError, LocalCluster
+from specdec.dev.processes import running_pid
 from specdec.observability import alerts
 
 PINNED_VERSION = "3.16.0"
