@@ -24,6 +24,7 @@ from specdec.model_facts import CATALOG_SOURCE, ModelFacts
 LLAMA3 = "family:llama3"  # Llama 3.x: 128,000 BPE tokens + 256 special (bos 128000); 3.2 reuses 3.1's
 LLAMA = "family:llama"  # LLaMA-1 / Llama 2 SentencePiece, 32,000 tokens (Vicuna v1.3 is a LLaMA fine-tune)
 QWEN2 = "family:qwen2"  # Qwen2 / Qwen2.5 BPE (151,643 tokens + specials); embeddings padded per size
+QWEN3 = "family:qwen3"  # Qwen3 BPE: Qwen2's 151,643 tokens with Qwen3's own specials (<think>), vocab_size 151936
 DEEPSEEK_V3 = "family:deepseek-v3"  # DeepSeek-V3 / R1 BPE, vocab_size 129280
 
 _LLAMA = {"architectures": ["LlamaForCausalLM"], "tie_word_embeddings": False}
@@ -83,6 +84,14 @@ _ENTRIES: dict[str, tuple[dict, int, str]] = {
     "Qwen/Qwen2.5-7B-Instruct": (
         {**_QWEN25, "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
          "num_attention_heads": 28, "num_key_value_heads": 4, "tie_word_embeddings": False}, 7_610_000_000, QWEN2),
+    # HF copies of Qwen/Qwen3-4B's config.json: a text-encoder config with `_name_or_path` Qwen/Qwen3-4B (torch_dtype
+    # float32 there, that pipeline's own), a Qwen3Config class with Qwen3-4B's values (torch_dtype bfloat16). Card
+    # (Qwen3-4B-Base's, same architecture): 4.0B parameters, 36 layers, 32 Q and 8 KV heads.
+    "Qwen/Qwen3-4B": (
+        {"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+         "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+         "torch_dtype": "bfloat16", "tie_word_embeddings": True, "max_position_embeddings": 40960},
+        4_000_000_000, QWEN3),
     # AIC deepseek-ai--DeepSeek-R1 (FP8 weights, block-wise). Model card: 671B main model + 14B of the
     # multi-token-prediction module = 685B in the checkpoint (MTP speculation loads both).
     "deepseek-ai/DeepSeek-R1": (

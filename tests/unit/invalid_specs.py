@@ -157,6 +157,16 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("pard-on-tensorrt",
      spec(speculation={"mode": "pard", "pard": {"draftModel": "hf://amd/PARD-Llama-3.2-1B"}}), "mode"),
     ("pard-without-draft-model", spec(backend="pytorch", speculation={"mode": "pard", "pard": {}}), "draftModel"),
+    ("dflash-on-tensorrt",
+     spec(speculation={"mode": "dflash", "dflash": {"draftModel": "hf://z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"}}),
+     "mode"),
+    ("dflash-without-draft-model", spec(backend="pytorch", speculation={"mode": "dflash", "dflash": {}}), "draftModel"),
+    ("dspark-on-tensorrt",
+     spec(speculation={"mode": "dspark", "dspark": {"draftModel": "hf://deepseek-ai/dspark_qwen3_4b_block7"}}), "mode"),
+    ("dspark-without-draft-model", spec(backend="pytorch", speculation={"mode": "dspark", "dspark": {}}), "draftModel"),
+    ("dspark-block-size-not-draft-len",
+     spec(backend="pytorch", speculation={"mode": "dspark", "dspark": {
+         "draftModel": "hf://deepseek-ai/dspark_qwen3_4b_block7", "maxDraftLen": 4, "blockSize": 7}}), "blockSize"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -174,7 +184,8 @@ CEL: frozenset[str] = frozenset({
     "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
     "ngram-on-tensorrt", "ngram-window-without-threshold",
     "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
-    "pard-on-tensorrt", "pard-without-draft-model",
+    "pard-on-tensorrt", "pard-without-draft-model", "dflash-on-tensorrt", "dflash-without-draft-model",
+    "dspark-on-tensorrt", "dspark-without-draft-model", "dspark-block-size-not-draft-len",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})
