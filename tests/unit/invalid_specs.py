@@ -167,6 +167,13 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("dspark-block-size-not-draft-len",
      spec(backend="pytorch", speculation={"mode": "dspark", "dspark": {
          "draftModel": "hf://deepseek-ai/dspark_qwen3_4b_block7", "maxDraftLen": 4, "blockSize": 7}}), "blockSize"),
+    ("save-state-on-tensorrt", spec(speculation={"mode": "saveState", "saveState": {}}), "mode"),
+    ("save-state-layer-twice",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"eagle3LayersToCapture": [1, 1]}}),
+     "eagle3LayersToCapture"),
+    ("save-state-path-escapes-the-claim",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"output": {"path": "../models"}}}),
+     "path"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -186,6 +193,7 @@ CEL: frozenset[str] = frozenset({
     "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
     "pard-on-tensorrt", "pard-without-draft-model", "dflash-on-tensorrt", "dflash-without-draft-model",
     "dspark-on-tensorrt", "dspark-without-draft-model", "dspark-block-size-not-draft-len",
+    "save-state-on-tensorrt", "save-state-layer-twice",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})

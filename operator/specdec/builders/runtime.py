@@ -7,6 +7,7 @@ from typing import Any
 
 from specdec.api.runtime_config import CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_KEY
 from specdec import modes
+from specdec.modes import save_state
 from specdec.builders import common
 from specdec.plan import Plan, content_hash
 from specdec.settings import GPU_RESOURCE, Settings
@@ -89,6 +90,11 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
                                                                    "readOnly": True}})
     mounts += common.model_mounts(plan.model_claims)
     volumes += common.model_volumes(plan.model_claims)
+    mode, block = modes.mode_of(spec.speculation)
+    if mode is save_state.MODE:  # the one mode that writes: its capture directory, read-write
+        volume, mount = save_state.capture_volume(block, plan.name, plan.cache.claim_name)
+        volumes.append(volume)
+        mounts.append(mount)
     container = {
         "name": "runtime",
         "image": runtime.image or settings.runtime_image_for(spec.backend),
