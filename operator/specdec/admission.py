@@ -1,7 +1,8 @@
 """Admission from the models' own facts: refuse, before any GPU Job, a deployment that cannot work.
 
-Three pure checks, in plan() after the spec's own: draft and target share their tokenizer (a draft of
-another vocabulary proposes token ids that mean other text: ~0 % acceptance), the tensor-parallel size
+Four pure checks, in plan() after the spec's own: draft and target share their tokenizer (a draft of
+another vocabulary proposes token ids that mean other text: ~0 % acceptance), the target has the layers a
+mode reads (dflash, dspark, eagle3, saveState), the tensor-parallel size
 splits the attention heads evenly, and weights plus a minimal KV cache fit the GPUs the runtime pod gets.
 They read `ModelFacts` (specdec.model_facts): those the fetch read from a checkpoint's own files (its
 ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.gpu_nodes). What they lack
@@ -15,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Mapping
+
+from pydantic.alias_generators import to_camel
 
 from specdec import model_catalog, modes
 from specdec.api.base import ModelSource
@@ -133,6 +136,7 @@ def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_s
     notes = [_without_facts(m, observed) for m in served if m.facts is None]
     dt = spec.speculation.draft_target
     results = (check_vocabulary(served, dt.acceptance if dt else "tokens"),
+               check_target_layers(spec, served),
                check_tensor_parallel(served),
                check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
     for result in results:
@@ -174,6 +178,29 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
         return [f"the tokenizers of {draft.model} and {target.model} ({why}: {draft.tokenizer}, {target.tokenizer})"]
     # Same tokenizer, vocab_size may differ by padding (Qwen2.5-0.5B 151936, Qwen2.5-7B 152064):
     # tokens acceptance compares token ids only.
+    return []
+
+
+# --- target layers a mode reads --------------------------------------------------------------------
+
+# Fields of a mode's block that name layers of the target (dflash and dspark target_layer_ids, eagle3 and
+# saveState eagle3_layers_to_capture; -1: the last): TensorRT-LLM captures their hidden states, and a layer
+# the target does not have fails the server at start.
+LAYER_FIELDS = ("target_layer_ids", "eagle3_layers_to_capture")
+
+
+def check_target_layers(spec: SpeculativeDeploymentSpec, served: list[Served]) -> Problem | list[str]:
+    target = served[0].facts
+    mode, block = modes.mode_of(spec.speculation)
+    if target is None or block is None:
+        return []
+    for field in LAYER_FIELDS:
+        beyond = sorted(layer for layer in getattr(block, field, None) or () if layer >= target.layers)
+        if beyond:
+            return Problem("InvalidSpec", (
+                f"spec.speculation.{mode.name}.{to_camel(field)}: {target.model} has {target.layers} layers "
+                f"(0 to {target.layers - 1}), not {', '.join(map(str, beyond))}: name the layers the draft was "
+                "trained on, or leave the field unset to read them from the draft's config"))
     return []
 
 

@@ -10,7 +10,7 @@ import json
 from specdec.modes import MODES
 from specdec.plan import Problem, parse_spec
 from tests.runtime.helpers import DATA
-from tests.unit.helpers import make_plan
+from tests.unit.helpers import make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
 SPECULATIVE = json.loads((DATA / "trtllm_speculative_config.json").read_text())
@@ -63,3 +63,10 @@ def test_refused_before_any_pod_with_a_clear_message():
     for bad in ({"attentionBackend": "CUTEDSL"}, {"targetLayerIds": []}, {"targetLayerIds": [-1]},
                 {"contextRecomputeTail": -1}, {"maskTokenId": -1}, {"maxDraftLen": 0}):
         assert isinstance(parse_spec(dflash(**bad)), Problem), bad
+
+
+def test_target_layers_the_target_does_not_have_are_refused_before_any_pod():
+    problem = make_problem(dflash(targetLayerIds=[1, 20, 40]))
+    assert problem.reason == "InvalidSpec"
+    assert "meta-llama/Llama-2-13b-hf has 40 layers (0 to 39), not 40" in problem.message
+    make_plan(dflash(targetLayerIds=[1, 20, 39]))  # the last layer is fine

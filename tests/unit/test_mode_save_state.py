@@ -10,7 +10,7 @@ from specdec.builders.runtime import build_deployment
 from specdec.modes import MODES
 from specdec.plan import Problem, parse_spec
 from tests.runtime.helpers import DATA
-from tests.unit.helpers import SETTINGS, make_plan
+from tests.unit.helpers import SETTINGS, make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
 SPECULATIVE = json.loads((DATA / "trtllm_speculative_config.json").read_text())
@@ -77,3 +77,9 @@ def test_refused_before_any_pod_with_a_clear_message():
                 {"filePrefix": "../x"}, {"output": {"path": "/abs"}}, {"output": {"path": "a/../b"}},
                 {"output": {"claimName": "Not_A_Claim"}}):
         assert isinstance(parse_spec(save_state(**bad)), Problem), bad
+
+
+def test_captured_layers_the_target_does_not_have_are_refused_before_any_pod():
+    problem = make_problem(save_state(eagle3LayersToCapture=[1, 40, -1]))
+    assert problem.reason == "InvalidSpec" and "saveState.eagle3LayersToCapture" in problem.message
+    assert "has 40 layers (0 to 39), not 40" in problem.message
