@@ -6,8 +6,12 @@ ngram on the pinned release: TensorRT-LLM PR 16888), all before any pod starts."
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from specdec.api.runtime_config import RuntimeConfig
+from specdec.builders.runtime import runtime_config_json
 from specdec.plan import Problem, parse_spec
+from specdec.runtime import trtllm_serve
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import spec
 
@@ -52,3 +56,11 @@ def test_ngram_may_end_on_a_zero_tier():
 def test_schedules_tensorrt_llm_would_refuse_at_start_are_refused_first(schedule, fields, message):
     problem = parse_spec(with_schedule("sa", schedule, **fields))
     assert isinstance(problem, Problem) and message in problem.message
+
+
+def test_the_runtime_yaml_keeps_batch_sizes_integers():
+    """runtime.json (JSON) carries the schedule's keys as strings; llm_args.py's dict[int, int] gets integers."""
+    result = make_plan(with_schedule("sa", {"8": 2, "4": 4}))
+    config = RuntimeConfig.model_validate_json(runtime_config_json(result))
+    options = yaml.safe_load(trtllm_serve.extra_options_yaml(config))
+    assert options["speculative_config"]["draft_len_schedule"] == {4: 4, 8: 2}

@@ -11,7 +11,8 @@ from the draft's dflash_config when unset); context_recompute_tail Optional[int]
 Literal['VANILLA', 'TRTLLM', 'FA4'] = 'VANILLA'; skip_ctx_buffer_budget_check bool = False. Descriptions from
 `tensorrt_llm/llmapi/llm_args.py` @ 0004396720054fd8e205cbf616f21f0b57c6b412 (which predates the two last
 fields: context_recompute_tail's meaning is from TensorRT-LLM's own test of it, the spec-recompute tail;
-skip_ctx_buffer_budget_check's from PR 19466, which added it). Not exposed: spec_dec_variant and
+skip_ctx_buffer_budget_check's from TensorRT-LLM PR 19466, DFlash's token-budget and pooled-context checks at
+configuration and the flag that skips them). Not exposed: spec_dec_variant and
 moe_backend (new on every 1.4.0rc1 decoding config; the page gives their types only).
 """
 
