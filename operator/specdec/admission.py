@@ -20,6 +20,7 @@ from typing import Mapping
 from pydantic.alias_generators import to_camel
 
 from specdec import model_catalog, modes
+from specdec.modes import dspark
 from specdec.api.base import ModelSource
 from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
@@ -136,7 +137,7 @@ def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_s
     notes = [_without_facts(m, observed) for m in served if m.facts is None]
     dt = spec.speculation.draft_target
     results = (check_vocabulary(served, dt.acceptance if dt else "tokens"),
-               check_target_layers(spec, served),
+               check_target_fits_mode(spec, served),
                check_tensor_parallel(served),
                check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
     for result in results:
@@ -181,7 +182,7 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
     return []
 
 
-# --- target layers a mode reads --------------------------------------------------------------------
+# --- the target a mode reads -----------------------------------------------------------------------
 
 # Fields of a mode's block that name layers of the target (dflash and dspark target_layer_ids, eagle3 and
 # saveState eagle3_layers_to_capture; -1: the last): TensorRT-LLM captures their hidden states, and a layer
@@ -189,7 +190,7 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
 LAYER_FIELDS = ("target_layer_ids", "eagle3_layers_to_capture")
 
 
-def check_target_layers(spec: SpeculativeDeploymentSpec, served: list[Served]) -> Problem | list[str]:
+def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]) -> Problem | list[str]:
     target = served[0].facts
     mode, block = modes.mode_of(spec.speculation)
     if target is None or block is None:
@@ -201,6 +202,10 @@ def check_target_layers(spec: SpeculativeDeploymentSpec, served: list[Served]) -
                 f"spec.speculation.{mode.name}.{to_camel(field)}: {target.model} has {target.layers} layers "
                 f"(0 to {target.layers - 1}), not {', '.join(map(str, beyond))}: name the layers the draft was "
                 "trained on, or leave the field unset to read them from the draft's config"))
+    if mode is dspark.MODE and block.draft_model == spec.target.model and target.architecture != dspark.EMBEDDED:
+        return Problem("InvalidSpec", (
+            f"spec.speculation.dspark.draftModel is the target, but only a {dspark.EMBEDDED} target holds a DSpark "
+            f"draft in its own weights; {target.model} is {target.architecture}: name a DSpark draft trained for it"))
     return []
 
 

@@ -10,7 +10,7 @@ import json
 from specdec.modes import MODES
 from specdec.plan import Problem, parse_spec
 from tests.runtime.helpers import DATA
-from tests.unit.helpers import make_plan
+from tests.unit.helpers import make_plan, make_problem
 from tests.unit.invalid_specs import spec
 
 SPECULATIVE = json.loads((DATA / "trtllm_speculative_config.json").read_text())
@@ -58,3 +58,15 @@ def test_refused_before_any_pod_with_a_clear_message():
     assert isinstance(mismatch, Problem) and "it equals maxDraftLen" in mismatch.message
     for bad in ({"markovHeadType": "lstm"}, {"markovRank": -1}, {"attentionBackend": "FA4"}, {"blockSize": 0}):
         assert isinstance(parse_spec(dspark(**bad)), Problem), bad
+
+
+def test_the_target_as_its_own_draft_only_for_deepseek_v4():
+    """Only DeepSeek-V4 checkpoints embed a DSpark draft (mtp.*): any other target named as draftModel is refused."""
+    qwen = "hf://Qwen/Qwen3-4B"
+    problem = make_problem(spec(backend="pytorch", target={"model": qwen},
+                                speculation={"mode": "dspark", "dspark": {"draftModel": qwen}}))
+    assert problem.reason == "InvalidSpec"
+    assert "only a DeepseekV4ForCausalLM target holds a DSpark draft" in problem.message
+    assert "Qwen/Qwen3-4B is Qwen3ForCausalLM" in problem.message
+    make_plan(spec(backend="pytorch", target={"model": qwen}, speculation={"mode": "dspark", "dspark": {
+        "draftModel": DRAFT, "maxDraftLen": 7}}))

@@ -28,6 +28,10 @@ from specdec.modes.pytorch import DynamicSpeculation
 
 
 DECODING_TYPE = "DSpark"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
+# The architecture whose checkpoint embeds a DSpark draft (its mtp.* weights; TensorRT-LLM also accepts
+# config.json model_type deepseek_v4): config.json of nvidia/DeepSeek-V4-Pro-NVFP4, as ai-dynamo/aiconfigurator
+# keeps it @ 7b359652cc600f4e157258117719c380aaadfb47.
+EMBEDDED = "DeepseekV4ForCausalLM"
 
 
 class DSparkSpec(TargetLayerDrafter):
