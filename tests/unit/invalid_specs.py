@@ -180,9 +180,6 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("schedule-above-max-draft-len",
      spec(backend="pytorch", speculation={"mode": "sa", "sa": {"draftLenSchedule": {"4": 4, "8": 5}}}),
      "draftLenSchedule"),
-    ("schedule-smallest-tier-not-max-draft-len",
-     spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"draftLenSchedule": {"4": 3, "8": 2}}}),
-     "draftLenSchedule"),
     ("schedule-zero-tier-one-engine",
      spec(backend="pytorch", speculation={"mode": "pard", "pard": {
          "draftModel": "hf://amd/PARD-Llama-3.2-1B", "draftLenSchedule": {"4": 4, "32": 0}}}), "draftLenSchedule"),
@@ -219,7 +216,7 @@ CEL: frozenset[str] = frozenset({
     "pard-on-tensorrt", "pard-without-draft-model", "dflash-on-tensorrt", "dflash-without-draft-model",
     "dspark-on-tensorrt", "dspark-without-draft-model", "dspark-block-size-not-draft-len",
     "save-state-on-tensorrt", "save-state-layer-twice", "schedule-with-max-concurrency", "schedule-key-not-a-batch-size",
-    "schedule-above-max-draft-len", "schedule-smallest-tier-not-max-draft-len", "schedule-zero-tier-one-engine",
+    "schedule-above-max-draft-len", "schedule-zero-tier-one-engine",
     "eagle3-total-draft-tokens-without-dynamic-tree", "eagle3-layer-twice", "mtp-dynamic-tree-without-draft-len",
 })
 

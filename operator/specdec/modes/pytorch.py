@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specdec.api.base import ApiModel, cel, validations
 
@@ -45,10 +45,8 @@ SCHEDULE_RULES = (
     cel("!has(self.draftLenSchedule) || !has(self.maxDraftLen) || "
         "self.draftLenSchedule.all(k, self.draftLenSchedule[k] <= self.maxDraftLen)",
         "draftLenSchedule's draft lengths are at most maxDraftLen", ".draftLenSchedule"),
-    cel("!has(self.draftLenSchedule) || !has(self.maxDraftLen) || self.draftLenSchedule.all(k, "
-        "self.draftLenSchedule.exists(j, int(j) < int(k)) || self.draftLenSchedule[k] == self.maxDraftLen)",
-        "draftLenSchedule's smallest batch size drafts maxDraftLen tokens", ".draftLenSchedule"),
 )
+SMALLEST_TIER = "draftLenSchedule's smallest batch size drafts maxDraftLen tokens"
 # Where the drafter runs inside the target's engine (every mode here but NGram): no tier of 0 (above).
 NO_ZERO_TIER = cel("!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, self.draftLenSchedule[k] > 0)",
                    "a draftLenSchedule tier of 0 leaves this mode's drafter stale on the pinned TensorRT-LLM release "
@@ -58,7 +56,9 @@ NO_ZERO_TIER = cel("!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, 
 
 class DynamicSpeculation(ApiModel):
     """Speculation that turns itself off, or drafts less, where it stops paying (DecodingBaseConfig). Every
-    subclass has a maxDraftLen; its rules are SCHEDULE_RULES plus, but for NGram, NO_ZERO_TIER."""
+    subclass has a maxDraftLen; its rules are SCHEDULE_RULES plus, but for NGram, NO_ZERO_TIER, and
+    (checked here, not in CEL: comparing every key with every other would be priced far above the API
+    server's CEL budget for keys of unbounded length) SMALLEST_TIER."""
 
     model_config = validations(*SCHEDULE_RULES, NO_ZERO_TIER)
 
@@ -74,6 +74,15 @@ class DynamicSpeculation(ApiModel):
         None, ge=1, le=1000000, description="Decoding iterations averaged for the acceptance-rate cut-off (acceptance_rate_window_size).")
     acceptance_rate_threshold: float | None = Field(
         None, ge=0, le=1, description="Speculation turns off for good when the average acceptance rate over the window drops below this (acceptance_rate_threshold).")
+
+    @model_validator(mode="after")
+    def _smallest_tier_drafts_max_draft_len(self):
+        schedule, max_draft_len = self.draft_len_schedule, getattr(self, "max_draft_len", None)
+        if schedule and max_draft_len is not None and all(key.isdigit() for key in schedule):
+            smallest = min(schedule, key=int)
+            if schedule[smallest] != max_draft_len:
+                raise ValueError(f"{SMALLEST_TIER} ({smallest}: {schedule[smallest]}, maxDraftLen {max_draft_len})")
+        return self
 
     def dynamic_config(self) -> dict[str, Any]:
         schedule = ({int(k): v for k, v in sorted(self.draft_len_schedule.items(), key=lambda kv: int(kv[0]))}
