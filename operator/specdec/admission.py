@@ -1,7 +1,8 @@
 """Admission from the models' own facts: refuse, before any GPU Job, a deployment that cannot work.
 
-Three pure checks, in plan() after the spec's own: draft and target share their tokenizer (a draft of
-another vocabulary proposes token ids that mean other text: ~0 % acceptance), the tensor-parallel size
+Four pure checks, in plan() after the spec's own: draft and target share their tokenizer (a draft of
+another vocabulary proposes token ids that mean other text: ~0 % acceptance), the target has the layers a
+mode reads (dflash, dspark, eagle3, saveState), the tensor-parallel size
 splits the attention heads evenly, and weights plus a minimal KV cache fit the GPUs the runtime pod gets.
 They read `ModelFacts` (specdec.model_facts): those the fetch read from a checkpoint's own files (its
 ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.gpu_nodes). What they lack
@@ -16,7 +17,10 @@ import dataclasses
 import math
 from typing import Mapping
 
+from pydantic.alias_generators import to_camel
+
 from specdec import model_catalog, modes
+from specdec.modes import dspark
 from specdec.api.base import ModelSource
 from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
@@ -133,6 +137,7 @@ def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_s
     notes = [_without_facts(m, observed) for m in served if m.facts is None]
     mode, block = modes.mode_of(spec.speculation)
     results = (check_vocabulary(served, mode.acceptance(block)),
+               check_target_fits_mode(spec, served),
                check_tensor_parallel(served),
                check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
     for result in results:
@@ -174,6 +179,33 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
         return [f"the tokenizers of {draft.model} and {target.model} ({why}: {draft.tokenizer}, {target.tokenizer})"]
     # Same tokenizer, vocab_size may differ by padding (Qwen2.5-0.5B 151936, Qwen2.5-7B 152064):
     # tokens acceptance compares token ids only.
+    return []
+
+
+# --- the target a mode reads -----------------------------------------------------------------------
+
+# Fields of a mode's block that name layers of the target (dflash and dspark target_layer_ids, eagle3 and
+# saveState eagle3_layers_to_capture; -1: the last): TensorRT-LLM captures their hidden states, and a layer
+# the target does not have fails the server at start.
+LAYER_FIELDS = ("target_layer_ids", "eagle3_layers_to_capture")
+
+
+def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]) -> Problem | list[str]:
+    target = served[0].facts
+    mode, block = modes.mode_of(spec.speculation)
+    if target is None or block is None:
+        return []
+    for field in LAYER_FIELDS:
+        beyond = sorted(layer for layer in getattr(block, field, None) or () if layer >= target.layers)
+        if beyond:
+            return Problem("InvalidSpec", (
+                f"spec.speculation.{mode.name}.{to_camel(field)}: {target.model} has {target.layers} layers "
+                f"(0 to {target.layers - 1}), not {', '.join(map(str, beyond))}: name the layers the draft was "
+                "trained on, or leave the field unset to read them from the draft's config"))
+    if mode is dspark.MODE and block.draft_model == spec.target.model and target.architecture != dspark.EMBEDDED:
+        return Problem("InvalidSpec", (
+            f"spec.speculation.dspark.draftModel is the target, but only a {dspark.EMBEDDED} target holds a DSpark "
+            f"draft in its own weights; {target.model} is {target.architecture}: name a DSpark draft trained for it"))
     return []
 
 

@@ -140,6 +140,8 @@ def expected_draft_len(item: Running) -> int:
     speculative = item.config.speculative_config
     if item.config.backend != "pytorch" or not speculative:
         return 0  # an engine's drafts are in its config.json, and these engines were never built
+    if speculative["decoding_type"] == "SaveState":
+        return 0  # captures hidden states, proposes no token
     return speculative.get("max_draft_len") or 4
 
 

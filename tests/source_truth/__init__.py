@@ -7,4 +7,8 @@ the LLM-args / KvCacheConfig / speculative-config pydantic fields with their ali
 argparse options of trtllm-build, the convert_checkpoint/quantize scripts and the Triton backend's
 config.pbtxt parameter keys. `extract.py` produces them by parsing the sources (see its docstring
 to regenerate); CI has no network and only reads the committed JSON.
+
+Where no such table is committed (the repository, 2.5 GB, is too large to fetch here), test_tables.py
+checks the same facts against tables transcribed from the stored sources and the releases' API reference
+pages, each labelled with where it was read (tests/runtime/data, tests/unit/data, engine_scripts.json).
 """

@@ -15,7 +15,8 @@ or, from a checked-out tree, `--src-dir <checkout> --tag <tag> --commit <sha>` (
 recorded as given, since a plain tree cannot prove it).
 
 Everything is read by parsing, never by importing (TensorRT-LLM needs CUDA to import): `ast` for
-argparse `add_argument` calls, click `@click.option` decorators and pydantic fields, a regex for
+argparse `add_argument` calls, click `@click.option` (and trtllm-serve's `@stability_option`)
+decorators and pydantic fields, a regex for
 the Triton `config.pbtxt` parameter keys. Stdlib only. A table whose anchor is not found gets an
 entry in `errors` instead of silently coming out empty, so a renamed file or class shows up in the
 tests rather than as a thinner table.
@@ -194,13 +195,19 @@ def _click_param(call: ast.Call, consts: Dict[str, Any]) -> Dict[str, Any]:
     decls = [_value(a, consts) for a in call.args]
     entry: Dict[str, Any] = {"decls": decls}
     names = [d for d in decls if isinstance(d, str)]
-    entry["flags"] = [n for n in names if n.startswith("-")]
+    # click's boolean pair "--x/--no-x": two flags, on and off, and a flag whatever is_flag says.
+    pairs = [n for n in names if n.startswith("-") and "/" in n]
+    entry["flags"] = [f for n in names if n.startswith("-") for f in n.split("/") if f]
+    if pairs:
+        entry["is_flag"] = True
+        entry["off_flags"] = [n.split("/", 1)[1] for n in pairs if n.split("/", 1)[1]]
     plain = [n for n in names if not n.startswith("-")]
     if plain:
         entry["name"] = plain[0]
     elif entry["flags"]:
-        longs = [f for f in entry["flags"] if f.startswith("--")] or entry["flags"]
-        entry["name"] = longs[0].lstrip("-").split("/")[0].replace("-", "_")
+        firsts = [n.split("/")[0] for n in names if n.startswith("-")]
+        longs = [f for f in firsts if f.startswith("--")] or firsts
+        entry["name"] = longs[0].lstrip("-").replace("-", "_")
     typ = _kw(call, "type")
     if typ is not None:
         if isinstance(typ, ast.Call) and _dotted(typ.func) in ("click.Choice", "Choice"):
@@ -208,17 +215,23 @@ def _click_param(call: ast.Call, consts: Dict[str, Any]) -> Dict[str, Any]:
             entry["choices"] = _value(typ.args[0] if typ.args else _kw(typ, "choices"), consts)
         else:
             entry["type"] = _dotted(typ)
-    for key in ("default", "is_flag", "multiple", "required", "envvar"):
+    # status: the stability tag of trtllm-serve's `stability_option` (stable, beta, prototype, deprecated).
+    for key in ("default", "is_flag", "multiple", "required", "envvar", "status"):
         v = _kw(call, key)
         if v is not None:
             entry[key] = _value(v, consts)
     return entry
 
 
+# Decorators that declare one click option: click's own, and trtllm-serve's `stability_option` (a
+# click.option that also takes `status=`; 2026's serve.py declares every option with it).
+OPTION_DECORATORS = ("click.option", "option", "stability_option")
+
+
 def click_commands(src: str) -> Dict[str, Any]:
     """Every click command in the file: its options and arguments from its decorators.
 
-    Decorators that are not click.option/argument/command (shared option bundles) are listed
+    Decorators that are not an option (OPTION_DECORATORS), argument or command (shared option bundles) are listed
     under `other_decorators`: the test can then see that options may be missing here."""
     tree = ast.parse(src)
     consts = _module_consts(tree)
@@ -236,7 +249,7 @@ def click_commands(src: str) -> Dict[str, Any]:
                     given = _value(call.args[0] if call.args else _kw(call, "name"), consts)
                 # click's default name is the function's, underscores as dashes.
                 name = given if isinstance(given, str) else fn.name.replace("_", "-")
-            elif call and head in ("click.option", "option"):
+            elif call and head.rsplit(".", 1)[-1] in {d.rsplit(".", 1)[-1] for d in OPTION_DECORATORS}:
                 options.append(_click_param(call, consts))
             elif call and head in ("click.argument", "argument"):
                 arguments.append(_click_param(call, consts))

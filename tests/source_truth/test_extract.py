@@ -21,6 +21,11 @@ import click
 @click.option("--max_batch_size", type=int, default=BuildConfig.max_batch_size)
 @click.option("--extra_llm_api_options", "--config", "extra_llm_api_options", type=str)
 @click.option("--trust_remote_code", is_flag=True, default=False)
+@stability_option("--free_gpu_memory_fraction", "--kv_cache_free_gpu_memory_fraction", type=float, default=0.9,
+                  status="beta", help="Free GPU memory fraction for the KV cache.")
+@stability_option("--enable_chunked_prefill/--disable_chunked_prefill", default=False, status="prototype",
+                  help="Chunked prefill.")
+@click.option("--verbose/--quiet", "-v/-q", default=False)
 @shared_options
 def serve(model, backend, max_batch_size, extra_llm_api_options, trust_remote_code):
     pass
@@ -146,6 +151,17 @@ def _check(data: dict) -> None:
     assert opts["max_batch_size"]["default"] == {"expr": "BuildConfig.max_batch_size"}
     assert opts["extra_llm_api_options"]["flags"] == ["--extra_llm_api_options", "--config"]
     assert opts["trust_remote_code"]["is_flag"] is True
+    # trtllm-serve's stability_option is a click option with a stability status.
+    memory = opts["free_gpu_memory_fraction"]
+    assert memory["flags"] == ["--free_gpu_memory_fraction", "--kv_cache_free_gpu_memory_fraction"]
+    assert (memory["type"], memory["default"], memory["status"]) == ("float", 0.9, "beta")
+    # A --x/--no-x pair: both spellings are flags, the option a boolean named after the first.
+    chunked = opts["enable_chunked_prefill"]
+    assert chunked["flags"] == ["--enable_chunked_prefill", "--disable_chunked_prefill"]
+    assert (chunked["is_flag"], chunked["off_flags"], chunked["status"]) == (True, ["--disable_chunked_prefill"],
+                                                                             "prototype")
+    assert opts["verbose"]["flags"] == ["--verbose", "--quiet", "-v", "-q"]
+    assert opts["verbose"]["off_flags"] == ["--quiet", "-q"]
     assert serve["arguments"][0]["name"] == "model"
     # A decorator bundle is reported, since its options are not in the table.
     assert serve["other_decorators"] == ["shared_options"]

@@ -157,6 +157,45 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("pard-on-tensorrt",
      spec(speculation={"mode": "pard", "pard": {"draftModel": "hf://amd/PARD-Llama-3.2-1B"}}), "mode"),
     ("pard-without-draft-model", spec(backend="pytorch", speculation={"mode": "pard", "pard": {}}), "draftModel"),
+    ("dflash-on-tensorrt",
+     spec(speculation={"mode": "dflash", "dflash": {"draftModel": "hf://z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"}}),
+     "mode"),
+    ("dflash-without-draft-model", spec(backend="pytorch", speculation={"mode": "dflash", "dflash": {}}), "draftModel"),
+    ("dspark-on-tensorrt",
+     spec(speculation={"mode": "dspark", "dspark": {"draftModel": "hf://deepseek-ai/dspark_qwen3_4b_block7"}}), "mode"),
+    ("dspark-without-draft-model", spec(backend="pytorch", speculation={"mode": "dspark", "dspark": {}}), "draftModel"),
+    ("dspark-block-size-not-draft-len",
+     spec(backend="pytorch", speculation={"mode": "dspark", "dspark": {
+         "draftModel": "hf://deepseek-ai/dspark_qwen3_4b_block7", "maxDraftLen": 4, "blockSize": 7}}), "blockSize"),
+    ("save-state-on-tensorrt", spec(speculation={"mode": "saveState", "saveState": {}}), "mode"),
+    ("save-state-layer-twice",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"eagle3LayersToCapture": [1, 1]}}),
+     "eagle3LayersToCapture"),
+    ("schedule-with-max-concurrency",
+     spec(backend="pytorch", speculation={"mode": "sa", "sa": {"maxConcurrency": 8, "draftLenSchedule": {"4": 4}}}),
+     "draftLenSchedule"),
+    ("schedule-key-not-a-batch-size",
+     spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"draftLenSchedule": {"four": 4}}}),
+     "draftLenSchedule"),
+    ("schedule-above-max-draft-len",
+     spec(backend="pytorch", speculation={"mode": "sa", "sa": {"draftLenSchedule": {"4": 4, "8": 5}}}),
+     "draftLenSchedule"),
+    ("schedule-zero-tier-one-engine",
+     spec(backend="pytorch", speculation={"mode": "pard", "pard": {
+         "draftModel": "hf://amd/PARD-Llama-3.2-1B", "draftLenSchedule": {"4": 4, "32": 0}}}), "draftLenSchedule"),
+    ("eagle3-total-draft-tokens-without-dynamic-tree",
+     spec(backend="pytorch", speculation={"mode": "eagle3", "eagle3": {
+         "draftModel": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "maxTotalDraftTokens": 3}}), "maxTotalDraftTokens"),
+    ("eagle3-layer-twice",
+     spec(backend="pytorch", speculation={"mode": "eagle3", "eagle3": {
+         "draftModel": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3LayersToCapture": [1, 1]}}),
+     "eagle3LayersToCapture"),
+    ("mtp-dynamic-tree-without-draft-len",
+     spec(backend="pytorch", speculation={"mode": "mtp", "mtp": {"useDynamicTree": True, "dynamicTreeMaxTopK": 4}}),
+     "maxDraftLen"),
+    ("save-state-path-escapes-the-claim",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"output": {"path": "../models"}}}),
+     "path"),
 ]
 
 CEL: frozenset[str] = frozenset({
@@ -174,7 +213,11 @@ CEL: frozenset[str] = frozenset({
     "eagle3-top-k-without-dynamic-tree", "eagle3-dynamic-tree-without-top-k", "mtp-on-tensorrt",
     "ngram-on-tensorrt", "ngram-window-without-threshold",
     "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
-    "pard-on-tensorrt", "pard-without-draft-model",
+    "pard-on-tensorrt", "pard-without-draft-model", "dflash-on-tensorrt", "dflash-without-draft-model",
+    "dspark-on-tensorrt", "dspark-without-draft-model", "dspark-block-size-not-draft-len",
+    "save-state-on-tensorrt", "save-state-layer-twice", "schedule-with-max-concurrency", "schedule-key-not-a-batch-size",
+    "schedule-above-max-draft-len", "schedule-zero-tier-one-engine",
+    "eagle3-total-draft-tokens-without-dynamic-tree", "eagle3-layer-twice", "mtp-dynamic-tree-without-draft-len",
 })
 
 LIST_SET: frozenset[str] = frozenset({"duplicate-devices"})
@@ -221,4 +264,21 @@ VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
                                  engine={"tuning": {"lowLatencyGemmPlugin": True, "reduceFusion": {"target": True}}})),
     ("low-latency-gemm-off-on-fp16-target", spec(engine={"tuning": {"lowLatencyGemmPlugin": False}})),
     ("engine-limits-on-pytorch", spec(backend="pytorch", engine={"maxBatchSize": 8})),
+    ("ngram-schedule-with-a-zero-tier",  # the n-gram drafter runs outside the target's engine
+     spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {"draftLenSchedule": {"4": 4, "8": 2, "64": 0}}})),
+    ("sa-schedule-unordered-keys",
+     spec(backend="pytorch", speculation={"mode": "sa", "sa": {"draftLenSchedule": {"32": 1, "4": 4, "8": 2}}})),
+    ("eagle3-dynamic-tree-total-at-its-bounds",
+     spec(backend="pytorch", speculation={"mode": "eagle3", "eagle3": {
+         "draftModel": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "maxDraftLen": 6, "useDynamicTree": True,
+         "dynamicTreeMaxTopK": 10, "maxTotalDraftTokens": 60, "eagle3LayersToCapture": [1, 15, 28],
+         "saConfig": {"threshold": 4}}})),
+    ("mtp-every-option",
+     spec(backend="pytorch", speculation={"mode": "mtp", "mtp": {
+         "maxDraftLen": 3, "useDynamicTree": True, "dynamicTreeMaxTopK": 4, "maxTotalDraftTokens": 3,
+         "useMtpVanilla": True, "saConfig": {}, "relaxedAcceptance": {"topK": 10, "delta": 0.6}}})),
+    ("save-state-every-option",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {
+         "output": {"claimName": "eagle-data", "path": "llama8b/run-1"}, "writeInterval": 1, "filePrefix": "dp_0",
+         "eagle3LayersToCapture": [-1, 1, 15, 28]}})),
 ]

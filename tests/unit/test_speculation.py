@@ -60,7 +60,8 @@ def test_every_mode_says_what_drafts():
 
     assert {name: m.drafter for name, m in MODES.items() if name != "none"} == {
         "draftTarget": "model", "redrafter": "head", "eagle3": "head", "mtp": "head", "ngram": "lookup",
-        "sa": "lookup", "auto": "lookup", "pard": "model"}
+        "sa": "lookup", "auto": "lookup", "pard": "model", "dflash": "model", "dspark": "model",
+        "saveState": "lookup"}
 
 
 def test_delta_handles_first_scrape_and_restarts():

@@ -90,6 +90,10 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
                                                                    "readOnly": True}})
     mounts += common.model_mounts(plan.model_claims)
     volumes += common.model_volumes(plan.model_claims)
+    mode, block = modes.mode_of(spec.speculation)
+    for volume, mount in mode.writable_volumes(block, plan.name, plan.cache.claim_name):
+        volumes.append(volume)
+        mounts.append(mount)
     container = {
         "name": "runtime",
         "image": runtime.image or settings.runtime_image_for(spec.backend),

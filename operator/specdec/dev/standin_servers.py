@@ -11,7 +11,7 @@ runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each sta
 - trtllm-serve: exactly the options of trtllm-serve's `serve` command (tensorrt_llm/commands/serve.py; an
   unknown option is refused with exit status 2, as click refuses it), MODEL, and an optional leading `serve`.
   It reads the --extra_llm_api_options YAML: `speculative_config` gives the draft length (max_draft_len,
-  default 4) and whether drafts cost draft-model time (not for decoding_type NGram, a lookup). On
+  default 4; none for SaveState) and whether drafts cost draft-model time (not for decoding_type NGram, a lookup). On
   `--backend tensorrt` there is no speculative_config: an engine's draft length is build_config.max_draft_len
   of MODEL/config.json, when there is one. Serves SimulatedTrtllmServe on --host:--port, the model named
   after MODEL's directory, as trtllm-serve names it.
@@ -43,6 +43,7 @@ PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
 DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec.dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
 # Drafts that cost no draft-model time: the modes whose drafter is a lookup (specdec.modes; AUTO becomes NGram).
 LOOKUP_DECODING_TYPES = {"NGram", "SA", "AUTO"}
+NO_DRAFT_DECODING_TYPES = {"SaveState"}  # captures hidden states, proposes no token
 
 # trtllm-serve's `serve` options (tests/runtime/data/trtllm_serve.json keeps where they were read): name -> type;
 # None for a flag without a value.
@@ -181,6 +182,8 @@ def engine_draft_len(engine_dir: str) -> int:
 def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool]:
     """Draft tokens per step, and whether they cost draft-model time."""
     speculative = options.get("speculative_config")
+    if speculative and speculative.get("decoding_type") in NO_DRAFT_DECODING_TYPES:
+        return 0, False
     if speculative:
         costs = speculative.get("decoding_type") not in LOOKUP_DECODING_TYPES
         return int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN), costs

@@ -13,6 +13,7 @@ from pydantic import Field, create_model
 
 from specdec.api.base import ApiModel, cel, validations
 from specdec.modes import auto, draft_target, eagle3, mtp, ngram, none, pard, redrafter, sa
+from specdec.modes import dflash, dspark, save_state
 from specdec.modes.mode import Mode
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -25,6 +26,9 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     sa.MODE,
     auto.MODE,
     pard.MODE,
+    dflash.MODE,
+    dspark.MODE,
+    save_state.MODE,
 )}
 
 

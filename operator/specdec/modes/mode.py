@@ -77,6 +77,10 @@ class Mode:
     draft_len: Callable[[Any], int | None] = lambda block: None
     draft_len_range: Callable[[Any], tuple[int, int] | None] = lambda block: None
     auto_draft_len: Callable[[Any], bool] = lambda block: False
+    # Volumes the runtime pod writes besides its own (given the block, the deployment's name and its cache
+    # claim): (volume, mount) pairs; the checkpoints are mounted read-only whatever the mode.
+    writable_volumes: Callable[[Any, str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = \
+        lambda block, deployment, cache_claim: []
 
     @property
     def field(self) -> str:

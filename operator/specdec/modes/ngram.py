@@ -8,13 +8,17 @@ from typing import Any, Callable
 from pydantic import Field
 
 from specdec.modes.mode import Mode
-from specdec.modes.pytorch import DynamicSpeculation
+from specdec.api.base import validations
+from specdec.modes.pytorch import SCHEDULE_RULES, DynamicSpeculation
 
 
 DECODING_TYPE = "NGram"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
 class NGramSpec(DynamicSpeculation):
     """NGram speculation: continuations of matching n-grams are proposed as draft tokens."""
+
+    # The n-gram drafter runs outside the target's engine: a tier of 0 is fine (specdec.modes.pytorch).
+    model_config = validations(*SCHEDULE_RULES)
 
     max_draft_len: int = Field(4, ge=1, le=32, description="Draft tokens per step (max_draft_len).")
     max_matching_ngram_size: int = Field(2, ge=1, le=32, description="Longest n-gram matched against the pool (max_matching_ngram_size).")

@@ -19,22 +19,12 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
+from specdec.api.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import Mode
-from specdec.modes.pytorch import DynamicSpeculation
+from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
 
 
 DECODING_TYPE = "PARD"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
-
-
-class PardSAEnhancer(ApiModel):
-    """The suffix-automaton enhancer (sa_config, SAEnhancerConfig): a long enough suffix match in the
-    request's tokens overrides PARD's draft tokens."""
-
-    threshold: int = Field(4, ge=1, le=1024, description="Suffix-match length from which the automaton's "
-                                                          "tokens replace the draft model's (threshold).")
-    enable_global_pool: bool = Field(False, description="Each request searches every active request's automaton, "
-                                                        "not only its own (enable_global_pool).")
 
 
 class PardSpec(DynamicSpeculation):
@@ -54,7 +44,7 @@ class PardSpec(DynamicSpeculation):
     mask_token_id: int | None = Field(
         None, ge=0, description="The mask token the draft fills (mask_token_id). Default: the draft "
                                 "checkpoint's config (typically its vocab_size).")
-    sa_config: PardSAEnhancer | None = Field(
+    sa_config: SAEnhancer | None = Field(
         None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM).")
 
 
@@ -64,8 +54,7 @@ def _speculative_config(block: PardSpec, checkpoint: Callable[[str], str]) -> di
     if block.mask_token_id is not None:
         config["mask_token_id"] = block.mask_token_id
     if block.sa_config is not None:
-        config["sa_config"] = {"threshold": block.sa_config.threshold,
-                              "enable_global_pool": block.sa_config.enable_global_pool}
+        config["sa_config"] = block.sa_config.config()
     return {**config, **block.dynamic_config()}
 
 

@@ -34,8 +34,17 @@ def extra_options(config: RuntimeConfig) -> dict[str, Any]:
         # PyTorch backend; the TensorRT backend always keeps them. The front reads them for /metrics.
         options["enable_iter_perf_stats"] = True
         if config.speculative_config is not None:  # rendered by the mode (specdec.modes)
-            options["speculative_config"] = dict(config.speculative_config)
+            options["speculative_config"] = _integer_batch_sizes(dict(config.speculative_config))
     return options
+
+
+def _integer_batch_sizes(speculative_config: dict[str, Any]) -> dict[str, Any]:
+    """draft_len_schedule maps batch sizes (dict[int, int] in llm_args.py); runtime.json, being JSON, carries
+    them as strings: the YAML gets integers back."""
+    schedule = speculative_config.get("draft_len_schedule")
+    if schedule:
+        speculative_config["draft_len_schedule"] = {int(size): length for size, length in schedule.items()}
+    return speculative_config
 
 
 def extra_options_yaml(config: RuntimeConfig) -> str:
