@@ -8,7 +8,7 @@ builders/model_cache.py): standard library only, no specdec import. It reads, wi
 - the tokenizer's identity: a digest of tokenizer.json's id -> token table (vocabulary and added tokens:
   equal digests mean a token id means the same text to both models), else of tokenizer.model's bytes
   (SentencePiece). The kind before ":" says which, and only identities of one kind are compared.
-The operator turns the report into ModelFacts (specdec.status.fetched_status). A termination message holds
+The operator turns the report into ModelFacts (specdec.status.shared.fetched_status). A termination message holds
 4096 bytes: the report keeps only these fields.
 """
 
