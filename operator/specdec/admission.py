@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from specdec import model_catalog, modes
 from specdec.modes import dspark
-from specdec.api.base import ModelSource
+from specdec.schema.base import ModelSource
 from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
 from specdec.model_facts import BYTES_PER_PARAMETER, CATALOG_SOURCE, ModelFacts, same_tokenizer

@@ -175,7 +175,7 @@ def parse_spec(raw: dict[str, Any]) -> models.SpeculativeDeploymentSpec | Proble
 @functools.lru_cache(maxsize=4096)
 def _parse_canonical(text: str) -> models.SpeculativeDeploymentSpec | Problem:
     """Memoised: every reconcile plans, specs rarely change, and evaluating the CEL rules offline
-    (specdec.api.cel) takes milliseconds. The results are immutable (frozen models, dataclasses)."""
+    (specdec.schema.cel) takes milliseconds. The results are immutable (frozen models, dataclasses)."""
     try:
         return models.SpeculativeDeploymentSpec.model_validate(json.loads(text), strict=True, by_alias=True,
                                                                by_name=False)

@@ -6,7 +6,7 @@ Each entry is `(id, spec, field)`: `spec` is the `.spec` of a SpeculativeDeploym
 substring of the field path both validators must name in their error.
 
 `CEL` lists the entries that break a CEL rule (`x-kubernetes-validations`), which the offline check
-evaluates too (specdec.api.cel):
+evaluates too (specdec.schema.cel):
 rules relating two or more fields, and rules on map keys (structural schemas have no
 propertyNames); `LIST_SET` those enforced by the API server through `x-kubernetes-list-type: set`.
 All other entries are plain bound, enum, pattern or schema (required, type) violations.

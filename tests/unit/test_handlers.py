@@ -7,7 +7,7 @@ import asyncio
 import kopf
 
 from specdec import handlers
-from specdec.api import base, cel
+from specdec.schema import base, cel
 from specdec.plan import Plan, _parse_canonical, plan
 from specdec.kube import kopf_patches
 from specdec.kube.cache import Store

@@ -1,4 +1,4 @@
-"""Kubernetes' own rules (`specdec.api.k8s`), case by case: what they accept and refuse, and the
+"""Kubernetes' own rules (`specdec.schema.k8s`), case by case: what they accept and refuse, and the
 affinity schema built from the kubernetes client's models."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from specdec.api import k8s
-from specdec.api.openapi import matches, schema_errors
+from specdec.schema import k8s
+from specdec.schema.openapi import matches, schema_errors
 from specdec.plan import Problem, parse_spec
 from tests.unit.helpers import SD_CRD, crd_schema, schema_at
 from tests.unit.invalid_specs import DIGEST, spec

@@ -3,9 +3,9 @@
 `crds/` is generated from these models (`specdec crds`), so every description, default, enum and
 bound here is what the API server enforces. Cross-field rules are written once, as CEL
 (`cel(...)`): the API server enforces them, and `ApiModel` evaluates the same expressions offline
-(`specdec.api.cel`) for `specdec render`, the operator's plan and the runtime.
+(`specdec.schema.cel`) for `specdec render`, the operator's plan and the runtime.
 `tests/unit/test_api_rules.py` runs one table of invalid specs through both. Pod fields passed through (labels,
-images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in `specdec.api.k8s`.
+images, tolerations, resources, affinity) follow Kubernetes' own rules, kept in `specdec.schema.k8s`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pydantic import ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
 from specdec import modes
-from specdec.api import k8s
-from specdec.api.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
+from specdec.schema import k8s
+from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
-from specdec.api.base import validations as _validations
+from specdec.schema.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
 from specdec.modes.pytorch import PYTORCH_FP8
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Field, Tag
 
 from specdec import modes
-from specdec.api.base import ApiModel
-from specdec.api.served_model import ServedModel
+from specdec.schema.base import ApiModel
+from specdec.schema.served_model import ServedModel
 from specdec.modes.draft_target import RuntimeDraftTarget
 from specdec.modes.redrafter import RuntimeReDrafter
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model
 
-from specdec.api.base import ApiModel, cel, validations
+from specdec.schema.base import ApiModel, cel, validations
 from specdec.modes import auto, draft_target, eagle3, mtp, ngram, none, pard, redrafter, sa
 from specdec.modes import dflash, dspark, save_state
 from specdec.modes.mode import Mode

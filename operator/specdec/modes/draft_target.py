@@ -12,8 +12,8 @@ from typing import Annotated, Any, Callable, Literal, Union
 
 from pydantic import Field
 
-from specdec.api.base import ApiModel, ModelSource, cel, validations
-from specdec.api.served_model import ServedModel
+from specdec.schema.base import ApiModel, ModelSource, cel, validations
+from specdec.schema.served_model import ServedModel
 from specdec.modes.mode import Mode, Rule
 from specdec.modes.pytorch import PYTORCH_FP8
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from specdec.api.base import cel, validations
+from specdec.schema.base import cel, validations
 from specdec.modes.dflash import TargetLayerDrafter, draft_checkpoint, needs_draft_model
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation

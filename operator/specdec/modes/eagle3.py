@@ -17,7 +17,7 @@ from typing import Annotated, Any, Callable, Literal
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from pydantic.alias_generators import to_snake
 
-from specdec.api.base import ApiModel, ModelSource, cel
+from specdec.schema.base import ApiModel, ModelSource, cel
 
 BACKENDS = ("tensorrt", "pytorch")
 

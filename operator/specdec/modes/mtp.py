@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from specdec.api.base import ApiModel, cel, validations
+from specdec.schema.base import ApiModel, cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from pydantic import Field
 
 from specdec.modes.mode import Mode
-from specdec.api.base import validations
+from specdec.schema.base import validations
 from specdec.modes.pytorch import SCHEDULE_RULES, DynamicSpeculation
 
 

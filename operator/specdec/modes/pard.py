@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from specdec.api.base import ApiModel, cel, validations
+from specdec.schema.base import ApiModel, cel, validations
 
 PYTORCH_FP8 = ("quantization fp8 is prepared on the engine path only (quantize.py); with backend pytorch serve a "
                "checkpoint that is FP8 already, with quantization: none, or use backend tensorrt")

@@ -7,7 +7,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from specdec.api.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
 from specdec.modes.mode import BuildStep, Mode
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from pydantic import Field
 
-from specdec.api.base import cel, validations
+from specdec.schema.base import cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation
 

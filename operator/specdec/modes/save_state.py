@@ -20,8 +20,8 @@ from typing import Annotated, Any, Callable
 
 from pydantic import Field
 
-from specdec.api import k8s
-from specdec.api.base import ApiModel, cel, validations
+from specdec.schema import k8s
+from specdec.schema.base import ApiModel, cel, validations
 from specdec.modes.mode import Mode
 
 

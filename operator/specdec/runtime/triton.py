@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from specdec.api.runtime_config import RuntimeConfig
-from specdec.api.served_model import ServedModel
+from specdec.schema.served_model import ServedModel
 from specdec.runtime import config as cfg
 
 TARGET_MODEL = "tensorrt_llm"

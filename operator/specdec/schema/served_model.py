@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from specdec.api.base import ApiModel
+from specdec.schema.base import ApiModel
 
 
 class ServedModel(ApiModel):

@@ -14,7 +14,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
-from specdec.api import k8s
+from specdec.schema import k8s
 
 
 class _Quantity:

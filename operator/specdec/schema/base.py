@@ -1,8 +1,8 @@
 """What every API model shares: the group and version, the CEL helpers, `ApiModel` (camelCase on the
 wire, unknown fields refused, its CEL rules evaluated offline) and `ModelSource` (a checkpoint).
 
-Split from `models.py` so that the speculation modes (`specdec.modes`) can define their API blocks
-with these pieces, and `models.py` can build the speculation union from the modes' registry.
+Below both the speculation modes (`specdec.modes`), which define their API blocks with these pieces, and
+`specdec.api.models`, which builds the speculation union from the modes' registry.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from specdec.api import cel as cel_rules
+from specdec.schema import cel as cel_rules
 
 GROUP = "specdec.io"
 VERSION = "v1alpha1"

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 from pydantic_core import core_schema
 
-from specdec.api.openapi import matches, schema_errors
+from specdec.schema.openapi import matches, schema_errors
 
 # Regexes that CEL also runs avoid backslashes (`[.]`, not `\.`): CEL string literals would eat them.
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"  # IsQualifiedName's name part: at most 63
