@@ -103,7 +103,8 @@ def test_a_failing_step_is_kwoks_failure_stage_on_that_container():
     assert annotations[f"{simulated_steps.FAILURE}/container-name"] == "fetch"
     assert annotations[f"{simulated_steps.FAILURE}/exit-code"] == "3"
     assert annotations[f"{simulated_steps.FAILURE}/message"] == "simulated-401"
-    stage = yaml.safe_load(Path(cluster.__file__).parent.joinpath("stages", "pod-container-running-failed.yaml").read_text())
-    assert stage["spec"]["selector"]["matchExpressions"][0]["key"] == f'.metadata.labels["{simulated_steps.FAILURE}"]'
+    stage = Path(cluster.__file__).parent / "stages" / "pod-container-running-failed.yaml"
+    selector = yaml.safe_load(stage.read_text())["spec"]["selector"]["matchExpressions"][0]
+    assert selector["key"] == f'.metadata.labels["{simulated_steps.FAILURE}"]'
     with pytest.raises(ValueError, match="not a step"):
         simulated_steps.failing("compile")
