@@ -27,6 +27,9 @@ down: install
 ## test: every test, unit and cluster (starts its own local cluster unless SPECDEC_TEST_KUBECONFIG is set)
 test: install
 	$(BIN)/specdec dev tools --prometheus >/dev/null
+	@# Prometheus' web UI and Debian's Chromium (as root) for the UI screenshot test, which says why where they are missing.
+	$(BIN)/python -m specdec.observability.ui_assets >/dev/null || echo "make: no Prometheus web UI here"
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || echo "make: no Chromium here"
 	@# A real node's tools and images (Debian packages too, as root); where none can run, its tests say why.
 	$(BIN)/specdec dev tools --real-node >/dev/null || echo "make: no real node's tools here; tests/realnode says why"
 	$(BIN)/python -m pytest

@@ -25,6 +25,13 @@ def test_every_alert_has_a_firing_and_a_quiet_case():
         assert quiet and all(not q["alert_rule_test"][0]["exp_alerts"] for q in quiet), alert
 
 
+def test_every_alert_fires_and_resolves_in_a_cluster_test():
+    from tests.observability.test_operator_alerts import OPERATOR_ALERTS
+    from tests.observability.test_prometheus_cluster import RUNTIME_ALERTS
+
+    assert sorted(alerts.alert_names()) == sorted(RUNTIME_ALERTS + OPERATOR_ALERTS)
+
+
 def test_alert_expressions_use_only_exported_metric_names():
     """No made-up names: every specdec_* name in a rule is one the operator or the front registers."""
     import re

@@ -1,7 +1,8 @@
 """A real Prometheus (the pinned build) on the local cluster, configured as `specdec dev up --prometheus` does:
 it finds the sample deployment's runtime pod through the API server and scrapes it and the operator; every
-dashboard query answers with series, and the speculation alerts fire and resolve as the simulated acceptance
-falls and recovers (rules rendered from the same source with short windows)."""
+dashboard query answers with series, and the runtime's alerts fire and resolve as the simulated backend's
+acceptance falls and recovers and as it stops and resumes drafting (rules rendered from the same source with short
+windows). The operator's alerts: test_operator_alerts.py."""
 
 from __future__ import annotations
 
@@ -13,55 +14,36 @@ from pathlib import Path
 import pytest
 
 from specdec.dev import simulation_profile
-from specdec.observability import alerts, dashboard
-from specdec.observability.prometheus import OPERATOR_JOB, RUNTIME_JOB, Prometheus, PrometheusError
+from specdec.observability import dashboard
+from specdec.observability.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
 from tests.cluster.test_operator import SD, example
 from tests.cluster.test_simulator import pod_runner
-from tests.conftest import free_port, stop_and_report
 from tests.kube_helpers import wait_for
-from tests.operator_runner import OperatorProcess
+from tests.observability.monitoring import fires_then_resolves, scraped_operator, up_jobs
 
 pytestmark = pytest.mark.cluster
 
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"  # Triton: measured draft and target time, draft length 10
 FAST = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002}
-SHORT = alerts.Windows(rate="15s", baseline="2m", leading="1m", not_paying="5s", collapsed="5s",
-                       not_drafting="5s", failing="5s", operator_down="5s", not_leading="5s", reconcile_errors="5s")
 SPECULATION_ALERTS = ("SpecdecSpeculationNotPayingOff", "SpecdecAcceptanceCollapsed")
+RUNTIME_ALERTS = (*SPECULATION_ALERTS, "SpecdecSpeculationNotDrafting")
 
 
 @contextlib.contextmanager
 def monitored(kube, kubeconfig: Path, namespace: str, operator_env: dict, tmp_path: Path, request,
               acceptance: float):
-    """The operator (with /metrics) and the sample deployment in `namespace`, the pod runner sending it
-    simulated traffic at `acceptance`, and Prometheus scraping both every second. Yields
-    (Prometheus, the profile file, the deployment's name)."""
-    metrics_port, health_port = free_port(), free_port()
-    operator = OperatorProcess(kubeconfig, tmp_path / "operator.log", health_port,
-                               ["operator", "--namespace", namespace, "--liveness",
-                                f"http://127.0.0.1:{health_port}/healthz", "--metrics-port", str(metrics_port)],
-                               operator_env)
-    operator.start()
-    server = Prometheus(tmp_path / "prometheus", free_port())
-    process = None
-    try:
+    """The operator and the sample deployment in `namespace`, the pod runner sending it simulated traffic at
+    `acceptance`, and Prometheus scraping both every second. Yields (Prometheus, the profile file, the
+    deployment's name)."""
+    with scraped_operator(kubeconfig, namespace, operator_env, tmp_path, request) as (_, server):
         sd = SD(kube, namespace, example(SAMPLE))
         sd.wait_ready()
         profiles = tmp_path / simulation_profile.FILE_NAME
         simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST, "acceptance": acceptance})
-        server.write(kubeconfig, [f"127.0.0.1:{metrics_port}"], namespaces=[namespace], interval="1s", windows=SHORT)
-        process = server.start()
         with pod_runner(kubeconfig, tmp_path, namespace):
-            wait_for(lambda: {t["labels"]["job"] for t in server.targets() if t["health"] == "up"}
-                     == {OPERATOR_JOB, RUNTIME_JOB}, "Prometheus to scrape the operator and the runtime pod",
-                     timeout=60, interval=1)
+            wait_for(lambda: up_jobs(server) == {OPERATOR_JOB, RUNTIME_JOB},
+                     "Prometheus to scrape the operator and the runtime pod", timeout=60, interval=1)
             yield server, profiles, sd.name
-    finally:
-        if process is not None:
-            process.terminate()
-            process.wait(20)
-        stop_and_report(operator, request, f"--- prometheus log ({server.log}) ---",
-                        server.log.read_text() if server.log.is_file() else "")
 
 
 def panel_query(expr: str, namespace: str) -> str:
@@ -103,19 +85,23 @@ def test_every_dashboard_query_answers_from_the_scraped_cluster(kube, kubeconfig
         assert 0.1 < float(acceptance[0]["value"][1]) < 0.9
 
 
-def test_speculation_alerts_fire_and_resolve_with_the_acceptance(kube, kubeconfig, namespace, crds, operator_env,
-                                                                 tmp_path, request):
+def test_runtime_alerts_fire_and_resolve_with_the_simulated_backend(kube, kubeconfig, namespace, crds, operator_env,
+                                                                   tmp_path, request):
+    """Acceptance collapses (the speculation alerts), then the backend stops drafting (not drafting); each
+    recovers. Only alerts labelled with this deployment count."""
     with monitored(kube, kubeconfig, namespace, operator_env, tmp_path, request, acceptance=0.9) as (
             server, profiles, name):
         deployment = f"{namespace}/{name}"
 
         def firing() -> set[str]:
-            return {a for a, labels in server.firing().items() if a in SPECULATION_ALERTS
+            return {a for a, labels in server.firing().items() if a in RUNTIME_ALERTS
                     and any(f"{l.get('namespace')}/{l.get('deployment')}" == deployment for l in labels)}
 
+        def simulate(**values):
+            return lambda: simulation_profile.update(profiles, deployment, values)
+
         time.sleep(30)  # a baseline at high acceptance
-        assert firing() == set()
-        simulation_profile.update(profiles, deployment, {"acceptance": 0.02})
-        wait_for(lambda: firing() == set(SPECULATION_ALERTS), "speculation alerts to fire", timeout=60, interval=1)
-        simulation_profile.update(profiles, deployment, {"acceptance": 0.9})
-        wait_for(lambda: firing() == set(), "speculation alerts to resolve", timeout=60, interval=1)
+        for expected, cause, cure in (
+                (set(SPECULATION_ALERTS), simulate(acceptance=0.02), simulate(acceptance=0.9)),
+                ({"SpecdecSpeculationNotDrafting"}, simulate(drafting=False), simulate(drafting=True))):
+            fires_then_resolves(firing, expected, cause, cure, timeout=60)

@@ -122,6 +122,25 @@ class RecordingTriton(SimulatedTriton):
         return await super().generate(body)
 
 
+def test_a_backend_that_does_not_draft_answers_from_the_target_alone():
+    """Profile drafting=false: speculation configured, no draft tokens proposed nor draft time spent."""
+    not_drafting = FAST.model_copy(update={"drafting": False})
+    triton_backend = SimulatedTriton(not_drafting, seed=1)
+    serve = SimulatedTrtllmServe(not_drafting, "m", draft_len=4, draft_costs=True, seed=1)
+
+    async def scenario():
+        generation = await triton_backend.generate({"max_tokens": 16, "num_draft_tokens": 4})
+        await serve.complete({"prompt": "a b", "max_tokens": 16}, chat=False)
+        return generation
+
+    generation = asyncio.run(scenario())
+    assert (generation.draft_tokens, generation.accepted_tokens) == (0, 0) and len(generation.text) > 0
+    assert triton_backend.executions == {triton.TARGET_MODEL: 16, triton.DRAFT_MODEL: 0}
+    (stats,) = serve.iteration_stats()
+    assert stats["specDecodingStats"]["numDraftTokens"] == 0
+    assert stats["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
+
+
 def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_counters(tmp_path):
     profile = FAST.model_copy(update={"acceptance": 0.6, "cost_ratio": 0.15})
     simulated = RecordingTriton(profile, seed=11)

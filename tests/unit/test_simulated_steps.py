@@ -94,3 +94,17 @@ def test_a_deployment_gets_the_seconds_on_its_build_and_fetch_pods():
                             "cache": {"fetch": {"podAnnotations": seconds}}}
     older = simulated_steps.deployment_with_step_seconds({"spec": {}}, {"fetch": 5}, fetch_pods=False)
     assert older["spec"] == {"build": {"podAnnotations": seconds}}  # an API without fetch Jobs
+
+
+def test_a_failing_step_is_kwoks_failure_stage_on_that_container():
+    failing = simulated_steps.failing("fetch", exit_code=3, message="simulated-401")
+    assert failing["podLabels"] == {simulated_steps.FAILURE: "true"}
+    annotations = failing["podAnnotations"]
+    assert annotations[f"{simulated_steps.FAILURE}/container-name"] == "fetch"
+    assert annotations[f"{simulated_steps.FAILURE}/exit-code"] == "3"
+    assert annotations[f"{simulated_steps.FAILURE}/message"] == "simulated-401"
+    stage = Path(cluster.__file__).parent / "stages" / "pod-container-running-failed.yaml"
+    selector = yaml.safe_load(stage.read_text())["spec"]["selector"]["matchExpressions"][0]
+    assert selector["key"] == f'.metadata.labels["{simulated_steps.FAILURE}"]'
+    with pytest.raises(ValueError, match="not a step"):
+        simulated_steps.failing("compile")

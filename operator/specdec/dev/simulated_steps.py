@@ -24,6 +24,9 @@ ANNOTATION_PREFIX = "simulation.specdec.io/"
 # kwok's own per-pod delay of pod-complete, which tests already use: it wins over the simulated
 # seconds of the main container.
 POD_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+# kwok's failure stage (stages/pod-container-running-failed.yaml): a pod with this label fails the container its
+# annotations name.
+FAILURE = "pod-container-running-failed.stage.kwok.x-k8s.io"
 # stage name -> the container statuses whose running container it waits for
 STAGE_STATUSES = {"job-pod-simulated-step": "initContainerStatuses", "pod-complete": "containerStatuses"}
 
@@ -49,6 +52,17 @@ def deployment_with_step_seconds(body: dict[str, Any], step_seconds: Mapping[str
     if fetch_pods:
         body["spec"].setdefault("cache", {})["fetch"] = {"podAnnotations": annotations(step_seconds)}
     return body
+
+
+def failing(step: str, exit_code: int = 1, message: str = "simulated failure") -> dict[str, dict[str, str]]:
+    """podLabels and podAnnotations (of spec.build or spec.cache.fetch) whose pods' `step` fails as soon as it
+    runs, with this exit code and termination message: a simulated failing build or fetch."""
+    if step not in STEP_PHASES:
+        raise ValueError(f"{step!r} is not a step; steps are {', '.join(STEP_PHASES)}")
+    return {"podLabels": {FAILURE: "true"},
+            "podAnnotations": {f"{FAILURE}/container-name": step, f"{FAILURE}/exit-code": str(exit_code),
+                               f"{FAILURE}/message": message, f"{FAILURE}/delay": "0s",
+                               f"{FAILURE}/jitter-delay": "0s"}}
 
 
 def parse(text: str) -> dict[str, float]:

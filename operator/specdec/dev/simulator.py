@@ -11,7 +11,8 @@ The acceptance model (per request, a `simulation_profile.Profile`):
 - a target step costs `targetStepSeconds`, each draft token `costRatio * targetStepSeconds`;
 - a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
   request: simulated time costs no CPU);
-- `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]).
+- `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]);
+- `drafting` false drafts nothing (k = 0), whatever is configured: a backend whose speculation did not load.
 
 k is the request's `num_draft_tokens` on Triton (the front sends the draft length in effect), and the
 configured max_draft_len (default 4) on trtllm-serve, where NGram's drafts cost nothing (a lookup, no
@@ -83,6 +84,8 @@ class _Simulated:
         self.rng = random.Random(seed)
 
     async def _run(self, tokens: int, draft_len: int, draft_costs: bool = True) -> Steps:
+        """One request's steps, slept through; `draft_len` is what is configured."""
+        draft_len = draft_len if self.profile.drafting else 0
         steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
         await asyncio.sleep(steps.seconds)
         return steps
@@ -109,7 +112,7 @@ class SimulatedTriton(_Simulated, TritonContract):
         # cost ratio the operator measures (specdec.speculation.measure) is the profile's.
         self.compute_us[triton.TARGET_MODEL] += steps.target_seconds * 1e6
         self.executions[triton.TARGET_MODEL] += steps.steps
-        if draft_len:
+        if steps.draft_tokens:
             self.compute_us[triton.DRAFT_MODEL] += steps.draft_seconds * 1e6
             self.executions[triton.DRAFT_MODEL] += steps.steps
         return Generation(TOKEN * tokens, steps.draft_tokens, steps.accepted_tokens)
@@ -153,7 +156,7 @@ class SimulatedTrtllmServe(_Simulated, TrtllmServeContract):
         # drafter's (0 where no drafter is timed, as NGram's), numRequestsWithDraftTokens one per target step.
         self.stats.append({"iter": self.iterations, "iterLatencyMS": steps.seconds * 1000, "specDecodingStats": {
             "numDraftTokens": steps.draft_tokens, "numAcceptedTokens": steps.accepted_tokens,
-            "numRequestsWithDraftTokens": steps.steps if self.draft_len else 0,
+            "numRequestsWithDraftTokens": steps.steps if steps.draft_tokens else 0,
             "acceptanceLength": (steps.accepted_tokens + steps.steps) / steps.steps,
             "iterLatencyMS": steps.draft_seconds * 1000, "draftOverhead": steps.draft_seconds / steps.seconds}})
         return Completion((TOKEN,) * tokens, _prompt_words(body), tokens, finish_reason="length")

@@ -6,7 +6,8 @@ builds the control plane (a wrapper module pinning it, CGO off, cached under ~/.
 `ensure()`). Not Debian 12's `prometheus` package (2.42.0+ds): Debian builds it without the Kubernetes
 service discovery (its promtool rejects `kubernetes_sd_configs`), which is what a PodMonitor is. The build
 has no embedded web UI assets (they need npm); the HTTP API, which is all the tests and promtool use, is
-complete. promtool comes from the same build.
+complete, and the web UI is served from files when specdec.observability.ui_assets has built them (`ui_dir`).
+promtool comes from the same build.
 
 It scrapes what a prometheus-operator installation with the chart's ServiceMonitor and PodMonitor would:
 the operator's /metrics (job `specdec-operator`), and every runtime pod found through the API server
@@ -59,6 +60,11 @@ def ensure() -> Path:
         return toolchain.build_group(GROUP)
     except toolchain.ToolchainError as error:
         raise PrometheusError(f"cannot build Prometheus {PINNED_VERSION}: {error}") from None
+
+
+def ui_assets_dir() -> Path:
+    """Where specdec.observability.ui_assets puts the web UI of the pinned version (static/mantine-ui, ...)."""
+    return toolchain.group_dir(GROUP).with_name(f"prometheus-ui-{GROUP.version}") / "static"
 
 
 def scrape_config(kubeconfig: Path, operator_targets: list[str], namespaces: list[str] | None = None,
@@ -121,8 +127,9 @@ class Prometheus:
         (self.directory / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
 
     def argv(self) -> list[str]:
-        return [str(binary("prometheus")), f"--config.file={self.directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+        directory = self.directory.resolve()  # it may run elsewhere (ui_dir)
+        return [str(binary("prometheus")), f"--config.file={directory / 'prometheus.yml'}",
+                f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-lifecycle", "--storage.tsdb.retention.time=2d"]
 
     def wait_ready(self, process: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
@@ -139,10 +146,25 @@ class Prometheus:
             time.sleep(0.2)
         raise PrometheusError(f"prometheus did not become ready in {timeout:.0f}s; see {self.log}")
 
+    def ui_dir(self) -> Path | None:
+        """The working directory that makes this build serve the web UI, when its assets are built: a build
+        without the `builtinassets` tag serves ./web/ui/static from a working directory named `prometheus`
+        (web/ui/ui.go in the module)."""
+        assets = ui_assets_dir()
+        if not (assets / "mantine-ui" / "index.html").is_file():
+            return None
+        work = self.directory.resolve() / "ui" / "prometheus"
+        link = work / "web" / "ui" / "static"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(assets, target_is_directory=True)
+        return work
+
     def start(self) -> subprocess.Popen:
-        """A process of its own (its session; pid file and log in the directory)."""
+        """A process of its own (its session; pid file and log in the directory), with the web UI when built."""
         with self.log.open("ab") as log:
-            process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       cwd=self.ui_dir())
         self.pid_file.write_text(str(process.pid))
         self.wait_ready(process)
         return process
