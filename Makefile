@@ -27,9 +27,8 @@ down: install
 ## test: every test, unit and cluster (starts its own local cluster unless SPECDEC_TEST_KUBECONFIG is set)
 test: install
 	$(BIN)/specdec dev tools --prometheus >/dev/null
-	@# Prometheus' web UI and Debian's Chromium (as root) for the UI screenshot test, which says why where they are missing.
-	$(BIN)/python -m specdec.observability.ui_assets >/dev/null || echo "make: no Prometheus web UI here"
-	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q chromium >/dev/null; } || echo "make: no Chromium here"
+	@# Prometheus' web UI and Chromium (Debian's, as root) for the UI screenshot test, which says why where they are missing.
+	$(BIN)/specdec dev tools --screenshot >/dev/null || echo "make: no Prometheus web UI or Chromium here; the screenshot test says why"
 	@# A real node's tools and images (Debian packages too, as root); where none can run, its tests say why.
 	$(BIN)/specdec dev tools --real-node >/dev/null || echo "make: no real node's tools here; tests/realnode says why"
 	$(BIN)/python -m pytest

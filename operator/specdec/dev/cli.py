@@ -57,6 +57,9 @@ def _simulate(local: cluster.LocalCluster, args: argparse.Namespace) -> None:
     profile = simulation_profile.update(local.simulator_profile, deployment, values)
     print(f"{deployment}: {json.dumps(profile.model_dump(by_alias=True))} (the pod runner applies it within seconds)")
 
+# What the Prometheus UI screenshot test looks with: {command: Debian package}.
+BROWSER_PACKAGES = {"chromium": "chromium"}
+
 
 def run(args: argparse.Namespace) -> int:
     local = cluster.LocalCluster(name=args.name)
@@ -67,8 +70,16 @@ def run(args: argparse.Namespace) -> int:
             print(toolchain.ensure_tools(real_node=args.real_node))
             if args.real_node:
                 images.build_images()
-            if args.prometheus:
+            if args.prometheus or args.screenshot:
                 prometheus.ensure()
+            if args.screenshot:
+                from specdec.observability import ui_assets  # npm and pnpm: only for this
+
+                ui_assets.ensure()
+                missing = toolchain.install_packages(BROWSER_PACKAGES, "the Prometheus UI screenshot")
+                if missing:
+                    raise toolchain.ToolchainError(f"no {', '.join(missing)}: install it (Debian: apt-get install "
+                                                   f"{' '.join(missing)}), or run this as root")
         elif args.dev_command == "up":
             found = real_node.problems() if args.real_node else []
             if found:
@@ -138,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--real-node", action="store_true",
                        help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")
     tools.add_argument("--prometheus", action="store_true", help="also the pinned Prometheus and promtool")
+    tools.add_argument("--screenshot", action="store_true",
+                       help="also Prometheus' web UI (built with npm) and Chromium (Debian's, as root): the UI "
+                            "screenshot test's")
     simulate = dev_commands.add_parser(
         "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them")
     simulate.add_argument("deployment", nargs="?", metavar="NAME", help="the SpeculativeDeployment")

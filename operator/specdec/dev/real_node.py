@@ -54,10 +54,6 @@ SAMPLE = "llama-3.1-8b-draft-1b-pytorch.yaml"
 SAMPLE_NAME = "llama8b-real-node"
 
 
-def _missing_packages() -> list[str]:
-    return sorted({package for command, package in DEBIAN_PACKAGES.items() if not toolchain.which(command)})
-
-
 def problems() -> list[str]:
     """Why a real node cannot start on this machine ([] when it can)."""
     found = []
@@ -68,7 +64,7 @@ def problems() -> list[str]:
         found.append("a real node needs root (containerd, the kubelet, iptables and cgroups)")
     if not (Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").is_file()):
         found.append("no cgroup memory controller is mounted under /sys/fs/cgroup")
-    missing = _missing_packages()
+    missing = toolchain.missing_packages(DEBIAN_PACKAGES)
     if missing:
         found.append(f"missing Debian packages: {' '.join(missing)} (`apt-get install {' '.join(missing)}`; "
                      f"`specdec dev tools --real-node` installs them as root)")
@@ -77,15 +73,7 @@ def problems() -> list[str]:
 
 def install_packages() -> None:
     """The Debian packages a real node and the image builds need, when root and apt-get are there."""
-    missing = _missing_packages()
-    if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return
-    _log(f"installing Debian packages: {' '.join(missing)}")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
-        result = subprocess.run(argv, env=env, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ClusterError(f"`{' '.join(argv)}` failed (exit {result.returncode}):\n{result.stderr[-2000:]}")
+    toolchain.install_packages(DEBIAN_PACKAGES, "a real node")
 
 
 def _log(message: str) -> None:

@@ -147,6 +147,26 @@ def which(command: str) -> str | None:
     return shutil.which(command, path=with_system_dirs(os.environ.get("PATH", "")))
 
 
+def missing_packages(packages: dict[str, str]) -> list[str]:
+    """Of {command: Debian package}, the packages whose command is not installed."""
+    return sorted({package for command, package in packages.items() if not which(command)})
+
+
+def install_packages(packages: dict[str, str], why: str) -> list[str]:
+    """Install the missing ones of {command: Debian package} with apt-get, as root; returns those still missing
+    (not root, or no apt-get: the caller says what they are for)."""
+    missing = missing_packages(packages)
+    if not missing or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return missing
+    _log(f"installing Debian packages for {why}: {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
+        result = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ToolchainError(f"`{' '.join(argv)}` failed (exit {result.returncode}):\n{result.stderr[-2000:]}")
+    return missing_packages(packages)
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
