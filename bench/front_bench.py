@@ -254,7 +254,7 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
     try:
         await stack.start()
         served = runtime_config(route).served_model_name
-        for stream in (True, False):
+        for stream in args.stream:
             for streams in args.streams:
                 row = {"route": route, "stream": stream, "streams": streams}
                 rounds = max(args.rounds, math.ceil(args.min_tokens / (args.tokens * streams)))
@@ -318,6 +318,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
     p.add_argument("--routes", type=lambda s: s.split(","), default=["openai", "triton"])
+    p.add_argument("--stream", type=lambda s: [{"yes": True, "no": False}[x] for x in s.split(",")],
+                   default=[True, False], help="streamed requests, plain ones, or both (yes,no)")
     p.add_argument("--tokens", type=int, default=128, help="output tokens per request")
     p.add_argument("--token-ms", type=float, default=4.0, help="the stand-in backends' time per token")
     p.add_argument("--rounds", type=int, default=3, help="requests each stream sends, one after another")
