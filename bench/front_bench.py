@@ -13,12 +13,12 @@ Backends are the project's stand-ins (specdec.dev.standin_servers, the real serv
   "direct" and "nginx" on this route are that generate request; a streamed front request is the front's
   translation of it into one SSE chunk.
 Each cell (route, path direct|front|nginx, streamed or not, N streams) runs N clients that each send
---rounds requests of --tokens tokens back to back (more rounds when that is under --min-tokens in all,
-so that the CPU figures, counted in clock ticks, rest on enough ticks), on one aiohttp session. Output tokens are counted in
-what the client received (the stand-in's token " sim"), TTFT is the time to the first received token (the
-whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to direct. CPU per 1000
-tokens is the utime+stime (/proc/<pid>/stat) the front process, or nginx's master and worker, spent during
-the cell, over the tokens the clients received.
+--rounds requests of --tokens tokens back to back (more rounds when that is under --min-tokens in all, so
+that the CPU figures, counted in clock ticks, rest on enough ticks), on one aiohttp session. Output tokens
+are counted in what the client received (the stand-in's token " sim"), TTFT is the time to the first
+received token (the whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to
+direct. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or nginx's master and
+worker, spent during the cell, over the tokens the clients received.
 
 Pinning (when the machine has 2 cores or more): the front and nginx (one worker) on CPU 0, the backends
 and this load generator on CPU 1, so the proxy measured does not compete with the load it is measured
@@ -89,7 +89,7 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
     """The front as specdec-runtime builds it, on a backend already running (the --serve-front mode)."""
     from aiohttp import web
 
-    from specdec.runtime.front import Front
+    from specdec.runtime.front import LISTEN_BACKLOG, Front
     from specdec.runtime.launch import Backend
 
     config = runtime_config(route)
@@ -101,7 +101,7 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
         backend = Backend("openai", backend_url, "/health")
     front = Front(config, backend, route=route)
     web.run_app(front.app, host="127.0.0.1", port=port, access_log=None, handler_cancellation=True,
-                print=None)
+                backlog=LISTEN_BACKLOG, print=None)
 
 
 def triton_repository(where: Path) -> Path:
@@ -125,7 +125,7 @@ http {{
   client_body_temp_path {where}/body; proxy_temp_path {where}/proxy;
   upstream backend {{ server {upstream.removeprefix('http://')}; keepalive 512; }}
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port} backlog=2048;
     location / {{
       proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";
       proxy_buffering off; proxy_request_buffering off; proxy_read_timeout 600s;

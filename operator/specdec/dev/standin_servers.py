@@ -117,6 +117,8 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
 
     from aiohttp import web
 
+    from specdec.runtime.front import LISTEN_BACKLOG  # the front's, so a burst reaches every server alike
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -128,7 +130,7 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
             await runner.setup()
             runners.append(runner)
             try:
-                await web.TCPSite(runner, host, port).start()
+                await web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG).start()
             except OSError as error:
                 raise StandinError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
         _say(name, f"{what}; listening on {', '.join(f'{h}:{p}' for _, h, p in sites)}")

@@ -35,6 +35,10 @@ from specdec.runtime.triton_route import TritonRoute
 
 log = logging.getLogger("specdec.runtime")
 
+# Connections waiting to be accepted: past it, a burst of new clients waits for SYN retransmits (a second and
+# more). aiohttp's default is 128; 2048 is uvicorn's, the server trtllm-serve runs.
+LISTEN_BACKLOG = 2048
+
 
 def make_route(config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float,
                tokenizer: Tokenizer, draft_len_file: Path | None) -> Route:
