@@ -230,7 +230,7 @@ def test_health_is_200_only_when_trtllm_serve_answers():
             state.ready = True
             async with client.get(f"{url}/health") as resp:
                 ready = resp.status
-            front.backend = dataclasses.replace(front.backend, url=dead)
+            front.route.backend = dataclasses.replace(front.backend, url=dead)
             async with client.get(f"{url}/health") as resp:
                 gone = resp.status
             async with client.post(f"{url}/v1/completions", json={"prompt": "Hi"}) as resp:

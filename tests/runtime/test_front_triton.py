@@ -186,14 +186,14 @@ def test_the_draft_len_file_sets_num_draft_tokens_of_the_next_requests(tokenizer
 
             sent = [await complete()]  # no file yet: the configured length
             draft_len_file.write_text("2\n")
-            await eventually(lambda: front.draft_len == 2, "the new draft length")
+            await eventually(lambda: front.route.draft_len == 2, "the new draft length")
             sent.append(await complete())
             draft_len_file.write_text("11")  # over maxDraftLen (10): ignored
             await eventually(lambda: "ignoring" in caplog.text, "the warning")
             await asyncio.sleep(0.1)  # read again, warned once
             sent.append(await complete())
             draft_len_file.unlink()
-            await eventually(lambda: front.draft_len == 4, "the configured length again")
+            await eventually(lambda: front.route.draft_len == 4, "the configured length again")
             sent.append(await complete())
             return sent, metric(front, "specdec_speculative_steps_total")
 

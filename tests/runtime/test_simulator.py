@@ -149,7 +149,7 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
     def sample(front: Front) -> speculation.Sample:
         """The front's counters, as the operator's monitor reads them from /metrics."""
         return speculation.Sample({key: metric(front, name) for key, name in speculation.COUNTERS.items()},
-                                  front.draft_len)
+                                  front.route.draft_len)
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
@@ -173,7 +173,7 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
 
                 configured = await window()  # no draft_len file: the configured draftLen 4
                 draft_len_file.write_text("2\n")
-                await eventually(lambda: front.draft_len == 2, "the front to read the draft_len file")
+                await eventually(lambda: front.route.draft_len == 2, "the front to read the draft_len file")
                 sent = len(simulated.draft_lens)
                 changed = await window()
         return configured, changed, simulated.draft_lens[:sent], simulated.draft_lens[sent:]

@@ -26,6 +26,9 @@ runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each sta
 
 The simulation profile is the default one (specdec.dev.simulation_profile.Profile), or the JSON object of
 SPECDEC_SIMULATION_PROFILE (its keys, camelCase: acceptance, costRatio, targetStepSeconds, noise, ...).
+With SPECDEC_STANDIN_PACED=1 the trtllm-serve stand-in streams as a server generates: the first piece after
+its share of the request's simulated time, and each next one after another share (without it, every piece
+comes out at once after the whole time); bench/front_bench.py measures the runtime's front against it.
 Each stand-in stops serving and exits 0 on SIGTERM or SIGINT.
 """
 
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
+PACED_ENV = "SPECDEC_STANDIN_PACED"
 DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec.dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
 # Drafts that cost no draft-model time: the modes whose drafter is a lookup (specdec.modes; AUTO becomes NGram).
 LOOKUP_DECODING_TYPES = {"NGram", "SA", "AUTO"}
@@ -114,6 +118,8 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
 
     from aiohttp import web
 
+    from specdec.runtime.front import LISTEN_BACKLOG  # the front's, so a burst reaches every server alike
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -125,7 +131,7 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
             await runner.setup()
             runners.append(runner)
             try:
-                await web.TCPSite(runner, host, port).start()
+                await web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG).start()
             except OSError as error:
                 raise StandinError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
         _say(name, f"{what}; listening on {', '.join(f'{h}:{p}' for _, h, p in sites)}")
@@ -211,13 +217,45 @@ def trtllm_serve(argv: list[str]) -> int:
 
     from specdec.dev.simulator import SimulatedTrtllmServe
 
-    server = SimulatedTrtllmServe(profile, served_name(args.model), draft_len, draft_costs)
+    kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
+    server = kind(profile, served_name(args.model), draft_len, draft_costs)
     host = args.host or "localhost"
     port = args.port if args.port is not None else 8000
     what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
             f"{'' if draft_costs or not draft_len else ' (lookup drafts)'}, acceptance {profile.acceptance}")
     asyncio.run(_serve("trtllm-serve", [(server.app(), host, port)], what))
     return 0
+
+
+def paced_trtllm_serve():
+    """SimulatedTrtllmServe whose streamed answers come out piece by piece, each after its share of the
+    request's simulated time (the first share stands for the prefill)."""
+    import asyncio
+    from contextvars import ContextVar
+
+    from specdec.dev.simulator import SimulatedTrtllmServe, speculate
+
+    streaming: ContextVar[bool] = ContextVar("streaming", default=False)
+    piece_seconds: ContextVar[float] = ContextVar("piece_seconds", default=0.0)
+
+    class PacedTrtllmServe(SimulatedTrtllmServe):
+        async def complete(self, body, chat):
+            streaming.set(bool(body.get("stream")))  # the request's own task: chunk_sent runs in it too
+            return await super().complete(body, chat)
+
+        async def _run(self, tokens, draft_len, draft_costs=True):
+            if not streaming.get():
+                return await super()._run(tokens, draft_len, draft_costs)
+            steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
+            piece_seconds.set(steps.seconds / tokens)
+            await asyncio.sleep(piece_seconds.get())
+            return steps
+
+        async def chunk_sent(self, request):
+            await asyncio.sleep(piece_seconds.get())
+            return True
+
+    return PacedTrtllmServe
 
 
 # --- tritonserver ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from aiohttp import web
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
-from specdec.runtime.front import Front
+from specdec.runtime.front import LISTEN_BACKLOG, Front
 from specdec.runtime.launch import LaunchPlan
 from specdec.runtime.supervisor import Supervisor, exit_status
 
@@ -88,7 +88,7 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, args.host, config.port).start()
+        await web.TCPSite(runner, args.host, config.port, backlog=LISTEN_BACKLOG).start()
     except OSError as error:
         log.error("cannot listen on %s:%d: %s", args.host, config.port, error.strerror or error)
         await runner.cleanup()

@@ -1,0 +1,271 @@
+"""The Triton route: OpenAI requests translated to Triton's generate endpoint of the tensorrt_llm_bls model.
+
+Every request gets `num_draft_tokens` (the draft length) and `use_draft_logits` (logit acceptance), which is
+what makes the BLS speculate, and `return_perf_metrics`, whose `acceptance_rate`,
+`total_accepted_draft_tokens` and `total_draft_tokens` feed the metrics. The BLS does not stream while
+speculating, so a streamed request gets the whole answer as one SSE chunk (and the usage chunk after it,
+when asked for). One choice (n = 1) and text prompts only. The draft length follows the operator's draft_len
+file (next to runtime.json) while serving; Triton's own metrics are polled for the draft and target compute
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from specdec.api.runtime_config import RuntimeConfig
+from specdec.runtime import triton
+from specdec.runtime.backend_stats import Increases, triton_compute_us
+from specdec.runtime.chat import Tokenizer
+from specdec.runtime.launch import Backend
+from specdec.runtime.metrics import RuntimeMetrics
+from specdec.runtime.openai_request import invalid
+from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response,
+                                   write)
+
+log = logging.getLogger("specdec.runtime")
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
+CHAT_DEFAULT_MAX_TOKENS = 512
+
+
+def strip_prompt(text: str, prompt: str) -> str:
+    """The BLS answers a speculative request with prompt + completion (it merges the target's outputs)."""
+    if prompt and text.startswith(prompt):
+        return text[len(prompt):]
+    stripped = prompt.strip()
+    if stripped and text.lstrip().startswith(stripped):
+        return text.lstrip()[len(stripped):]
+    return text
+
+
+def _scalar(value: Any) -> Any:
+    while isinstance(value, list) and value:
+        value = value[0]
+    return value
+
+
+def _number(value: Any) -> float | None:
+    value = _scalar(value)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _parse_draft_len(text: str, limit: int) -> int | None:
+    value = int(text) if text.isascii() and text.isdigit() else 0
+    return value if 1 <= value <= limit else None
+
+
+class TritonRoute(Route):
+    kind = "triton"
+    text_prompts_only = True
+
+    def __init__(self, config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float,
+                 tokenizer: Tokenizer, draft_len_file: Path | None = None):
+        super().__init__(config, backend, metrics, request_timeout=request_timeout)
+        self.tokenizer = tokenizer
+        self.draft_len = backend.draft_len  # num_draft_tokens for the next requests
+        self.draft_len_file = draft_len_file
+        self._draft_len_text: str | None = None  # the file's content last applied (None: no file)
+        self._compute_us = Increases()
+
+    def known_draft_len(self) -> int | None:
+        return self.backend.draft_len
+
+    def start(self) -> None:
+        if self.draft_len_file:
+            self._read_draft_len()  # before the first request
+
+    def polls(self):
+        polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
+        return polls + ([self._poll_draft_len] if self.draft_len_file else [])
+
+    async def completions(self, request, body, started):
+        return await self._triton_completions(request, body, started)
+
+    async def chat(self, request, body, started):
+        return await self._triton_chat(request, body, started)
+
+    async def _poll_triton_metrics(self) -> None:
+        """Triton's cumulative compute time of the draft and target models, counted as it grows."""
+        assert self.backend.metrics_url is not None
+        text = await self.fetch(self.backend.metrics_url)
+        totals = triton_compute_us(text) if text else {}
+        # A model missing from this page was not reset: skipped, so its next value is not counted twice.
+        seconds = {m: self._compute_us(m, totals[m]) / 1e6
+                   for m in (triton.DRAFT_MODEL, triton.TARGET_MODEL) if m in totals}
+        self.metrics.compute_time(seconds.get(triton.DRAFT_MODEL, 0.0), seconds.get(triton.TARGET_MODEL, 0.0))
+
+    async def _poll_draft_len(self) -> None:
+        self._read_draft_len()
+
+    def _read_draft_len(self) -> None:
+        """The operator's live draft length: the file's value when it is one, the configured length without
+        the file. A value out of 1..max_draft_len is logged once and ignored."""
+        assert self.draft_len_file is not None and self.config.draft_target is not None
+        try:
+            text: str | None = self.draft_len_file.read_text().strip()
+        except OSError:
+            text = None  # no file (the operator has not set one): the configured length
+        if text == self._draft_len_text:
+            return
+        self._draft_len_text = text
+        limit = self.config.draft_target.max_draft_len
+        value = self.backend.draft_len if text is None else _parse_draft_len(text, limit)
+        if value is None:
+            log.warning("ignoring %s: %r is not a draft length in 1..%d", self.draft_len_file, text, limit)
+            return
+        if value != self.draft_len:
+            log.info("draft length %s -> %d (%s)", self.draft_len, value,
+                     self.draft_len_file if text is not None else "configured")
+            self.draft_len = value
+            self.metrics.draft_length(value)
+
+    def _sampling(self, body: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
+                    "repetition_penalty"):
+            if body.get(key) is not None:
+                out[key] = body[key]
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            out["stop_words"] = [stop]
+        elif isinstance(stop, list) and stop:
+            out["stop_words"] = stop
+        return out
+
+    async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any],
+                        draft_len: int) -> dict[str, Any]:
+        assert self.session is not None
+        payload = {"text_input": prompt, "max_tokens": max_tokens, "stream": False,
+                   "num_draft_tokens": draft_len, "use_draft_logits": self.backend.use_draft_logits,
+                   "return_perf_metrics": True, **sampling}
+        url = f"{self.backend.url}/v2/models/{triton.BLS_MODEL}/generate"
+        with backend_errors("the Triton server", self.request_timeout):
+            async with self.session.post(url, data=orjson.dumps(payload), headers=JSON_HEADERS,
+                                         timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as resp:
+                raw = await resp.read()
+                status = resp.status
+        try:
+            data = orjson.loads(raw)
+        except ValueError:
+            data = None
+        if status != 200 or not isinstance(data, dict) or "error" in data:
+            message = data.get("error") if isinstance(data, dict) else raw[:500].decode(errors="replace")
+            raise FrontError(502, f"Triton answered HTTP {status}: {message}")
+        if "text_output" not in data:
+            raise FrontError(502, "Triton's answer has no text_output")
+        return data
+
+    def _usage(self, prompt: str, text: str) -> dict[str, int] | None:
+        prompt_tokens = self.tokenizer.count(prompt)
+        completion_tokens = self.tokenizer.count(text)
+        if prompt_tokens is None or completion_tokens is None:
+            return None
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+        sampling, draft_len, started = self._sampling(body), self.draft_len, time.monotonic()
+        assert draft_len is not None  # the Triton route always has one
+        data = await self._generate(prompt, max_tokens, sampling, draft_len)
+        seconds = time.monotonic() - started
+        text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
+        usage = self._usage(prompt, text)
+        draft = int(_number(data.get("total_draft_tokens")) or 0)
+        accepted = int(_number(data.get("total_accepted_draft_tokens")) or 0)
+        rate = _number(data.get("acceptance_rate"))
+        # The BLS proposes draft_len tokens a step (fewer only on the last), so this counts its steps. Today's
+        # BLS answers with its last target request's perf metrics only (tensorrt_llm_bls/1/lib/decode.py,
+        # _spec_generate): one step per response, a sample of the request rather than its total.
+        self.metrics.speculative_response(draft, accepted, math.ceil(draft / draft_len), rate)
+        if usage:
+            self.metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
+        # The answer comes whole (no streaming while speculating): time per token over all of it.
+        self.metrics.token_time(seconds, usage and usage["completion_tokens"])
+        finish = "length" if usage and usage["completion_tokens"] >= max_tokens else "stop"
+        speculation = {"acceptance_rate": rate, "accepted_draft_tokens": accepted, "draft_tokens": draft}
+        return {"text": text, "usage": usage, "finish_reason": finish, "speculation": speculation}
+
+    @staticmethod
+    def _max_tokens(body: dict[str, Any], default: int) -> int:
+        value = body.get("max_tokens")
+        value = body.get("max_completion_tokens") if value is None else value
+        return default if value is None else value
+
+    async def _triton_completions(self, request: web.Request, body: dict[str, Any], started: float):
+        prompt = body["prompt"]
+        prompts = [prompt] if isinstance(prompt, str) else prompt
+        max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        results = await asyncio.gather(*(self._triton_one(p, body, max_tokens) for p in prompts))
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        usage = _sum_usage([r["usage"] for r in results])
+        if body.get("stream"):
+            chunks = [{"id": rid, "object": "text_completion", "created": created, "model": self.model,
+                       "choices": [{"index": i, "text": r["text"], "logprobs": None,
+                                    "finish_reason": r["finish_reason"]}]} for i, r in enumerate(results)]
+            return await self._sse(request, chunks, usage, body, rid, created, "text_completion", started)
+        return json_response({
+            "id": rid, "object": "text_completion", "created": created, "model": self.model,
+            "choices": [{"index": i, "text": (prompts[i] if body.get("echo") else "") + r["text"],
+                         "logprobs": None, "finish_reason": r["finish_reason"]} for i, r in enumerate(results)],
+            "usage": usage, "speculation": _sum_speculation(results)})
+
+    async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
+        try:
+            prompt = self.tokenizer.chat_prompt(body["messages"])
+        except ValueError as error:
+            raise invalid(str(error), "messages", None) from None
+        max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
+        result = await self._triton_one(prompt, body, max_tokens)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.get("stream"):
+            chunks = [{"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
+                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": result["text"]},
+                                    "finish_reason": result["finish_reason"]}]}]
+            return await self._sse(request, chunks, result["usage"], body, rid, created, "chat.completion.chunk",
+                                   started)
+        return json_response({
+            "id": rid, "object": "chat.completion", "created": created, "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
+                         "finish_reason": result["finish_reason"]}],
+            "usage": result["usage"], "speculation": result["speculation"]})
+
+    async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
+        """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
+        every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage:
+            chunks = [*({**chunk, "usage": None} for chunk in chunks),
+                      {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [],
+                       "usage": usage}]
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        self.metrics.first_token(time.monotonic() - started)
+        for chunk in chunks:
+            await write(response, b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await write(response, b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
+    if not usages or any(u is None for u in usages):
+        return None
+    return {k: sum(u[k] for u in usages) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+
+
+def _sum_speculation(results: list[dict[str, Any]]) -> dict[str, Any]:
+    draft = sum(r["speculation"]["draft_tokens"] for r in results)
+    accepted = sum(r["speculation"]["accepted_draft_tokens"] for r in results)
+    return {"acceptance_rate": accepted / draft if draft else None, "accepted_draft_tokens": accepted,
+            "draft_tokens": draft}
