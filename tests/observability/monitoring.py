@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from specdec.observability import alerts
-from specdec.observability.prometheus import OPERATOR_JOB, Prometheus
+from specdec.dev.prometheus import OPERATOR_JOB, Prometheus
 from tests.conftest import free_port, stop_and_report
 from tests.kube_helpers import wait_for
 from tests.operator_runner import OperatorProcess

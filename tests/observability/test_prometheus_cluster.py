@@ -15,7 +15,7 @@ import pytest
 
 from specdec.dev import simulation_profile
 from specdec.observability import dashboard
-from specdec.observability.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
+from specdec.dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
 from tests.cluster.test_operator import SD, example
 from tests.cluster.test_simulator import pod_runner
 from tests.kube_helpers import wait_for

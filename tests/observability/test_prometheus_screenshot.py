@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from specdec.dev import simulation_profile, toolchain
-from specdec.observability import alerts, prometheus
+from specdec.dev import prometheus
+from specdec.observability import alerts
 from tests.observability.test_prometheus_cluster import monitored
 
 pytestmark = pytest.mark.cluster
@@ -33,7 +34,7 @@ def chromium() -> str:
         pytest.skip("no Chromium (Debian: apt-get install chromium; `make test` installs it as root)")
     if not (prometheus.ui_assets_dir() / "mantine-ui" / "index.html").is_file():
         pytest.skip(f"Prometheus' web UI is not built in {prometheus.ui_assets_dir()} "
-                    "(`python -m specdec.observability.ui_assets` builds it; `make test` does)")
+                    "(`specdec dev tools --screenshot` builds it; `make test` does)")
     return path
 
 

@@ -10,8 +10,7 @@ import argparse
 import json
 import sys
 
-from specdec.dev import cluster, images, real_node, simulated_steps, simulation_profile, toolchain
-from specdec.observability import prometheus
+from specdec.dev import cluster, images, prometheus, real_node, simulated_steps, simulation_profile, toolchain
 
 NEXT_STEPS = """
 Next (the first line points this shell at the cluster; every new shell needs it too):
@@ -73,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
             if args.prometheus or args.screenshot:
                 prometheus.ensure()
             if args.screenshot:
-                from specdec.observability import ui_assets  # npm and pnpm: only for this
+                from specdec.dev import prometheus_ui  # npm and pnpm: only for this
 
-                ui_assets.ensure()
+                prometheus_ui.ensure()
                 missing = toolchain.install_packages(BROWSER_PACKAGES, "the Prometheus UI screenshot")
                 if missing:
                     raise toolchain.ToolchainError(f"no {', '.join(missing)}: install it (Debian: apt-get install "

@@ -132,7 +132,7 @@ class LocalCluster:
 
     @property
     def prometheus_dir(self) -> Path:
-        """The files of `dev up --prometheus`'s server (specdec.observability.prometheus)."""
+        """The files of `dev up --prometheus`'s server (specdec.dev.prometheus)."""
         return self.directory / "prometheus"
 
     def options(self) -> dict:

@@ -6,7 +6,7 @@ builds the control plane (a wrapper module pinning it, CGO off, cached under ~/.
 `ensure()`). Not Debian 12's `prometheus` package (2.42.0+ds): Debian builds it without the Kubernetes
 service discovery (its promtool rejects `kubernetes_sd_configs`), which is what a PodMonitor is. The build
 has no embedded web UI assets (they need npm); the HTTP API, which is all the tests and promtool use, is
-complete, and the web UI is served from files when specdec.observability.ui_assets has built them (`ui_dir`).
+complete, and the web UI is served from files when specdec.dev.prometheus_ui has built them (`ui_dir`).
 promtool comes from the same build.
 
 It scrapes what a prometheus-operator installation with the chart's ServiceMonitor and PodMonitor would:
@@ -63,7 +63,7 @@ def ensure() -> Path:
 
 
 def ui_assets_dir() -> Path:
-    """Where specdec.observability.ui_assets puts the web UI of the pinned version (static/mantine-ui, ...)."""
+    """Where specdec.dev.prometheus_ui puts the web UI of the pinned version (static/mantine-ui, ...)."""
     return toolchain.group_dir(GROUP).with_name(f"prometheus-ui-{GROUP.version}") / "static"
 
 
