@@ -86,12 +86,13 @@ def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[S
 
 
 def _engine_drafter(drafter: EngineDrafter, target: Served, observed: Observed) -> list[Served]:
-    """A drafter in the target's engine: on its GPUs, with its tensor parallelism and dtype. One of the target
-    checkpoint's own (MTP layers, a DSpark draft embedded in DeepSeek-V4) adds the KV of its layers only; a
-    checkpoint of its own whose facts are unknown is sized as a head from the target's (estimated_head)."""
+    """A drafter in the target's engine: on its GPUs, with its tensor parallelism and dtype. One in the target
+    checkpoint (MTP layers, a DSpark draft embedded in DeepSeek-V4) has its weights counted in the target's:
+    it adds the KV cache of the layers its mode names, if any. A checkpoint of its own whose facts are unknown
+    (and not awaited) is sized as a head from the target's (estimated_head)."""
     field = f"spec.target.tensorParallelSize (the {drafter.label}'s: it runs in the target's engine)"
     if drafter.checkpoint in (None, target.source.model):
-        if drafter.kv_layers is None:
+        if drafter.kv_layers is None or target.facts is None:
             return []
         return [Served("drafter", target.source, target.facts, target.devices, target.tensor_parallel_size, field,
                        label=drafter.label, kv_layers=drafter.kv_layers, own_weights=False)]

@@ -154,6 +154,13 @@ def test_mtp_layers_add_their_kv_cache_not_their_weights_again():
     assert message.count("685B parameters") == 1
 
 
+def test_mtp_layers_of_a_target_without_facts_add_no_second_note():
+    spec = spec_of("deepseek-r1-mtp")
+    spec["target"]["model"] = "pvc://models/deepseek-r1"
+    result = admitted(spec)
+    assert isinstance(result, Plan) and len(result.unchecked) == 1 and "pvc://models/deepseek-r1" in result.unchecked[0]
+
+
 def test_modes_without_a_drafter_count_the_target_alone():
     for example in ("qwen2.5-7b-ngram", "qwen2.5-7b-auto", "llama-3.1-8b-sa", "llama-3.1-8b-save-state"):
         assert [m.role for m in served_models(parse_spec(spec_of(example)), Observed())] == ["target"], example
