@@ -99,3 +99,17 @@ def same_tokenizer(a: ModelFacts, b: ModelFacts) -> bool | None:
     if a.tokenizer.split(":", 1)[0] != b.tokenizer.split(":", 1)[0]:
         return None
     return a.tokenizer == b.tokenizer
+
+
+# A draft head whose own facts are unknown (a pvc:// checkpoint, or files without a tokenizer), sized from its
+# target's: one decoder layer (12·h²: attention 4·h², MLP 8·h²), EAGLE-3's fc fusing three target hidden
+# states (3·h²) and an LM head over the target's vocabulary (h·vocab), at the target's dtype. An EAGLE-3 head
+# with a reduced draft vocabulary is smaller; a full draft model (PARD, DFlash, DSpark) is larger.
+HEAD_ESTIMATE = "an estimate from the target's hidden size h and vocabulary: 12·h² + 3·h² + h·vocab parameters"
+
+
+def estimated_head(model: str, target: ModelFacts) -> ModelFacts:
+    h = target.hidden_size
+    return dataclasses.replace(target, model=model, architecture="unknown", layers=1,
+                               parameters=15 * h * h + h * target.vocab_size, tied_embeddings=True,
+                               weight_quantization=None, source=HEAD_ESTIMATE)

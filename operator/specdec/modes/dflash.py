@@ -23,7 +23,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import Field
 
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
 
 
@@ -100,4 +100,5 @@ def draft_checkpoint(block: TargetLayerDrafter) -> tuple[str, ...]:
 MODE = Mode("dflash", "a parallel draft model cross-attending to target layers proposes all the tokens in one "
                       "forward", DFlashSpec,
             backends=("pytorch",), extra_models=draft_checkpoint, speculative_config=_speculative_config,
-            drafter="model", draft_len=lambda block: block.max_draft_len)
+            drafter="model", draft_len=lambda block: block.max_draft_len,
+            engine_drafter=lambda block: EngineDrafter("DFlash draft", block.draft_model))

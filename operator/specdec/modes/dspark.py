@@ -23,7 +23,7 @@ from pydantic import Field
 
 from specdec.schema.base import cel, validations
 from specdec.modes.dflash import TargetLayerDrafter, draft_checkpoint, needs_draft_model
-from specdec.modes.mode import Mode
+from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
 
 
@@ -74,4 +74,5 @@ def _speculative_config(block: DSparkSpec, checkpoint: Callable[[str], str]) -> 
 MODE = Mode("dspark", "DeepSeek's block drafter: a draft model over target layers proposes a block in one forward, "
                       "refined token by token by a small Markov head", DSparkSpec,
             backends=("pytorch",), extra_models=draft_checkpoint, speculative_config=_speculative_config,
-            drafter="model", draft_len=lambda block: block.max_draft_len)
+            drafter="model", draft_len=lambda block: block.max_draft_len,
+            engine_drafter=lambda block: EngineDrafter("DSpark draft", block.draft_model))

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Callable, Literal
 from pydantic import Field
 
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 
 
@@ -65,4 +65,5 @@ def _speculative_config(block: Eagle3Spec, checkpoint: Callable[[str], str]) -> 
 
 MODE = Mode("eagle3", "an EAGLE-3 draft head on the target's hidden states proposes the tokens", Eagle3Spec,
             backends=("pytorch",), extra_models=lambda block: (block.draft_model,),
-            speculative_config=_speculative_config, draft_len=lambda block: block.max_draft_len)
+            speculative_config=_speculative_config, draft_len=lambda block: block.max_draft_len,
+            engine_drafter=lambda block: EngineDrafter("EAGLE-3 head", block.draft_model))

@@ -38,6 +38,19 @@ class BuildStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineDrafter:
+    """What drafts inside the target's engine, as admission counts it on the target's GPUs
+    (specdec.admission_memory): a checkpoint of its own loaded beside the target's weights, and the layers
+    whose K and V it caches in the target's KV-cache budget."""
+
+    label: str  # for messages: "EAGLE-3 head"
+    checkpoint: str | None = None  # hf:// or pvc://; None: its weights are the target checkpoint's (MTP)
+    # Layers it caches K and V of: None, those of its checkpoint; for layers of the target checkpoint
+    # (checkpoint None), this many of the target's shape.
+    kv_layers: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Mode:
     name: str  # spec.speculation.mode, and the name of its block
     summary: str
@@ -48,6 +61,8 @@ class Mode:
     # mode adds to the target's and that model's EngineRecipe.
     draft: Callable[[Any], ModelSource | None] = lambda block: None
     recipe: Callable[[Any, str], dict[str, Any]] = lambda block, role: {}
+    # A drafter inside the target's engine (not a `draft` served on its own), for admission's GPU memory.
+    engine_drafter: Callable[[Any], EngineDrafter | None] = lambda block: None
     # trtllm-build's --speculative_decoding_mode of the target engine (EngineRecipe's field of that name).
     decoding_mode: str | None = None
     # The mode's own part of the target's EngineRecipe (EngineRecipe.<field>, set by `recipe`), the

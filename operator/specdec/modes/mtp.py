@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pydantic import Field
 
 from specdec.schema.base import ApiModel, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 
 
@@ -72,6 +72,15 @@ def _speculative_config(block: MtpSpec, checkpoint: Callable[[str], str]) -> dic
     return {**config, **block.dynamic_config()}
 
 
+def _mtp_layers(block: MtpSpec) -> EngineDrafter:
+    """The MTP layers are in the target checkpoint (and its parameter count). TensorRT-LLM caches K and V of
+    num_nextn_predict_layers of them with use_mtp_vanilla (max_draft_len on the pinned release, the
+    checkpoint's count when unset: at least one), else of one (MTP-Eagle): get_num_spec_layers in
+    tensorrt_llm/_torch/speculative/utils.py."""
+    layers = (block.max_draft_len or 1) if block.use_mtp_vanilla else 1
+    return EngineDrafter("MTP layers", kv_layers=layers)
+
+
 MODE = Mode("mtp", "the target's own multi-token-prediction layers propose the tokens", MtpSpec,
             backends=("pytorch",), speculative_config=_speculative_config,
-            draft_len=lambda block: block.max_draft_len)
+            draft_len=lambda block: block.max_draft_len, engine_drafter=_mtp_layers)

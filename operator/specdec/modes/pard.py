@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pydantic import Field
 
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
 
 
@@ -60,4 +60,5 @@ def _speculative_config(block: PardSpec, checkpoint: Callable[[str], str]) -> di
 
 MODE = Mode("pard", "a target-independent parallel draft model proposes all the tokens in one forward", PardSpec,
             backends=("pytorch",), extra_models=lambda block: (block.draft_model,) if block.draft_model else (),
-            speculative_config=_speculative_config, drafter="model", draft_len=lambda block: block.max_draft_len)
+            speculative_config=_speculative_config, drafter="model", draft_len=lambda block: block.max_draft_len,
+            engine_drafter=lambda block: EngineDrafter("PARD draft", block.draft_model))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Literal
 from pydantic import Field
 
 from specdec.schema.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
-from specdec.modes.mode import BuildStep, Mode
+from specdec.modes.mode import BuildStep, EngineDrafter, Mode
 
 
 class ReDrafterSpec(ApiModel):
@@ -69,4 +69,6 @@ MODE = Mode(
     engine_models=lambda recipe: (recipe.redrafter.drafter_model,),
     build_steps=(BuildStep("redrafter-convert", "Converting", "RedrafterConvert", "redrafter/convert_checkpoint.py",
                            "redrafter", _convert_args),),
-    runtime_block=RuntimeReDrafter, runtime=_runtime)
+    runtime_block=RuntimeReDrafter, runtime=_runtime,
+    # A recurrent drafter over the target's last hidden state: weights, and no KV cache of its own.
+    engine_drafter=lambda block: EngineDrafter("ReDrafter drafter", block.drafter_model, kv_layers=0))
