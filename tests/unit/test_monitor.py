@@ -18,7 +18,7 @@ DRAFT = "hf://meta-llama/Llama-3.2-1B-Instruct"
 
 
 def metrics_text(draft: float, accepted: float, steps: float, draft_len: int | None = 4,
-                 draft_s: float = 0.0, target_s: float = 0.0) -> str:
+                 draft_s: float = 0.0, target_s: float = 0.0, tokens: float = 0.0, requests: float = 3) -> str:
     lines = [
         "# HELP specdec_draft_tokens_total Draft tokens proposed.", "# TYPE specdec_draft_tokens_total counter",
         f"specdec_draft_tokens_total {draft}",
@@ -26,7 +26,9 @@ def metrics_text(draft: float, accepted: float, steps: float, draft_len: int | N
         "# TYPE specdec_speculative_steps_total counter", f"specdec_speculative_steps_total {steps}",
         "# TYPE specdec_draft_seconds_total counter", f"specdec_draft_seconds_total {draft_s}",
         "# TYPE specdec_target_seconds_total counter", f"specdec_target_seconds_total {target_s}",
-        "# TYPE specdec_requests_total counter", 'specdec_requests_total{endpoint="/v1/completions",status="200"} 3',
+        "# TYPE specdec_requests_total counter",
+        f'specdec_requests_total{{endpoint="/v1/completions",status="200"}} {requests}',
+        "# TYPE specdec_completion_tokens_total counter", f"specdec_completion_tokens_total {tokens}",
         "# TYPE specdec_request_duration_seconds histogram",
         'specdec_request_duration_seconds_bucket{endpoint="/v1/completions",le="+Inf"} 3',
         'specdec_request_duration_seconds_count{endpoint="/v1/completions"} 3',
@@ -114,13 +116,15 @@ def rig():
 
 def test_parse_sample_reads_only_what_it_needs():
     sample = parse_sample(metrics_text(100, 80, 25, draft_len=4, draft_s=0.2, target_s=1.0))
-    assert sample.counters == {"draft": 100, "accepted": 80, "steps": 25, "draft_seconds": 0.2, "target_seconds": 1.0}
+    assert sample.counters == {"draft": 100, "accepted": 80, "steps": 25, "draft_seconds": 0.2, "target_seconds": 1.0,
+                               "requests": 3, "completion_tokens": 0}
     assert sample.draft_len == 4
     assert parse_sample(metrics_text(1, 1, 1, draft_len=None)).draft_len is None
     assert parse_sample(metrics_text(1, 1, 1, draft_len=10**9)).draft_len is None  # not believed
     assert parse_sample(metrics_text(1, 1, 1, draft_len=0)).draft_len is None
     odd = parse_sample(metrics_text(100, float("nan"), float("inf")))
-    assert odd.counters == {"draft": 100, "draft_seconds": 0, "target_seconds": 0}  # NaN, Inf: not counted
+    assert odd.counters == {"draft": 100, "draft_seconds": 0, "target_seconds": 0, "requests": 3,
+                            "completion_tokens": 0}  # NaN, Inf: not counted
 
 
 def test_windows_are_summed_over_pods_and_published(rig):
@@ -225,8 +229,12 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.speculative_response(draft=5, accepted=3, steps=1, rate=0.6)
     metrics.speculative_response(draft=5, accepted=5, steps=1, rate=1.0)
     metrics.compute_time(0.25, 2.0)
+    metrics.request("/v1/completions", "200", 0.5)
+    metrics.request("/v1/chat/completions", "400", 0.1)
+    metrics.tokens(prompt=7, completion=12)
     sample = parse_sample(metrics.render().decode())
-    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0}
+    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0,
+                               "requests": 2, "completion_tokens": 12}
     assert sample.draft_len == 5
 
 
