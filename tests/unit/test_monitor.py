@@ -310,3 +310,52 @@ def test_a_pod_that_does_not_answer_is_tried_less_and_less_often(rig):
     for n in range(25, 30):
         monitor.run_once(now=15.0 * n)
     assert a.hits == hits + 5  # answered again: scraped every pass from then on
+
+
+def test_speculation_active_flips_once_with_a_warning_and_recovers_with_a_normal_event(rig):
+    store, (a, _), monitor, events, enqueued, port = rig
+    store.put(sd(draft_len=4, port=port))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    monitor.run_once(now=0.0)
+    counts = {"draft": 0, "accepted": 0, "steps": 0, "tokens": 0, "requests": 0}
+
+    def window(now: float, draft: int, accepted: int, steps: int, tokens: int = 600) -> None:
+        for key, value in (("draft", draft), ("accepted", accepted), ("steps", steps), ("tokens", tokens),
+                           ("requests", 10)):
+            counts[key] += value
+        a.text = metrics_text(counts["draft"], counts["accepted"], counts["steps"], tokens=counts["tokens"],
+                              requests=counts["requests"])
+        monitor.run_once(now=now)
+
+    window(15.0, 400, 300, 100)
+    published = monitor.published("ns", "llama", 1)
+    assert (published.active.type, published.active.status, published.active.reason) == \
+        ("SpeculationActive", True, "Drafting")
+    assert enqueued == [("ns", "llama")]  # with the first measurement: one publication
+    window(30.0, 0, 0, 0)  # the runtime stopped drafting: one window is not yet evidence
+    assert len(enqueued) == 1 and monitor.published("ns", "llama", 1).active.status is True
+    window(45.0, 0, 0, 0)
+    published = monitor.published("ns", "llama", 1)
+    assert (published.active.status, published.active.reason) == (False, "NotDrafting")
+    assert published.status["draftTokens"] == 400  # the last measurement stays
+    assert len(enqueued) == 2 and [reason for reason, _ in events] == ["NotDrafting"]
+    assert "0 draft tokens for 600 generated tokens and 10 requests" in events[0][1]
+    for n in range(4, 8):  # still not drafting: nothing to write, nothing to say
+        window(15.0 * n, 0, 0, 0)
+    assert len(enqueued) == 2 and len(events) == 1
+    window(120.0, 400, 300, 100)
+    window(135.0, 400, 300, 100)
+    assert monitor.published("ns", "llama", 1).active.reason == "Drafting"
+    assert len(enqueued) == 3 and [reason for reason, _ in events] == ["NotDrafting", "SpeculationResumed"]
+
+
+def test_modes_that_do_not_speculate_are_not_watched(rig):
+    store, (a, _), monitor, _, enqueued, port = rig
+    store.put({**sd(port=port), "spec": {"target": {"model": TARGET}, "runtime": {"port": port},
+                                         "speculation": {"mode": "none"}}})
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    monitor.run_once(now=0.0)
+    a.text = metrics_text(0, 0, 0, tokens=6000, requests=100)
+    monitor.run_once(now=15.0)
+    monitor.run_once(now=30.0)
+    assert a.hits == 0 and not enqueued and monitor.published("ns", "llama", 1) is None
