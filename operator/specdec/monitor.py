@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec import conditions, modes, speculation, speculation_guard
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
+from specdec.rearm import Rearm
 from specdec.status.pods import condition_true
 from specdec.status.speculation import NO_TRAFFIC, active_condition, speculation_condition, speculation_status
 
@@ -57,6 +58,7 @@ class Facts:
     draft_len_range: tuple[int, int]
     auto: bool
     port: int
+    rearm_cooldown: float | None  # speculation.rearm: None when off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Published:
     condition: conditions.Cond
     at: float  # monotonic
     active: conditions.Cond  # SpeculationActive
+    rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
 
 
 def facts_of(sd: dict[str, Any]) -> Facts | None:
@@ -76,12 +79,14 @@ def facts_of(sd: dict[str, Any]) -> Facts | None:
     mode, block = modes.mode_of(spec.speculation)
     if not mode.speculates:
         return None
+    rearm = spec.speculation.rearm
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
     return Facts(generation=sd["metadata"].get("generation"), drafter=mode.drafter, target=spec.target.model,
                  draft=draft.model if draft else None, draft_len=draft_len,
                  draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-                 auto=mode.auto_draft_len(block), port=spec.runtime.port)
+                 auto=mode.auto_draft_len(block), port=spec.runtime.port,
+                 rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None)
 
 
 def parse_sample(text: str) -> speculation.Sample | None:
@@ -121,7 +126,8 @@ class SpeculationMonitor:
     def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
                  interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
                  policy: speculation.AutoPolicy = speculation.AutoPolicy(),
-                 guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy()):
+                 guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
+                 wall_clock: Callable[[], float] = time.time):
         self.store = store
         self.post_event = post_event
         self.enqueue = enqueue  # (namespace, name): the deployment's status should be rewritten
@@ -130,6 +136,7 @@ class SpeculationMonitor:
         self.active = active
         self.policy = policy
         self.guard_policy = guard_policy
+        self.rearm = Rearm(post_event, wall_clock)
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
                                          timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
@@ -272,7 +279,9 @@ class SpeculationMonitor:
             state = speculation_guard.GuardState()
         state = speculation_guard.observe(state, speculation_guard.window_of(window, draft_len), self.guard_policy)
         self._activity[key] = (facts.generation, state)
+        rearmed = self.rearm.observe(sd, key, facts.rearm_cooldown, state.verdict, now)
         m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched)
+        changed |= rearmed
         self._publish(sd, key, facts, m, changed, active_condition(state), sum(seconds) / len(seconds), now)
 
     def _measure(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts, window: dict[str, float],
@@ -323,7 +332,7 @@ class SpeculationMonitor:
             if not due:
                 return
             self._published[key] = Published(facts.generation, status, condition, now if m is not None or current is None
-                                             else current.at, active)
+                                             else current.at, active, self.rearm.record(key))
         was = before.condition if before is not None else None
         if condition.status is False and (was is None or was.status is not False):
             self.post_event(sd, condition.reason, condition.message, warning=True)  # `kubectl get events` shows it
@@ -359,6 +368,7 @@ class SpeculationMonitor:
             for table in (self._published, self._choices):
                 for key in [k for k in table if k not in present]:
                     del table[key]
+        self.rearm.forget_gone(present)
         for table in (self._auto, self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:
                 del table[key]

@@ -111,3 +111,10 @@ def observe(state: GuardState, w: Window, policy: GuardPolicy = GuardPolicy()) -
     if seen >= policy.windows:
         return dataclasses.replace(learnt, verdict=said, candidate=None, seen=0, last=w)
     return dataclasses.replace(learnt, candidate=said, seen=seen)
+
+
+def rearm_due(not_drafting_since: float | None, last_restart: float | None, now: float, cooldown: float) -> bool:
+    """speculation.rearm: a rolling restart once NotDrafting has lasted `cooldown` seconds, and at most one per
+    `cooldown` seconds (times in seconds on one clock)."""
+    return not_drafting_since is not None and now - not_drafting_since >= cooldown \
+        and (last_restart is None or now - last_restart >= cooldown)

@@ -23,7 +23,18 @@ from specdec.schema.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
 from specdec.modes.pytorch import PYTORCH_FP8
 
-SpeculationSpec = modes.speculation_spec()
+class RearmSpec(ApiModel):
+    """Restart the runtime pods when they stopped drafting under traffic (condition SpeculationActive, reason
+    NotDrafting) for longer than `cooldownSeconds`: TensorRT-LLM turns speculation off for good once its
+    rolling acceptance drops below acceptance_rate_threshold, and only a new process drafts again."""
+
+    enabled: bool = Field(False, description="Restart the runtime Deployment (one rolling restart) on NotDrafting.")
+    cooldown_seconds: int = Field(900, ge=60, le=86400, description=(
+        "How long NotDrafting must last before a restart, and the least time between two restarts."))
+
+
+SpeculationSpec = modes.speculation_spec(rearm=(RearmSpec | None, Field(None, description=(
+    "Opt-in: a rolling restart of the runtime pods when they stopped drafting under traffic. Default: off."))))
 
 
 class ReduceFusion(ApiModel):
@@ -212,6 +223,10 @@ class SpeculativeDeploymentSpec(ApiModel):
             "lowLatencyGemmPlugin has FP8 kernels only: it needs target.quantization fp8",
             ".engine.tuning.lowLatencyGemmPlugin"),
         *modes.spec_rules(),
+        cel(f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
+            f"!(self.speculation.mode in {modes.not_speculating()})",
+            "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
+            ".speculation.rearm"),
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(
@@ -268,6 +283,14 @@ class SpeculationStatus(ApiModel):
     measured_at: str | None = Field(None, description="When the window ended.")
 
 
+class RearmStatus(ApiModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    restarts: int | None = Field(None, description="Rolling restarts speculation.rearm made.")
+    last_restart_at: str | None = Field(None, description=(
+        "When the last one was asked for: the runtime pod template's specdec.io/rearmed-at annotation."))
+
+
 class SpeculativeDeploymentStatus(StatusBase):
     phase: str | None = Field(None, description="Building, RollingOut, Ready, Failed or Invalid.")
     engine_builds: list[str] | None = Field(None, description="EngineBuilds this deployment uses.")
@@ -276,6 +299,7 @@ class SpeculativeDeploymentStatus(StatusBase):
     selector: str | None = Field(None, description="Label selector of the runtime pods (scale subresource).")
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.")
     speculation: SpeculationStatus | None = Field(None, description="Is speculation paying off? (runtime metrics)")
+    rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
 
 
 # --- EngineBuild ---------------------------------------------------------------------------------

@@ -59,9 +59,9 @@ class DeploymentStatusWriter:
             desired.update(
                 replicas=dstatus.get("replicas", 0), readyReplicas=dstatus.get("readyReplicas", 0),
                 selector=",".join(f"{k}={v}" for k, v in selector_labels(result).items()),
-                endpoint=endpoint(result), speculation=None)
+                endpoint=endpoint(result), speculation=None, rearm=None)
             if modes.MODES[result.spec.speculation.mode].speculates:
-                desired["speculation"], effective, active = self._speculation_status(sd, status)
+                desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
@@ -83,16 +83,17 @@ class DeploymentStatusWriter:
             self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
 
     def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]
-                            ) -> tuple[dict | None, conditions.Cond, conditions.Cond]:
-        """status.speculation, SpeculationEffective and SpeculationActive: what the monitor published for
-        this generation; else what status says (a new leader has not measured yet); else Unknown."""
+                            ) -> tuple[dict | None, conditions.Cond, conditions.Cond, dict | None]:
+        """status.speculation, SpeculationEffective, SpeculationActive and status.rearm: what the monitor
+        published for this generation; else what status says (a new leader has not measured yet); else Unknown."""
         meta = sd["metadata"]
         published = self.published(meta["namespace"], meta["name"], meta.get("generation"))
+        rearm = (published.rearm if published else None) or status.get("rearm")
         if published:
-            return published.status, published.condition, published.active
+            return published.status, published.condition, published.active, rearm
         said = {c.get("type"): c for c in status.get("conditions") or []}
         active = conditions.Cond.from_dict(said[SPECULATION_ACTIVE]) if SPECULATION_ACTIVE in said \
             else ACTIVE_NO_TRAFFIC
         if SPECULATION_EFFECTIVE in said and status.get("speculation"):
-            return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active
-        return None, NO_TRAFFIC, active
+            return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
+        return None, NO_TRAFFIC, active, rearm
