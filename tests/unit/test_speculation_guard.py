@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 
+from specdec.rearm import Rearm
 from specdec.speculation_guard import (COLLAPSED, DRAFTING, NOT_DRAFTING, GuardPolicy, GuardState, Window,
-                                       observe, window_of)
+                                       observe, rearm_due, window_of)
 from specdec.status.speculation import active_condition
 
 POLICY = GuardPolicy()
@@ -91,3 +93,33 @@ def test_window_of_reads_the_monitor_counter_keys():
     w = window_of({"draft": 40, "accepted": 30, "requests": 2, "completion_tokens": 90}, 4)
     assert w == Window(tokens=90, requests=2, draft=40, accepted=30, draft_len=4)
     assert w.acceptance == 0.75
+
+
+def test_rearm_is_due_after_the_cooldown_and_at_most_once_per_cooldown():
+    assert not rearm_due(None, None, 1000.0, 60)  # drafting
+    assert not rearm_due(950.0, None, 1000.0, 60)  # NotDrafting for 50 s only
+    assert rearm_due(940.0, None, 1000.0, 60)
+    assert not rearm_due(0.0, 990.0, 1000.0, 60)  # restarted 10 s ago
+    assert rearm_due(0.0, 940.0, 1000.0, 60)
+
+
+def test_rearm_reads_the_last_restart_from_status_after_an_operator_restart():
+    events, wall = [], {"now": 0.0}
+    rearm = Rearm(lambda obj, reason, message, warning=False: events.append((reason, message)),
+                  wall_clock=lambda: wall["now"])
+    at = datetime.datetime.fromtimestamp(10_020.0, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    sd = {"status": {"rearm": {"restarts": 3, "lastRestartAt": at}}}  # by the operator before this one
+    key = ("ns", "llama")
+
+    def restarts_at(now: float, verdict: str = NOT_DRAFTING) -> bool:
+        wall["now"] = 10_000.0 + (now - 500.0)  # the wall clock runs with the monitor's
+        return rearm.observe(sd, key, 60.0, verdict, now)
+
+    assert not restarts_at(500.0)  # NotDrafting begins
+    assert not restarts_at(560.0)  # NotDrafting for 60 s, but the restart in status was 40 s ago
+    assert rearm.record(key) is None
+    assert restarts_at(580.0)
+    assert rearm.record(key)["restarts"] == 4
+    assert events[0][0] == "SpeculationRearmed" and "rolling restart 4" in events[0][1]
+    assert not restarts_at(600.0) and not restarts_at(620.0, DRAFTING)  # drafting again: the count starts over
+    assert not restarts_at(640.0) and not restarts_at(699.0) and restarts_at(700.0)
