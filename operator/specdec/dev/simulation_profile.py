@@ -28,6 +28,9 @@ class Profile(BaseModel):
     requests_per_second: float = Field(1.0, ge=0, le=1000, description="Simulated clients' arrival rate, per pod.")
     max_tokens: int = Field(64, ge=1, le=32768, description="Tokens each simulated request asks for.")
     noise: float = Field(0.0, ge=0, le=1, description="Per-request jitter of the acceptance (uniform +-noise).")
+    drafting: bool = Field(True, description=(
+        "Whether the simulated server proposes draft tokens; false simulates one that stopped speculating (as "
+        "TensorRT-LLM once its rolling acceptance fell below acceptance_rate_threshold): target steps only."))
 
 
 class ProfileError(ValueError):

@@ -11,7 +11,8 @@ The acceptance model (per request, a `simulation_profile.Profile`):
 - a target step costs `targetStepSeconds`, each draft token `costRatio * targetStepSeconds`;
 - a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
   request: simulated time costs no CPU);
-- `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]).
+- `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]);
+- `drafting` false: no draft tokens at all, one token per target step (a server that stopped speculating).
 
 k is the request's `num_draft_tokens` on Triton (the front sends the draft length in effect), and the
 configured max_draft_len (default 4) on trtllm-serve, where NGram's drafts cost nothing (a lookup, no
@@ -66,6 +67,7 @@ def accepted_prefix(draft_len: int, acceptance: float, rng: random.Random) -> in
 def speculate(tokens: int, draft_len: int, profile: Profile, rng: random.Random, *, draft_costs: bool = True) -> Steps:
     """Steps until `tokens` tokens are out, at the profile's acceptance with this request's noise."""
     acceptance = min(1.0, max(0.0, profile.acceptance + rng.uniform(-profile.noise, profile.noise)))
+    draft_len = draft_len if profile.drafting else 0
     produced = steps = accepted = 0
     while produced < tokens:
         prefix = accepted_prefix(draft_len, acceptance, rng)
@@ -153,7 +155,7 @@ class SimulatedTrtllmServe(_Simulated, TrtllmServeContract):
         # drafter's (0 where no drafter is timed, as NGram's), numRequestsWithDraftTokens one per target step.
         self.stats.append({"iter": self.iterations, "iterLatencyMS": steps.seconds * 1000, "specDecodingStats": {
             "numDraftTokens": steps.draft_tokens, "numAcceptedTokens": steps.accepted_tokens,
-            "numRequestsWithDraftTokens": steps.steps if self.draft_len else 0,
+            "numRequestsWithDraftTokens": steps.steps if steps.draft_tokens else 0,
             "acceptanceLength": (steps.accepted_tokens + steps.steps) / steps.steps,
             "iterLatencyMS": steps.draft_seconds * 1000, "draftOverhead": steps.draft_seconds / steps.seconds}})
         return Completion((TOKEN,) * tokens, _prompt_words(body), tokens, finish_reason="length")
