@@ -5,9 +5,11 @@ The condition SpeculationActive reads one window of the runtime pods' counters a
 
 - Drafting: draft tokens are proposed under traffic, at an acceptance like the deployment's own.
 - NotDrafting: the pods generated at least `min_tokens` tokens but proposed fewer than `min_draft_share`
-  draft tokens per generated token (none, in practice): the server stopped speculating (TensorRT-LLM's
-  `acceptance_rate_threshold` turned it off for good, `max_concurrency` is reached, a configuration that
-  does not enable it).
+  draft tokens per generated token (none, in practice): the server stopped speculating. TensorRT-LLM's
+  SpeculationGate (PyTorch path, tensorrt_llm/_torch/speculative/speculation_gate.py @ 41080dc55e22)
+  disables it for good once the mean accepted draft tokens per step over the last
+  `acceptance_rate_window_size` completed requests falls below `acceptance_rate_threshold`;
+  `max_concurrency` pauses it under load; or a configuration does not enable it.
 - AcceptanceCollapsed: a window with at least `min_draft_tokens` draft tokens accepted at most
   `collapse_ratio` (half) of the baseline; it ends when a window is back at `recover_ratio` of it.
 

@@ -25,8 +25,9 @@ from specdec.modes.pytorch import PYTORCH_FP8
 
 class RearmSpec(ApiModel):
     """Restart the runtime pods when they stopped drafting under traffic (condition SpeculationActive, reason
-    NotDrafting) for longer than `cooldownSeconds`: TensorRT-LLM turns speculation off for good once its
-    rolling acceptance drops below acceptance_rate_threshold, and only a new process drafts again."""
+    NotDrafting) for longer than `cooldownSeconds`: TensorRT-LLM turns speculation off for good once the mean
+    accepted draft tokens per step over its last acceptance_rate_window_size requests falls below
+    acceptance_rate_threshold, and only a new process drafts again."""
 
     enabled: bool = Field(False, description="Restart the runtime Deployment (one rolling restart) on NotDrafting.")
     cooldown_seconds: int = Field(900, ge=60, le=86400, description=(

@@ -60,15 +60,18 @@ def active_condition(state: GuardState) -> Cond:
     if state.verdict == NOT_DRAFTING:
         return Cond(SPECULATION_ACTIVE, False, NOT_DRAFTING,
                     f"the runtime stopped proposing draft tokens: {_counted(w)}. Check the runtime's log and its "
-                    "speculative_config: TensorRT-LLM turns speculation off for good once the rolling acceptance "
-                    "drops below acceptance_rate_threshold (a restart re-enables it), and for a while above "
-                    "max_concurrency requests in flight")
+                    "speculative_config: TensorRT-LLM turns speculation off for good once the mean accepted draft "
+                    "tokens per step over the last acceptance_rate_window_size requests falls below "
+                    "acceptance_rate_threshold (the log says '[SpeculationGate] Speculative decoding disabled'; "
+                    "a restart re-enables it, speculation.rearm can do it), and for a while above max_concurrency "
+                    "requests in flight")
     baseline = f"{state.baseline:.2f}" if state.baseline is not None else "unknown"
+    at = f" at draftLen {w.draft_len}" if w.draft_len else ""
     if state.verdict == COLLAPSED:
         return Cond(SPECULATION_ACTIVE, False, COLLAPSED,
-                    f"acceptance {w.acceptance:.2f} against a baseline of {baseline} at draftLen {w.draft_len} "
-                    f"({_counted(w)}): the traffic no longer looks like what the draft predicts (another "
-                    "language, task or prompt template), or the draft or target changed. Compare the draft with "
-                    "the traffic; a shorter draftLen (or draftLen: auto) limits the cost meanwhile")
+                    f"acceptance {w.acceptance:.2f} against a baseline of {baseline}{at} ({_counted(w)}): the "
+                    "traffic no longer looks like what the draft predicts (another language, task or prompt "
+                    "template), or the draft or target changed. Compare the draft with the traffic; a shorter "
+                    "draftLen (or draftLen: auto) limits the cost meanwhile")
     return Cond(SPECULATION_ACTIVE, True, DRAFTING,
                 f"drafting under traffic: acceptance {w.acceptance:.2f} (baseline {baseline}); {_counted(w)}")
