@@ -6,11 +6,12 @@ counters' increase since the previous scrape is summed per SpeculativeDeployment
 `specdec.speculation` turns the window into a Measurement. The reconciler writes status from what this
 monitor *published*; a measurement is published (and the deployment enqueued) only when it moved
 enough to matter, or every `refresh_seconds`, so a steady fleet is not a stream of status writes,
-and an idle one (no traffic) writes nothing. The same windows feed the guard (`specdec.speculation_guard`):
-the condition SpeculationActive says whether the pods still draft under traffic, at an acceptance like
-their own recent one; a flip to False is a Warning Event, the way back a Normal one. With `draftLen: auto`, the damped decision of
+and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped decision of
 `specdec.speculation.decide` picks the draft length; the reconciler writes it into the runtime
-ConfigMap, which the pods re-read without a restart.
+ConfigMap, which the pods re-read without a restart. The same windows feed the guard
+(`specdec.speculation_guard`): the condition SpeculationActive says whether the pods still draft under
+traffic, at an acceptance like their own recent one (a flip to False is a Warning Event, the way back a
+Normal one), and `specdec.rearm` restarts pods that stopped drafting when the spec asks for it.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ class Facts:
 @dataclasses.dataclass(frozen=True)
 class Published:
     generation: int | None
-    status: dict[str, Any]
+    status: dict[str, Any] | None  # None: nothing measured yet (the pods never drafted)
     condition: conditions.Cond
-    at: float  # monotonic
+    at: float  # monotonic: when `status` was measured
     active: conditions.Cond  # SpeculationActive
     rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
 
@@ -331,8 +332,8 @@ class SpeculationMonitor:
                 due |= m is not None and (now - current.at >= self.refresh_seconds or _moved(current.status, status))
             if not due:
                 return
-            self._published[key] = Published(facts.generation, status, condition, now if m is not None or current is None
-                                             else current.at, active, self.rearm.record(key))
+            at = now if m is not None or current is None else current.at
+            self._published[key] = Published(facts.generation, status, condition, at, active, self.rearm.record(key))
         was = before.condition if before is not None else None
         if condition.status is False and (was is None or was.status is not False):
             self.post_event(sd, condition.reason, condition.message, warning=True)  # `kubectl get events` shows it

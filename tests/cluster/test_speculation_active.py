@@ -70,7 +70,8 @@ def test_drafting_off_and_acceptance_collapse_flip_the_guard_and_back(kube: Kube
         assert "SpeculationResumed" in reasons(kube, sd)
         time.sleep(4 * SCRAPE_SECONDS)
 
-        simulation_profile.update(profiles, deployment, {"acceptance": 0.2})  # acceptance rate ~0.03 against ~0.36 at draftLen 10
+        # At draftLen 10: an acceptance rate of ~0.03 against a baseline of ~0.36.
+        simulation_profile.update(profiles, deployment, {"acceptance": 0.2})
         active, took = wait_active(sd, "False", "AcceptanceCollapsed", timeout=FLIP_SECONDS + 30)
         print(f"AcceptanceCollapsed {took:.1f}s after the acceptance fell")
         assert took <= FLIP_SECONDS
