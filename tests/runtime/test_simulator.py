@@ -263,3 +263,12 @@ def test_config_volume_files_follow_the_config_map(tmp_path):
     assert (volume / "draft_len").read_text() == "6"
     write_volume(volume, {"runtime.json": "{}"})
     assert [p.name for p in volume.iterdir()] == ["runtime.json"]
+
+
+def test_specdec_dev_simulate_turns_drafting_off_and_on():
+    from specdec.dev.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["simulate", "llama", "--no-drafting"]).drafting is False
+    assert parse(["simulate", "llama", "--drafting"]).drafting is True
+    assert parse(["simulate", "llama", "--acceptance", "0.5"]).drafting is None  # not given: not changed
