@@ -21,7 +21,7 @@ from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_P
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.schema.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
-from specdec.modes.pytorch import PYTORCH_FP8
+from specdec.modes.pytorch import PYTORCH_FP8, DynamicSpeculation
 
 class RearmSpec(ApiModel):
     """Restart the runtime pods when they stopped drafting under traffic (condition SpeculationActive, reason
@@ -228,6 +228,12 @@ class SpeculativeDeploymentSpec(ApiModel):
             f"!(self.speculation.mode in {modes.not_speculating()})",
             "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
             ".speculation.rearm"),
+        cel("!has(self.speculation.rearm) || !self.speculation.rearm.enabled || " + " && ".join(
+            f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
+            f"!has(self.speculation.{m.name}.draftLenSchedule)))"
+            for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)),
+            "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
+            "only drop the requests in flight; enable rearm without them", ".speculation.rearm"),
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(
