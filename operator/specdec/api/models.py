@@ -21,18 +21,8 @@ from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_P
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.schema.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
-from specdec.modes.pytorch import PYTORCH_FP8, DynamicSpeculation
-
-class RearmSpec(ApiModel):
-    """Restart the runtime pods when they stopped drafting under traffic (condition SpeculationActive, reason
-    NotDrafting) for longer than `cooldownSeconds`: TensorRT-LLM turns speculation off for good once the mean
-    accepted draft tokens per step over its last acceptance_rate_window_size requests falls below
-    acceptance_rate_threshold, and only a new process drafts again."""
-
-    enabled: bool = Field(False, description="Restart the runtime Deployment (one rolling restart) on NotDrafting.")
-    cooldown_seconds: int = Field(900, ge=60, le=86400, description=(
-        "How long NotDrafting must last before a restart, and the least time between two restarts."))
-
+from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
+from specdec.modes.pytorch import PYTORCH_FP8
 
 SpeculationSpec = modes.speculation_spec(rearm=(RearmSpec | None, Field(None, description=(
     "Opt-in: a rolling restart of the runtime pods when they stopped drafting under traffic. Default: off."))))
@@ -224,16 +214,7 @@ class SpeculativeDeploymentSpec(ApiModel):
             "lowLatencyGemmPlugin has FP8 kernels only: it needs target.quantization fp8",
             ".engine.tuning.lowLatencyGemmPlugin"),
         *modes.spec_rules(),
-        cel(f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
-            f"!(self.speculation.mode in {modes.not_speculating()})",
-            "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
-            ".speculation.rearm"),
-        cel("!has(self.speculation.rearm) || !self.speculation.rearm.enabled || " + " && ".join(
-            f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
-            f"!has(self.speculation.{m.name}.draftLenSchedule)))"
-            for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)),
-            "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
-            "only drop the requests in flight; enable rearm without them", ".speculation.rearm"),
+        *REARM_RULES,
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(
@@ -288,14 +269,6 @@ class SpeculationStatus(ApiModel):
     pods: int | None = Field(None, description="Runtime pods scraped.")
     window_seconds: float | None = Field(None, description="Length of the window measured.")
     measured_at: str | None = Field(None, description="When the window ended.")
-
-
-class RearmStatus(ApiModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    restarts: int | None = Field(None, description="Rolling restarts speculation.rearm made.")
-    last_restart_at: str | None = Field(None, description=(
-        "When the last one was asked for: the runtime pod template's specdec.io/rearmed-at annotation."))
 
 
 class SpeculativeDeploymentStatus(StatusBase):
