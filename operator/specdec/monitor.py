@@ -8,7 +8,10 @@ monitor *published*; a measurement is published (and the deployment enqueued) on
 enough to matter, or every `refresh_seconds`, so a steady fleet is not a stream of status writes,
 and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped decision of
 `specdec.speculation.decide` picks the draft length; the reconciler writes it into the runtime
-ConfigMap, which the pods re-read without a restart.
+ConfigMap, which the pods re-read without a restart. The same windows feed the guard
+(`specdec.speculation_guard`): the condition SpeculationActive says whether the pods still draft under
+traffic, at an acceptance like their own recent one (a flip to False is a Warning Event, the way back a
+Normal one), and `specdec.rearm` restarts pods that stopped drafting when the spec asks for it.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from typing import Any, Callable
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec import conditions, modes, speculation
+from specdec import conditions, modes, speculation, speculation_guard
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
+from specdec.rearm import Rearm
 from specdec.status.pods import condition_true
-from specdec.status.speculation import speculation_condition, speculation_status
+from specdec.status.speculation import NO_TRAFFIC, active_condition, speculation_condition, speculation_status
 
 log = logging.getLogger("specdec.monitor")
 
@@ -55,28 +59,35 @@ class Facts:
     draft_len_range: tuple[int, int]
     auto: bool
     port: int
+    rearm_cooldown: float | None  # speculation.rearm: None when off
 
 
 @dataclasses.dataclass(frozen=True)
 class Published:
     generation: int | None
-    status: dict[str, Any]
+    status: dict[str, Any] | None  # None: nothing measured yet (the pods never drafted)
     condition: conditions.Cond
-    at: float  # monotonic
+    at: float  # monotonic: when `status` was measured
+    active: conditions.Cond  # SpeculationActive
+    rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
 
 
 def facts_of(sd: dict[str, Any]) -> Facts | None:
-    """None when there is nothing to measure (an invalid spec, or mode none)."""
+    """None when there is nothing to measure (an invalid spec, or a mode that does not speculate)."""
     spec = parse_spec(sd.get("spec") or {})
-    if isinstance(spec, Problem) or spec.speculation.mode == "none":
+    if isinstance(spec, Problem):
         return None
     mode, block = modes.mode_of(spec.speculation)
+    if not mode.speculates:
+        return None
+    rearm = spec.speculation.rearm
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
     return Facts(generation=sd["metadata"].get("generation"), drafter=mode.drafter, target=spec.target.model,
                  draft=draft.model if draft else None, draft_len=draft_len,
                  draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-                 auto=mode.auto_draft_len(block), port=spec.runtime.port)
+                 auto=mode.auto_draft_len(block), port=spec.runtime.port,
+                 rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None)
 
 
 def parse_sample(text: str) -> speculation.Sample | None:
@@ -108,10 +119,16 @@ def _moved(before: dict[str, Any] | None, after: dict[str, Any]) -> bool:
     return any(abs((after.get(k) or 0) - (before.get(k) or 0)) >= step for k, step in MOVES.items())
 
 
+def _state(condition: conditions.Cond) -> tuple[bool | None, str]:
+    return condition.status, condition.reason
+
+
 class SpeculationMonitor:
     def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
                  interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
-                 policy: speculation.AutoPolicy = speculation.AutoPolicy()):
+                 policy: speculation.AutoPolicy = speculation.AutoPolicy(),
+                 guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
+                 wall_clock: Callable[[], float] = time.time):
         self.store = store
         self.post_event = post_event
         self.enqueue = enqueue  # (namespace, name): the deployment's status should be rewritten
@@ -119,6 +136,8 @@ class SpeculationMonitor:
         self.refresh_seconds = refresh_seconds
         self.active = active
         self.policy = policy
+        self.guard_policy = guard_policy
+        self.rearm = Rearm(post_event, wall_clock)
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
                                          timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
@@ -127,6 +146,7 @@ class SpeculationMonitor:
         self._choices: dict[tuple[str, str], int] = {}
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
+        self._activity: dict[tuple[str, str], tuple[int | None, speculation_guard.GuardState]] = {}  # by generation
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
@@ -254,8 +274,23 @@ class SpeculationMonitor:
         if not counted or len(lengths) > 1:
             return  # no window yet, or pods mid-way through a draft length change: measure the next one
         draft_len = lengths.pop() if lengths else facts.draft_len
+        # A new generation of the spec (another draft, another runtime) starts a new baseline.
+        generation, state = self._activity.get(key, (facts.generation, speculation_guard.GuardState()))
+        if generation != facts.generation:
+            state = speculation_guard.GuardState()
+        state = speculation_guard.observe(state, speculation_guard.window_of(window, draft_len), self.guard_policy)
+        self._activity[key] = (facts.generation, state)
+        rearmed = self.rearm.observe(sd, key, facts.rearm_cooldown, state.verdict, now)
+        m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched)
+        changed |= rearmed
+        self._publish(sd, key, facts, m, changed, active_condition(state), sum(seconds) / len(seconds), now)
+
+    def _measure(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts, window: dict[str, float],
+                 draft_len: int | None, pods: int, switched: bool) -> tuple[speculation.Measurement | None, bool]:
+        """The window's Measurement (None: nothing drafted, or no draft length known), and whether the
+        autopilot chose another draft length from it."""
         if draft_len is None:
-            return
+            return None, False
         # After a change of the draft length the counters of a window or two mix both lengths (requests in
         # flight, the route's times polled late): measure the cost and decide only on settled windows.
         settling = SETTLE_WINDOWS if switched else max(self._settling.get(key, 0) - 1, 0)
@@ -267,24 +302,46 @@ class SpeculationMonitor:
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
         fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(facts.drafter, facts.target,
                                                                                     facts.draft)
-        m = speculation.measure(window, draft_len, counted, hi, fallback)
+        m = speculation.measure(window, draft_len, pods, hi, fallback)
         if m is None:
-            return
+            return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
-        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
-        status = speculation_status(m, conditions.now(), sum(seconds) / len(seconds))
-        condition = speculation_condition(m, facts.auto)
+        return m, facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
+
+    def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
+                 m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,
+                 now: float) -> None:
+        """Publish when a condition changed, the measurement moved (or is due for a refresh), or the autopilot
+        chose: a window that measured nothing keeps the measurement published before."""
         with self._guard:
             before = self._published.get(key)
-            stale = (before is None or before.generation != facts.generation
-                     or (before.condition.status, before.condition.reason) != (condition.status, condition.reason)
-                     or now - before.at >= self.refresh_seconds)
-            if not (changed or stale or _moved(before.status, status)):
+            current = before if before is not None and before.generation == facts.generation else None
+            if m is not None:
+                status, condition = speculation_status(m, conditions.now(), window_seconds), speculation_condition(
+                    m, facts.auto)
+            elif current is not None:
+                status, condition = current.status, current.condition
+            else:
+                status, condition = None, NO_TRAFFIC
+            if current is None:
+                due = m is not None or active.status is not None
+            else:
+                due = changed or any(_state(a) != _state(b) for a, b in ((current.condition, condition),
+                                                                         (current.active, active)))
+                due |= m is not None and (now - current.at >= self.refresh_seconds or _moved(current.status, status))
+            if not due:
                 return
-            self._published[key] = Published(facts.generation, status, condition, now)
-        if condition.status is False and (before is None or before.condition.status is not False):
+            at = now if m is not None or current is None else current.at
+            self._published[key] = Published(facts.generation, status, condition, at, active, self.rearm.record(key))
+        was = before.condition if before is not None else None
+        if condition.status is False and (was is None or was.status is not False):
             self.post_event(sd, condition.reason, condition.message, warning=True)  # `kubectl get events` shows it
+        was = before.active if before is not None else None
+        if active.status is False and (was is None or _state(was) != _state(active)):
+            self.post_event(sd, active.reason, active.message, warning=True)
+        elif active.status is True and was is not None and was.status is False:
+            self.post_event(sd, "SpeculationResumed", active.message)
         self.enqueue(*key)
 
     def _autopilot(self, sd: dict[str, Any], key: tuple[str, str], m: speculation.Measurement,
@@ -312,6 +369,7 @@ class SpeculationMonitor:
             for table in (self._published, self._choices):
                 for key in [k for k in table if k not in present]:
                     del table[key]
-        for table in (self._auto, self._measured_cost, self._settling, self._facts):
+        self.rearm.forget_gone(present)
+        for table in (self._auto, self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:
                 del table[key]

@@ -25,6 +25,9 @@ COUNTERS = {
     "steps": "specdec_speculative_steps_total",
     "draft_seconds": "specdec_draft_seconds_total",
     "target_seconds": "specdec_target_seconds_total",
+    # traffic, whether or not it speculates (specdec.speculation_guard)
+    "requests": "specdec_requests_total",
+    "completion_tokens": "specdec_completion_tokens_total",
 }
 DRAFT_LEN_GAUGE = "specdec_draft_len"
 

@@ -99,7 +99,8 @@ def test_draft_target_goes_ready_through_builds_and_rollout(kube: Kube, namespac
     assert kube.core.read_namespaced_service("llama2-13b-spec", namespace).spec.ports[0].port == 8000
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"SpecValid": "True", "EnginesReady": "True", "RuntimeAvailable": "True", "Ready": "True",
-                          "SpeculationEffective": "Unknown"}  # no pod serves traffic here (see test_speculation)
+                          "SpeculationEffective": "Unknown",  # no pod serves traffic here (see test_speculation)
+                          "SpeculationActive": "Unknown"}
     wanted = {"EngineBuildCreated", "RuntimeApplied", "Ready"}  # posted from a queue, after the status
     wait_for(lambda: wanted <= {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")},
              f"Events {sorted(wanted)}")

@@ -59,6 +59,8 @@ def test_certain_and_impossible_acceptance_and_the_cost_of_a_request():
     never = speculate(50, 4, profile.model_copy(update={"acceptance": 0.0}), random.Random(1))
     assert (never.steps, never.accepted_tokens) == (50, 0)
     assert speculate(50, 4, profile, random.Random(1), draft_costs=False).draft_seconds == 0
+    stopped = speculate(50, 4, profile.model_copy(update={"drafting": False}), random.Random(1))
+    assert (stopped.steps, stopped.draft_tokens, stopped.accepted_tokens, stopped.draft_seconds) == (50, 0, 0, 0)
 
 
 def test_noise_spreads_the_acceptance_of_requests():
@@ -280,3 +282,12 @@ def test_config_volume_files_follow_the_config_map(tmp_path):
     assert (volume / "draft_len").read_text() == "6"
     write_volume(volume, {"runtime.json": "{}"})
     assert [p.name for p in volume.iterdir()] == ["runtime.json"]
+
+
+def test_specdec_dev_simulate_turns_drafting_off_and_on():
+    from specdec.dev.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["simulate", "llama", "--no-drafting"]).drafting is False
+    assert parse(["simulate", "llama", "--drafting"]).drafting is True
+    assert parse(["simulate", "llama", "--acceptance", "0.5"]).drafting is None  # not given: not changed

@@ -78,6 +78,11 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("max-input-len-not-below-max-seq-len", spec(engine={"maxInputLen": 4096, "maxSeqLen": 4096}), "maxInputLen"),
     ("pytorch-redrafter", spec(backend="pytorch", speculation=redrafter()), "mode"),
     ("port-reserved-by-the-backend", spec(runtime={"port": 8001}), "port"),
+    ("rearm-without-speculation", spec(speculation={"mode": "none", "rearm": {"enabled": True}}), "rearm"),
+    ("rearm-with-max-concurrency", spec(backend="pytorch", speculation={
+        **eagle3(maxConcurrency=8), "rearm": {"enabled": True}}), "rearm"),
+    ("rearm-cooldown-below-a-minute",
+     spec(speculation={**draft_target(), "rearm": {"enabled": True, "cooldownSeconds": 30}}), "cooldownSeconds"),
     ("low-latency-gemm-on-fp16-target", spec(engine={"tuning": {"lowLatencyGemmPlugin": True}}),
      "lowLatencyGemmPlugin"),
     ("engine-tuning-on-pytorch", spec(backend="pytorch", engine={"tuning": {"useFusedMlp": False}}), "tuning"),
@@ -204,7 +209,8 @@ CEL: frozenset[str] = frozenset({
     "draft-len-above-max-draft-len", "auto-draft-len-without-max-draft-len", "pytorch-auto-draft-len",
     "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
-    "pytorch-redrafter", "port-reserved-by-the-backend", "low-latency-gemm-on-fp16-target", "engine-tuning-on-pytorch",
+    "pytorch-redrafter", "port-reserved-by-the-backend", "rearm-without-speculation",
+    "rearm-with-max-concurrency", "low-latency-gemm-on-fp16-target", "engine-tuning-on-pytorch",
     "pod-label-key-with-space", "pod-label-key-name-too-long", "pod-label-key-prefix-too-long",
     "pod-annotation-key-without-name", "build-node-selector-key-invalid",
     "toleration-key-invalid", "toleration-empty-key-with-equal", "toleration-exists-with-value",
@@ -226,6 +232,10 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("auto-draft-len", spec(speculation=draft_target(draftLen="auto", maxDraftLen=8))),
+    ("rearm", spec(speculation={**draft_target(), "rearm": {"enabled": True, "cooldownSeconds": 60}})),
+    ("rearm-off-without-speculation", spec(speculation={"mode": "none", "rearm": {"enabled": False}})),
+    ("rearm-on-pytorch-with-a-threshold", spec(backend="pytorch", speculation={
+        **eagle3(acceptanceRateWindowSize=64, acceptanceRateThreshold=0.5), "rearm": {"enabled": True}})),
     ("labels-annotations-node-selectors", spec(
         build={"podLabels": {"example.com/team": "a-b_c.d", "tier": "", "app.kubernetes.io/name": "x"},
                "podAnnotations": {"Example.com/Note": "free text: spaces, 'quotes' and\nnewlines", "a": ""},

@@ -114,7 +114,8 @@ def test_status_subresource_on_both():
 
 def test_printer_columns():
     columns = {c["name"]: c for c in version(SD_CRD)["additionalPrinterColumns"]}
-    assert list(columns) == ["Mode", "Ready", "Reason", "Replicas", "Accept", "Speedup", "DraftLen", "Age"]
+    assert list(columns) == ["Mode", "Ready", "Reason", "Replicas", "Accept", "Speedup", "DraftLen", "Drafting",
+                             "Age"]
     assert columns["Mode"]["jsonPath"] == ".spec.speculation.mode"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
@@ -127,6 +128,8 @@ def test_printer_columns():
         assert columns[name]["jsonPath"] == f".status.speculation.{field}"
         assert schema_at(schema, f".status.speculation.{field}")["type"] == columns[name]["type"]
     assert columns["DraftLen"]["priority"] == 1  # kubectl get -o wide
+    assert columns["Drafting"] == {"name": "Drafting", "type": "string", "priority": 1,
+                                   "jsonPath": '.status.conditions[?(@.type=="SpeculationActive")].reason'}
     eb_columns = [c["name"] for c in version(EB_CRD)["additionalPrinterColumns"]]
     assert eb_columns == ["Model", "Mode", "Phase", "Step", "Age"]
 

@@ -14,7 +14,7 @@ from tests.unit.invalid_specs import TARGET, eagle3, spec
 def test_the_api_union_is_the_registry():
     schema = SpeculationSpec.model_json_schema(by_alias=True)
     assert schema["properties"]["mode"]["enum"] == list(MODES)
-    assert set(schema["properties"]) - {"mode"} == {m.name for m in MODES.values() if m.block}
+    assert set(schema["properties"]) - {"mode", "rearm"} == {m.name for m in MODES.values() if m.block}
 
 
 @pytest.mark.parametrize("mode", [m for m in MODES.values() if len(m.backends) == 1], ids=lambda m: m.name)

@@ -18,7 +18,7 @@ DRAFT = "hf://meta-llama/Llama-3.2-1B-Instruct"
 
 
 def metrics_text(draft: float, accepted: float, steps: float, draft_len: int | None = 4,
-                 draft_s: float = 0.0, target_s: float = 0.0) -> str:
+                 draft_s: float = 0.0, target_s: float = 0.0, tokens: float = 0.0, requests: float = 3) -> str:
     lines = [
         "# HELP specdec_draft_tokens_total Draft tokens proposed.", "# TYPE specdec_draft_tokens_total counter",
         f"specdec_draft_tokens_total {draft}",
@@ -26,7 +26,9 @@ def metrics_text(draft: float, accepted: float, steps: float, draft_len: int | N
         "# TYPE specdec_speculative_steps_total counter", f"specdec_speculative_steps_total {steps}",
         "# TYPE specdec_draft_seconds_total counter", f"specdec_draft_seconds_total {draft_s}",
         "# TYPE specdec_target_seconds_total counter", f"specdec_target_seconds_total {target_s}",
-        "# TYPE specdec_requests_total counter", 'specdec_requests_total{endpoint="/v1/completions",status="200"} 3',
+        "# TYPE specdec_requests_total counter",
+        f'specdec_requests_total{{endpoint="/v1/completions",status="200"}} {requests}',
+        "# TYPE specdec_completion_tokens_total counter", f"specdec_completion_tokens_total {tokens}",
         "# TYPE specdec_request_duration_seconds histogram",
         'specdec_request_duration_seconds_bucket{endpoint="/v1/completions",le="+Inf"} 3',
         'specdec_request_duration_seconds_count{endpoint="/v1/completions"} 3',
@@ -114,13 +116,15 @@ def rig():
 
 def test_parse_sample_reads_only_what_it_needs():
     sample = parse_sample(metrics_text(100, 80, 25, draft_len=4, draft_s=0.2, target_s=1.0))
-    assert sample.counters == {"draft": 100, "accepted": 80, "steps": 25, "draft_seconds": 0.2, "target_seconds": 1.0}
+    assert sample.counters == {"draft": 100, "accepted": 80, "steps": 25, "draft_seconds": 0.2, "target_seconds": 1.0,
+                               "requests": 3, "completion_tokens": 0}
     assert sample.draft_len == 4
     assert parse_sample(metrics_text(1, 1, 1, draft_len=None)).draft_len is None
     assert parse_sample(metrics_text(1, 1, 1, draft_len=10**9)).draft_len is None  # not believed
     assert parse_sample(metrics_text(1, 1, 1, draft_len=0)).draft_len is None
     odd = parse_sample(metrics_text(100, float("nan"), float("inf")))
-    assert odd.counters == {"draft": 100, "draft_seconds": 0, "target_seconds": 0}  # NaN, Inf: not counted
+    assert odd.counters == {"draft": 100, "draft_seconds": 0, "target_seconds": 0, "requests": 3,
+                            "completion_tokens": 0}  # NaN, Inf: not counted
 
 
 def test_windows_are_summed_over_pods_and_published(rig):
@@ -225,8 +229,12 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.speculative_response(draft=5, accepted=3, steps=1, rate=0.6)
     metrics.speculative_response(draft=5, accepted=5, steps=1, rate=1.0)
     metrics.compute_time(0.25, 2.0)
+    metrics.request("/v1/completions", "200", 0.5)
+    metrics.request("/v1/chat/completions", "400", 0.1)
+    metrics.tokens(prompt=7, completion=12)
     sample = parse_sample(metrics.render().decode())
-    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0}
+    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0,
+                               "requests": 2, "completion_tokens": 12}
     assert sample.draft_len == 5
 
 
@@ -302,3 +310,52 @@ def test_a_pod_that_does_not_answer_is_tried_less_and_less_often(rig):
     for n in range(25, 30):
         monitor.run_once(now=15.0 * n)
     assert a.hits == hits + 5  # answered again: scraped every pass from then on
+
+
+def test_speculation_active_flips_once_with_a_warning_and_recovers_with_a_normal_event(rig):
+    store, (a, _), monitor, events, enqueued, port = rig
+    store.put(sd(draft_len=4, port=port))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    monitor.run_once(now=0.0)
+    counts = {"draft": 0, "accepted": 0, "steps": 0, "tokens": 0, "requests": 0}
+
+    def window(now: float, draft: int, accepted: int, steps: int, tokens: int = 600) -> None:
+        for key, value in (("draft", draft), ("accepted", accepted), ("steps", steps), ("tokens", tokens),
+                           ("requests", 10)):
+            counts[key] += value
+        a.text = metrics_text(counts["draft"], counts["accepted"], counts["steps"], tokens=counts["tokens"],
+                              requests=counts["requests"])
+        monitor.run_once(now=now)
+
+    window(15.0, 400, 300, 100)
+    published = monitor.published("ns", "llama", 1)
+    assert (published.active.type, published.active.status, published.active.reason) == \
+        ("SpeculationActive", True, "Drafting")
+    assert enqueued == [("ns", "llama")]  # with the first measurement: one publication
+    window(30.0, 0, 0, 0)  # the runtime stopped drafting: one window is not yet evidence
+    assert len(enqueued) == 1 and monitor.published("ns", "llama", 1).active.status is True
+    window(45.0, 0, 0, 0)
+    published = monitor.published("ns", "llama", 1)
+    assert (published.active.status, published.active.reason) == (False, "NotDrafting")
+    assert published.status["draftTokens"] == 400  # the last measurement stays
+    assert len(enqueued) == 2 and [reason for reason, _ in events] == ["NotDrafting"]
+    assert "0 draft tokens for 600 generated tokens and 10 requests" in events[0][1]
+    for n in range(4, 8):  # still not drafting: nothing to write, nothing to say
+        window(15.0 * n, 0, 0, 0)
+    assert len(enqueued) == 2 and len(events) == 1
+    window(120.0, 400, 300, 100)
+    window(135.0, 400, 300, 100)
+    assert monitor.published("ns", "llama", 1).active.reason == "Drafting"
+    assert len(enqueued) == 3 and [reason for reason, _ in events] == ["NotDrafting", "SpeculationResumed"]
+
+
+def test_modes_that_do_not_speculate_are_not_watched(rig):
+    store, (a, _), monitor, _, enqueued, port = rig
+    store.put({**sd(port=port), "spec": {"target": {"model": TARGET}, "runtime": {"port": port},
+                                         "speculation": {"mode": "none"}}})
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    monitor.run_once(now=0.0)
+    a.text = metrics_text(0, 0, 0, tokens=6000, requests=100)
+    monitor.run_once(now=15.0)
+    monitor.run_once(now=30.0)
+    assert a.hits == 0 and not enqueued and monitor.published("ns", "llama", 1) is None

@@ -143,6 +143,7 @@ def crds() -> dict[str, dict]:
              {"name": "Accept", "type": "number", "jsonPath": ".status.speculation.acceptanceRate"},
              {"name": "Speedup", "type": "number", "jsonPath": ".status.speculation.estimatedSpeedup"},
              {"name": "DraftLen", "type": "integer", "jsonPath": ".status.speculation.draftLen", "priority": 1},
+             {**_condition_column("Drafting", "reason", "SpeculationActive"), "priority": 1},
              AGE],
             scale={"specReplicasPath": ".spec.runtime.replicas", "statusReplicasPath": ".status.replicas",
                    "labelSelectorPath": ".status.selector"},

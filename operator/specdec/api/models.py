@@ -21,9 +21,11 @@ from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_P
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.schema.base import validations as _validations
 from specdec.api.ports import RESERVED_PORTS
+from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
 from specdec.modes.pytorch import PYTORCH_FP8
 
-SpeculationSpec = modes.speculation_spec()
+SpeculationSpec = modes.speculation_spec(rearm=(RearmSpec | None, Field(None, description=(
+    "Opt-in: a rolling restart of the runtime pods when they stopped drafting under traffic. Default: off."))))
 
 
 class ReduceFusion(ApiModel):
@@ -212,6 +214,7 @@ class SpeculativeDeploymentSpec(ApiModel):
             "lowLatencyGemmPlugin has FP8 kernels only: it needs target.quantization fp8",
             ".engine.tuning.lowLatencyGemmPlugin"),
         *modes.spec_rules(),
+        *REARM_RULES,
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(
@@ -276,6 +279,7 @@ class SpeculativeDeploymentStatus(StatusBase):
     selector: str | None = Field(None, description="Label selector of the runtime pods (scale subresource).")
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.")
     speculation: SpeculationStatus | None = Field(None, description="Is speculation paying off? (runtime metrics)")
+    rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
 
 
 # --- EngineBuild ---------------------------------------------------------------------------------

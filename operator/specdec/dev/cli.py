@@ -31,7 +31,7 @@ The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and Tensor
 
 # `specdec dev simulate` options -> fields of specdec.dev.simulation_profile.Profile.
 SIMULATE_OPTIONS = {"acceptance": "acceptance", "cost_ratio": "cost_ratio", "rps": "requests_per_second",
-                    "max_tokens": "max_tokens", "noise": "noise"}
+                    "max_tokens": "max_tokens", "noise": "noise", "drafting": "drafting"}
 PROFILE_FIELDS = simulation_profile.Profile.model_fields
 
 
@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("-n", "--namespace", default="default", help="its namespace (default: %(default)s)")
     for option, name in SIMULATE_OPTIONS.items():
         field = PROFILE_FIELDS[name]
-        simulate.add_argument(f"--{option.replace('_', '-')}", type=field.annotation,
+        kind = {"action": argparse.BooleanOptionalAction} if field.annotation is bool else {"type": field.annotation}
+        simulate.add_argument(f"--{option.replace('_', '-')}", **kind,
                               help=f"{field.description} (default {field.default})")
     simulate.add_argument("--show", action="store_true", help="print the profiles file")
     for sub in dev_commands.choices.values():

@@ -28,9 +28,10 @@ class Profile(BaseModel):
     requests_per_second: float = Field(1.0, ge=0, le=1000, description="Simulated clients' arrival rate, per pod.")
     max_tokens: int = Field(64, ge=1, le=32768, description="Tokens each simulated request asks for.")
     noise: float = Field(0.0, ge=0, le=1, description="Per-request jitter of the acceptance (uniform +-noise).")
-    drafting: bool = Field(True, description="False: the backend proposes no draft tokens although speculation is "
-                                             "configured (as one whose draft engine or speculative_config did "
-                                             "not load); it serves from the target alone.")
+    drafting: bool = Field(True, description=(
+        "Whether the simulated server proposes draft tokens; false simulates one that does not (its draft engine "
+        "or speculative_config did not load, or TensorRT-LLM stopped speculating once its rolling acceptance "
+        "fell below acceptance_rate_threshold): target steps only."))
 
 
 class ProfileError(ValueError):

@@ -12,7 +12,8 @@ The acceptance model (per request, a `simulation_profile.Profile`):
 - a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
   request: simulated time costs no CPU);
 - `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]);
-- `drafting` false drafts nothing (k = 0), whatever is configured: a backend whose speculation did not load.
+- `drafting` false: no draft tokens at all (k = 0), whatever is configured; one token per target step (a server
+  whose speculation did not load, or that stopped speculating).
 
 k is the request's `num_draft_tokens` on Triton (the front sends the draft length in effect), and the
 configured max_draft_len (default 4) on trtllm-serve, where NGram's drafts cost nothing (a lookup, no
@@ -67,6 +68,7 @@ def accepted_prefix(draft_len: int, acceptance: float, rng: random.Random) -> in
 def speculate(tokens: int, draft_len: int, profile: Profile, rng: random.Random, *, draft_costs: bool = True) -> Steps:
     """Steps until `tokens` tokens are out, at the profile's acceptance with this request's noise."""
     acceptance = min(1.0, max(0.0, profile.acceptance + rng.uniform(-profile.noise, profile.noise)))
+    draft_len = draft_len if profile.drafting else 0
     produced = steps = accepted = 0
     while produced < tokens:
         prefix = accepted_prefix(draft_len, acceptance, rng)
@@ -85,7 +87,6 @@ class _Simulated:
 
     async def _run(self, tokens: int, draft_len: int, draft_costs: bool = True) -> Steps:
         """One request's steps, slept through; `draft_len` is what is configured."""
-        draft_len = draft_len if self.profile.drafting else 0
         steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
         await asyncio.sleep(steps.seconds)
         return steps

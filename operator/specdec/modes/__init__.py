@@ -32,8 +32,9 @@ MODES: dict[str, Mode] = {m.name: m for m in (
 )}
 
 
-def speculation_spec() -> type[ApiModel]:
-    """`spec.speculation`: the mode, and exactly the chosen mode's block."""
+def speculation_spec(**fields: Any) -> type[ApiModel]:
+    """`spec.speculation`: the mode, exactly the chosen mode's block, and `fields` that apply to every mode
+    (pydantic create_model field definitions)."""
     with_block = [m for m in MODES.values() if m.block]
     base = type("SpeculationRules", (ApiModel,), {"model_config": validations(*(
         cel(f"self.mode == '{m.name}' ? has(self.{m.name}) : !has(self.{m.name})",
@@ -46,12 +47,18 @@ def speculation_spec() -> type[ApiModel]:
         mode=(Literal[tuple(MODES)], Field("none", description=summary + ".")),
         **{m.field: (Optional[m.block], Field(None, description=f"Settings for mode {m.name} (backend "
                                                                f"{' or '.join(m.backends)})."))
-           for m in with_block})
+           for m in with_block},
+        **fields)
 
 
 def spec_rules() -> list[dict[str, str]]:
     """The modes' CEL rules on the whole spec (SpeculativeDeploymentSpec)."""
     return [rule for m in MODES.values() for rule in m.cel_rules()]
+
+
+def not_speculating() -> list[str]:
+    """The modes that propose no draft tokens (Mode.speculates)."""
+    return [m.name for m in MODES.values() if not m.speculates]
 
 
 def mode_of(speculation) -> tuple[Mode, object]:

@@ -83,6 +83,9 @@ class Mode:
     # What proposes the tokens, for the cost estimate when the route measures none (specdec.speculation):
     # "model" (a draft model of its own), "head" (layers on the target's), "lookup" (no model at all).
     drafter: str = "head"
+    # Whether the mode proposes draft tokens at all (none and saveState do not): the speculation monitor
+    # and the conditions SpeculationEffective and SpeculationActive are for those that do.
+    speculates: bool = True
     # How the target accepts draft tokens: "tokens" (compares them) or "logits" (rejection sampling on the
     # draft's and the target's logits: their vocabularies must be equal, and only the engine path has it).
     acceptance: Callable[[Any], str] = lambda block: "tokens"

@@ -90,4 +90,4 @@ def capture_volume(block: SaveStateSpec, deployment: str,
 MODE = Mode("saveState", "no speculation: the target writes its hidden states to files, the training data of an "
                          "EAGLE-3 head", SaveStateSpec,
             backends=("pytorch",), speculative_config=_speculative_config, drafter="lookup",
-            writable_volumes=capture_volume)
+            writable_volumes=capture_volume, speculates=False)

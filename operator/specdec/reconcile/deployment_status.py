@@ -6,12 +6,12 @@ from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
 
-from specdec import conditions
+from specdec import conditions, modes
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
 from specdec.plan import Plan, Problem
 from specdec.reconcile.state.pacing import WritePacing, status_changed
-from specdec.status.speculation import NO_TRAFFIC, SPECULATION_EFFECTIVE
+from specdec.status.speculation import ACTIVE_NO_TRAFFIC, NO_TRAFFIC, SPECULATION_ACTIVE, SPECULATION_EFFECTIVE
 
 FAILED_PHASES = ("Failed", "Invalid")
 PROGRESS_FIELDS = ("replicas", "readyReplicas", "conditions")
@@ -59,10 +59,10 @@ class DeploymentStatusWriter:
             desired.update(
                 replicas=dstatus.get("replicas", 0), readyReplicas=dstatus.get("readyReplicas", 0),
                 selector=",".join(f"{k}={v}" for k, v in selector_labels(result).items()),
-                endpoint=endpoint(result), speculation=None)
-            if result.spec.speculation.mode != "none":
-                desired["speculation"], effective = self._speculation_status(sd, status)
-                conds = [*conds, effective]
+                endpoint=endpoint(result), speculation=None, rearm=None)
+            if modes.MODES[result.spec.speculation.mode].speculates:
+                desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
+                conds = [*conds, effective, active]
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
             return
@@ -82,14 +82,18 @@ class DeploymentStatusWriter:
         if worth_an_event(old_ready, ready, status.get("phase"), phase):
             self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
 
-    def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond]:
-        """What the monitor published for this generation; else what status says (a new leader has not
-        measured yet); else Unknown."""
+    def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]
+                            ) -> tuple[dict | None, conditions.Cond, conditions.Cond, dict | None]:
+        """status.speculation, SpeculationEffective, SpeculationActive and status.rearm: what the monitor
+        published for this generation; else what status says (a new leader has not measured yet); else Unknown."""
         meta = sd["metadata"]
         published = self.published(meta["namespace"], meta["name"], meta.get("generation"))
+        rearm = (published.rearm if published else None) or status.get("rearm")
         if published:
-            return published.status, published.condition
-        before = next((c for c in status.get("conditions") or [] if c.get("type") == SPECULATION_EFFECTIVE), None)
-        if before and status.get("speculation"):
-            return status["speculation"], conditions.Cond.from_dict(before)
-        return None, NO_TRAFFIC
+            return published.status, published.condition, published.active, rearm
+        said = {c.get("type"): c for c in status.get("conditions") or []}
+        active = conditions.Cond.from_dict(said[SPECULATION_ACTIVE]) if SPECULATION_ACTIVE in said \
+            else ACTIVE_NO_TRAFFIC
+        if SPECULATION_EFFECTIVE in said and status.get("speculation"):
+            return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
+        return None, NO_TRAFFIC, active, rearm

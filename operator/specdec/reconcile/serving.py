@@ -18,6 +18,18 @@ from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
 
 
+ANNOTATION_REARMED_AT = "specdec.io/rearmed-at"  # on the runtime pod template: status.rearm.lastRestartAt
+
+
+def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
+    """The runtime Deployment with the last restart speculation.rearm asked for (specdec.rearm) on its pod
+    template: a new value rolls the pods once."""
+    restarted = ((sd.get("status") or {}).get("rearm") or {}).get("lastRestartAt")
+    if restarted:
+        deployment["spec"]["template"]["metadata"]["annotations"][ANNOTATION_REARMED_AT] = restarted
+    return deployment
+
+
 class RuntimeApplier:
     """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None."""
 
@@ -48,7 +60,7 @@ class RuntimeApplier:
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
         self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map, uid)
-        deployment, written = self.children.write(build_deployment(p, uid, self.settings), existing, uid)
+        deployment, written = self.children.write(rearmed(build_deployment(p, uid, self.settings), sd), existing, uid)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")

@@ -1,4 +1,4 @@
-"""SpeculationEffective and status.speculation: what the speculation monitor's measurement means."""
+"""SpeculationEffective, SpeculationActive and status.speculation: what the speculation monitor measured means."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from specdec.conditions import Cond
 from specdec.speculation import Measurement
+from specdec.speculation_guard import COLLAPSED, DRAFTING, NOT_DRAFTING, GuardState, Window
 
 SPECULATION_EFFECTIVE = "SpeculationEffective"
 NO_TRAFFIC = Cond(SPECULATION_EFFECTIVE, None, "NoTraffic",
@@ -39,3 +40,38 @@ def speculation_status(m: Measurement, measured_at: str, window_seconds: float) 
             "costRatioSource": m.cost_source, "recommendedDraftLen": m.best_draft_len,
             "draftTokens": m.draft_tokens, "pods": m.pods, "windowSeconds": round(window_seconds, 1),
             "measuredAt": measured_at}
+
+
+SPECULATION_ACTIVE = "SpeculationActive"
+ACTIVE_NO_TRAFFIC = Cond(SPECULATION_ACTIVE, None, "NoTraffic",
+                         "no traffic measured yet: the runtime pods' metrics are read every scrape interval")
+
+
+def _counted(w: Window) -> str:
+    return (f"{w.draft:.0f} draft tokens for {w.tokens:.0f} generated tokens and {w.requests:.0f} requests "
+            "in the last window")
+
+
+def active_condition(state: GuardState) -> Cond:
+    """SpeculationActive from the guard's verdict (specdec.speculation_guard), with the window behind it."""
+    w = state.last
+    if state.verdict is None or w is None:
+        return ACTIVE_NO_TRAFFIC
+    if state.verdict == NOT_DRAFTING:
+        return Cond(SPECULATION_ACTIVE, False, NOT_DRAFTING,
+                    f"the runtime stopped proposing draft tokens: {_counted(w)}. Check the runtime's log and its "
+                    "speculative_config: TensorRT-LLM turns speculation off for good once the mean accepted draft "
+                    "tokens per step over the last acceptance_rate_window_size requests falls below "
+                    "acceptance_rate_threshold (the log says '[SpeculationGate] Speculative decoding disabled'; "
+                    "a restart re-enables it, speculation.rearm can do it), and for a while above max_concurrency "
+                    "requests in flight")
+    baseline = f"{state.baseline:.2f}" if state.baseline is not None else "unknown"
+    at = f" at draftLen {w.draft_len}" if w.draft_len else ""
+    if state.verdict == COLLAPSED:
+        return Cond(SPECULATION_ACTIVE, False, COLLAPSED,
+                    f"acceptance {w.acceptance:.2f} against a baseline of {baseline}{at} ({_counted(w)}): the "
+                    "traffic no longer looks like what the draft predicts (another language, task or prompt "
+                    "template), or the draft or target changed. Compare the draft with the traffic; a shorter "
+                    "draftLen (or draftLen: auto) limits the cost meanwhile")
+    return Cond(SPECULATION_ACTIVE, True, DRAFTING,
+                f"drafting under traffic: acceptance {w.acceptance:.2f} (baseline {baseline}); {_counted(w)}")
