@@ -23,8 +23,8 @@ from aiohttp import web
 
 from specdec.runtime.backend_stats import iteration_speculation
 from specdec.runtime.openai_request import backend_client_error, error_body
-from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, FrontError, Route, StreamBroken, backend_errors,
-                                   json_response, write)
+from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, ClientGone, FrontError, Route, StreamBroken,
+                                   backend_errors, json_response, write)
 
 log = logging.getLogger("specdec.runtime")
 
@@ -48,6 +48,7 @@ class ChunkRewriter:
         self.client_usage = client_usage
         self.usage: Any = None
         self.pending = b""
+        self.upstream_field = b""  # trtllm-serve's own `"model": "..."`, as the first chunk spelled it
 
     def feed(self, data: bytes) -> bytes:
         """The complete events of what arrived so far, rewritten; a partial event waits for its rest."""
@@ -59,7 +60,10 @@ class ChunkRewriter:
             self.pending = data
             return b""
         self.pending = data[end + 2:]
-        return b"".join(self._event(event) for event in data[:end].split(b"\n\n"))
+        events = data[:end].split(b"\n\n")
+        if len(events) == 1:  # what a token's read usually holds
+            return self._event(events[0])
+        return b"".join([self._event(event) for event in events])
 
     def finish(self) -> bytes:
         """The last event, when the stream ended without a blank line after it."""
@@ -67,6 +71,10 @@ class ChunkRewriter:
         return self._event(rest) if rest.strip() else b""
 
     def _event(self, event: bytes) -> bytes:
+        if event.startswith(b"data: {") and b"\n" not in event:  # one JSON data line: most events
+            chunk = self._fast(event[6:].rstrip())
+            if chunk is not None:
+                return b"data: " + chunk + b"\n\n"
         out = []
         for line in event.split(b"\n"):
             if not line.startswith(b"data:"):
@@ -86,9 +94,18 @@ class ChunkRewriter:
         """A content chunk rewritten without parsing; None when it needs parsing."""
         if not (payload.startswith(b"{") and payload.endswith(b"}")):
             return None
-        payload, found = MODEL_FIELD.subn(self.model_field, payload, count=1)
-        if not found:
-            return None
+        # trtllm-serve names the same model in every chunk: a plain search for the field the first chunk had
+        # finds it in the others (the regular expression costs a third of the rewrite when run on each).
+        start = payload.find(self.upstream_field) if self.upstream_field else -1
+        if start >= 0:
+            end = start + len(self.upstream_field)
+        else:
+            match = MODEL_FIELD.search(payload)
+            if match is None:
+                return None
+            start, end = match.span()
+            self.upstream_field = match.group()
+        payload = payload[:start] + self.model_field + payload[end:]
         if USAGE_KEY in payload:
             if self.client_usage:
                 return None
@@ -201,15 +218,19 @@ class OpenAIRelay(Route):
         await response.prepare(request)
         first_token: float | None = None
         rewriter = ChunkRewriter(self.model, client_usage)
+        read, feed, send = upstream.content.readany, rewriter.feed, response.write  # per token: no lookups
         try:
-            async for data in upstream.content.iter_any():
-                out = rewriter.feed(data)
+            while data := await read():  # all that has arrived, b"" at the end
+                out = feed(data)
                 if not out:
                     continue
                 if first_token is None and out != DONE:
                     first_token = time.monotonic() - started
                     self.metrics.first_token(first_token)
-                await write(response, out)
+                try:
+                    await send(out)
+                except ConnectionResetError:
+                    raise ClientGone(response) from None
             out = rewriter.finish()
             if out:
                 await write(response, out)
