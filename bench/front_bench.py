@@ -17,10 +17,10 @@ Each cell (route, path direct|front|nginx, streamed or not, N streams) runs N cl
 that the CPU figures, counted in clock ticks, rest on enough ticks), on one aiohttp session. Output tokens
 are counted in what the client received (the stand-in's token " sim"), TTFT is the time to the first
 received token (the whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to
-direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed cells:
-from the request reaching its handler to the first token it relays), the part of the client's TTFT spent
-inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or nginx's master and
-worker, spent during the cell, over the tokens the clients received.
+direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
+cells: from the request reaching its handler to the first token it relays), the part of the client's TTFT
+spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
+nginx's master and worker, spent during the cell, over the tokens the clients received.
 
 Pinning (when the machine has 2 cores or more): the front and nginx (one worker) on CPU 0, the backends
 and this load generator on CPU 1, so the proxy measured does not compete with the load it is measured
@@ -312,8 +312,8 @@ def line(row: dict) -> str:
     return (f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} "
             f"{'*' if row['direct_saturated'] else ' '}{d['tokens_per_s']:>11.0f} "
             f"{d['ttft_p50'] * 1000:>8.1f} | {f['tokens_per_s_ratio']:>11.2f} {f['ttft_p50_ratio']:>6.2f} "
-            f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} {n['ttft_p50_ratio']:>6.2f} "
-            f"{n['cpu_ms_per_1000_tokens']:>10.1f}")
+            f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} "
+            f"{n['ttft_p50_ratio']:>6.2f} {n['cpu_ms_per_1000_tokens']:>10.1f}")
 
 
 def commit() -> str:

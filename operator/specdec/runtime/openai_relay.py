@@ -133,6 +133,35 @@ class ChunkRewriter:
         return orjson.dumps(chunk)
 
 
+class QuietWatch:
+    """Ends a backend stream that sends nothing for `seconds` while the relay waits on it.
+
+    aiohttp's sock_read does this by re-arming a timer on every read, a cost per token; this looks at the bytes
+    received a few times a period instead, so a stream goes after `seconds` to 1.25 x `seconds` of quiet.
+    `waiting` is cleared while the relay writes to its client: a slow client is not a quiet backend."""
+
+    CHECKS = 4
+
+    def __init__(self, content: aiohttp.StreamReader, seconds: float):
+        self.content, self.period = content, seconds / self.CHECKS
+        self.waiting = True
+        self._seen, self._quiet = -1, 0
+        self._handle = asyncio.get_running_loop().call_later(self.period, self._check)
+
+    def _check(self) -> None:
+        if not self.waiting or self.content.total_bytes != self._seen:
+            self._seen, self._quiet = self.content.total_bytes, 0
+        else:
+            self._quiet += 1
+            if self._quiet > self.CHECKS:
+                self.content.set_exception(aiohttp.ServerTimeoutError("the backend sent nothing in time"))
+                return
+        self._handle = asyncio.get_running_loop().call_later(self.period, self._check)
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
 class OpenAIRelay(Route):
     kind = "openai"
 
@@ -183,10 +212,13 @@ class OpenAIRelay(Route):
         client_usage = bool(options.get("include_usage"))
         if stream and not client_usage:
             body["stream_options"] = {**options, "include_usage": True}  # for the token counters
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=self.request_timeout)
+        # A stream's reads are watched by a QuietWatch, its headers by a deadline; an answer's by sock_read.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=None if stream else self.request_timeout)
         with backend_errors("trtllm-serve", self.request_timeout):
-            upstream = await self.session.post(self.backend.url + path, data=orjson.dumps(body),
-                                               headers=JSON_HEADERS, timeout=timeout)
+            async with asyncio.timeout(self.request_timeout if stream else None):
+                upstream = await self.session.post(self.backend.url + path, data=orjson.dumps(body),
+                                                   headers=JSON_HEADERS, timeout=timeout)
+        quiet = QuietWatch(upstream.content, self.request_timeout) if stream else None
         try:
             if upstream.status != 200:
                 raw = await upstream.read()
@@ -196,8 +228,10 @@ class OpenAIRelay(Route):
                                       f"{raw[:500].decode(errors='replace')}")
             if not stream or not upstream.content_type.startswith("text/event-stream"):
                 return await self._answer(upstream, started)
-            return await self._relay_stream(request, upstream, client_usage, started)
+            return await self._relay_stream(request, upstream, quiet, client_usage, started)
         finally:
+            if quiet is not None:
+                quiet.stop()
             if upstream.content.at_eof():
                 upstream.release()
             else:
@@ -213,7 +247,8 @@ class OpenAIRelay(Route):
             self.metrics.token_time(time.monotonic() - started, self._record_usage(data.get("usage")))
         return json_response(data)
 
-    async def _relay_stream(self, request, upstream, client_usage: bool, started: float) -> web.StreamResponse:
+    async def _relay_stream(self, request, upstream, quiet: QuietWatch, client_usage: bool,
+                            started: float) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         first_token: float | None = None
@@ -227,10 +262,12 @@ class OpenAIRelay(Route):
                 if first_token is None and out != DONE:
                     first_token = time.monotonic() - started
                     self.metrics.first_token(first_token)
+                quiet.waiting = False
                 try:
                     await send(out)
                 except ConnectionResetError:
                     raise ClientGone(response) from None
+                quiet.waiting = True
             out = rewriter.finish()
             if out:
                 await write(response, out)
