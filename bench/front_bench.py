@@ -17,8 +17,10 @@ Each cell (route, path direct|front|nginx, streamed or not, N streams) runs N cl
 that the CPU figures, counted in clock ticks, rest on enough ticks), on one aiohttp session. Output tokens
 are counted in what the client received (the stand-in's token " sim"), TTFT is the time to the first
 received token (the whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to
-direct. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or nginx's master and
-worker, spent during the cell, over the tokens the clients received.
+direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
+cells: from the request reaching its handler to the first token it relays), the part of the client's TTFT
+spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
+nginx's master and worker, spent during the cell, over the tokens the clients received.
 
 Pinning (when the machine has 2 cores or more): the front and nginx (one worker) on CPU 0, the backends
 and this load generator on CPU 1, so the proxy measured does not compete with the load it is measured
@@ -248,6 +250,20 @@ async def cell(url: str, body: bytes, streams: int, rounds: int) -> dict:
             "ttft_p50": statistics.median(t for t, _ in results)}
 
 
+async def front_ttft(url: str) -> tuple[float, float]:
+    """The front's own time-to-first-token histogram (sum, count), from its request's arrival to the first
+    token it relays: beside the client's TTFT, what of it the front's event loop holds."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    found = dict.fromkeys(("_sum", "_count"), 0.0)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        for suffix in found:
+            if name == "specdec_time_to_first_token_seconds" + suffix:
+                found[suffix] = float(value)
+    return found["_sum"], found["_count"]
+
+
 async def run_route(route: str, args, tmp: Path) -> list[dict]:
     stack = Stack(route, args.token_ms, tmp)
     rows = []
@@ -261,6 +277,7 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                 for path in ("direct", "front", "nginx"):
                     suffix, body = request(route, path, stream, args.tokens, served)
                     pids = stack.pids(path)
+                    ttft_before = await front_ttft(stack.url(path)) if path == "front" else None
                     before = cpu_seconds(pids)
                     result = await cell(stack.url(path) + suffix, json.dumps(body).encode(), streams, rounds)
                     expected = args.tokens * streams * rounds
@@ -268,6 +285,9 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                         raise RuntimeError(f"{route} {path}: {result['tokens']} tokens received, {expected} asked")
                     if pids:
                         result["cpu_ms_per_1000_tokens"] = (cpu_seconds(pids) - before) * 1e6 / result["tokens"]
+                    if ttft_before is not None:
+                        seconds, count = (a - b for a, b in zip(await front_ttft(stack.url(path)), ttft_before))
+                        result["own_ttft_mean"] = seconds / count if count else None
                     row[path] = result
                 # Below 80 % of what the pacing allows, the backend and this load generator (one core) are the
                 # limit: ratios there say as much about them as about the proxy.
@@ -282,17 +302,18 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
     return rows
 
 
-HEADER = ("route   stream  N    direct tok/s  TTFT ms | front tok/s×  TTFT×  CPU ms/1k | "
+HEADER = ("route   stream  N    direct tok/s  TTFT ms | front tok/s×  TTFT×  own TTFT ms  CPU ms/1k | "
           "nginx tok/s×  TTFT×  CPU ms/1k")
 
 
 def line(row: dict) -> str:
     f, n, d = row["front"], row["nginx"], row["direct"]
+    own = "-" if f.get("own_ttft_mean") is None else f"{f['own_ttft_mean'] * 1000:.1f}"
     return (f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} "
             f"{'*' if row['direct_saturated'] else ' '}{d['tokens_per_s']:>11.0f} "
             f"{d['ttft_p50'] * 1000:>8.1f} | {f['tokens_per_s_ratio']:>11.2f} {f['ttft_p50_ratio']:>6.2f} "
-            f"{f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} {n['ttft_p50_ratio']:>6.2f} "
-            f"{n['cpu_ms_per_1000_tokens']:>10.1f}")
+            f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} "
+            f"{n['ttft_p50_ratio']:>6.2f} {n['cpu_ms_per_1000_tokens']:>10.1f}")
 
 
 def commit() -> str:

@@ -155,6 +155,25 @@ def test_a_stream_that_breaks_off_ends_with_an_error_event():
     assert metric(front, "specdec_backend_errors_total", kind="stream_broken") == 1
 
 
+def test_a_stream_that_goes_quiet_past_the_request_timeout_breaks_off_and_a_slow_steady_one_does_not():
+    quiet, steady = OpenAIState(chunk_delay=1.5), OpenAIState(pieces=tuple("abcd"), chunk_delay=0.15)
+
+    async def stream(state):
+        async with stack(state, request_timeout=0.4) as (front, url, client):
+            started = asyncio.get_running_loop().time()
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "stream": True}) as resp:
+                events = data_lines((await resp.read()).decode())
+            return events, asyncio.get_running_loop().time() - started, front
+
+    events, seconds, front = run(stream(quiet))
+    assert events[0]["choices"][0]["text"] == "Hello"
+    assert "broke off" in events[-1]["error"]["message"] and 0.4 <= seconds < 1.4
+    assert metric(front, "specdec_backend_errors_total", kind="stream_broken") == 1
+    events, seconds, front = run(stream(steady))  # 0.15 s between chunks, 0.6 s in all: no read waits 0.4 s
+    assert "".join(e["choices"][0]["text"] for e in events[:-1] if e["choices"]) == "abcd" and seconds > 0.6
+    assert metric(front, "specdec_backend_errors_total", kind="stream_broken") == 0
+
+
 def test_a_client_that_leaves_mid_stream_stops_the_backend_stream():
     state = OpenAIState(pieces=tuple("abcdefghij"), chunk_delay=0.2)
 
