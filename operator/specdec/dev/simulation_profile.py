@@ -27,7 +27,7 @@ class Profile(BaseModel):
     target_step_seconds: float = Field(0.02, gt=0, le=10, description="One step of the target model: the floor "
                                                                        "a of t(T) = a + b*T (specdec.load_model).")
     # Simulated, chosen so a local deployment shows the effect: with the defaults speculation at draft length
-    # 4 stops paying from 22 sequences in flight, at draft length 1 from 47 (specdec.load_model.break_even).
+    # 4 stops paying from 17 sequences in flight, at draft length 1 from 47 (specdec.load_model.break_even).
     step_seconds_per_token: float = Field(0.0008, ge=0, le=1, description=(
         "The slope b of the target's step time t(T) = a + b*T for T tokens in the batch (the simulated Triton "
         "batches the requests in flight; 0: a step costs the same at any load)."))
