@@ -120,6 +120,7 @@ class SimulatedTriton(_Simulated, TritonContract):
         self.executions = {triton.TARGET_MODEL: 0, triton.DRAFT_MODEL: 0}
         # The TensorRT-LLM backend's gauges of the target model's latest iteration.
         self.iterations, self.iteration_us, self.generation_requests = 0, 0.0, 0
+        self.tokens_out = 0  # tokens generated, the bench's goodput
         self._batch: list[_Sequence] = []
         self._stepping: asyncio.Task | None = None
 
@@ -153,6 +154,7 @@ class SimulatedTriton(_Simulated, TritonContract):
                 # stepSecondsPerToken 0, draft_us / (k * target_us) = costRatio, the cost the operator measures
                 # (specdec.speculation.measure); under load it is costRatio * t(n) / t(T).
                 prefix = accepted_prefix(s.draft_len, s.acceptance, self.rng)
+                self.tokens_out += min(prefix + 1, s.remaining)
                 s.remaining -= prefix + 1
                 s.draft_tokens += s.draft_len
                 s.accepted_tokens += prefix
