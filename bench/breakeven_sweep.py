@@ -44,8 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 EXAMPLE = ROOT / "operator" / "specdec" / "examples" / "llama-2-13b-draft-7b-logits.yaml"  # Triton, draftLen 4
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-WINDOW_COUNTERS = ("specdec_target_iterations_total", "specdec_target_iteration_seconds_total",
-                   "specdec_target_batch_sequences_total", "specdec_target_batch_draft_tokens_total")
 
 
 def runtime_config():
@@ -77,31 +75,19 @@ async def level(url: str, simulated: SimulatedTriton, front: Front, clients: int
     return {"clients": clients, "goodput": goodput, "counters": delta}
 
 
-def window(counters: dict) -> load_model.Window | None:
-    iterations, seconds, sequences, drafts = (counters.get(n, 0.0) for n in WINDOW_COUNTERS)
-    if iterations <= 0 or sequences <= 0:
-        return None
-    return load_model.Window(sequences / iterations, drafts / sequences, seconds / iterations)
-
-
-def measured_break_even(on: list[dict], off: list[dict], draft_len: int) -> dict:
-    """From the sweeps' counters only: acceptance and draft cost at the lightest load (where t(n) ~ t(n(k+1))),
-    the step time fitted over every level, the draft cost corrected to the same batch with the fit, refitted."""
+def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
+    """From the sweeps' counters only, as the operator's monitor: acceptance and draft cost at the lightest
+    load, the step time fitted over every level (specdec.load_model.measured_break_even)."""
     lightest = on[0]["counters"]
     keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
     m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
     assert m is not None, "the lightest level of the on sweep did not speculate"
-    windows = [w for w in (window(r["counters"]) for r in on + off) if w]
-    cost, fit = m.cost_ratio, None
-    for _ in range(3):  # the measured cost is the draft's over the target's time at (n, n(k+1)) tokens
-        fit = load_model.fit_step_time(windows, cost)
-        if fit is None:
-            break
-        n = on[0]["clients"]
-        cost = m.cost_ratio * fit(n * (draft_len + 1)) / fit(n)
-    assert fit is not None, "not enough windows to fit the step time"
-    return {"alpha": m.alpha, "costRatio": cost, "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
-            "breakEven": load_model.break_even(fit, m.alpha, cost, draft_len, draft_len)}
+    windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
+                                                 load_model.COUNTERS.items()}) for r in on + off) if w]
+    fit = load_model.fit_step_time(windows, m.cost_ratio)
+    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "windows": len(windows),
+            "floorSeconds": fit and fit.floor, "secondsPerToken": fit and fit.per_token,
+            "breakEven": load_model.measured_break_even(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)}
 
 
 async def sweep(args, profile: Profile, break_even: int | None, tmp: Path) -> list[dict]:
@@ -142,7 +128,7 @@ def main() -> None:
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
     on = asyncio.run(sweep(args, profile, None, tmp))
     off = asyncio.run(sweep(args, profile, 1, tmp))
-    model = measured_break_even(on, off, draft_len)
+    model = measured_model(on, off, draft_len)
     auto = asyncio.run(sweep(args, profile, model["breakEven"], tmp))
     truth = load_model.break_even(load_model.StepTime(profile.target_step_seconds, profile.step_seconds_per_token),
                                   profile.acceptance, profile.cost_ratio, draft_len, draft_len)

@@ -86,6 +86,15 @@ def break_even(t: StepTime, alpha: float, cost_ratio: float, lo: int, hi: int) -
 
 # --- fitting t(T) from measured windows ---------------------------------------------------------------
 
+# The Triton route's counters of the target model's iterations (specdec.runtime.metrics), per pod.
+COUNTERS = {
+    "iterations": "specdec_target_iterations_total",
+    "iteration_seconds": "specdec_target_iteration_seconds_total",
+    "batch_sequences": "specdec_target_batch_sequences_total",
+    "batch_draft_tokens": "specdec_target_batch_draft_tokens_total",
+}
+WINDOWS_KEPT = 64  # the fit's memory: enough to span the loads a day sees
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     """One window of the target model: mean sequences per iteration, draft length, seconds per iteration."""
@@ -93,6 +102,15 @@ class Window:
     batch: float
     draft_len: float
     seconds: float
+
+
+def window_of(counted: dict[str, float]) -> Window | None:
+    """A window from the increases of COUNTERS (keys as there); None when the target did not iterate."""
+    iterations, sequences = counted.get("iterations", 0.0), counted.get("batch_sequences", 0.0)
+    if iterations <= 0 or sequences <= 0:
+        return None
+    return Window(sequences / iterations, counted.get("batch_draft_tokens", 0.0) / sequences,
+                  counted.get("iteration_seconds", 0.0) / iterations)
 
 
 def fit_step_time(windows: Iterable[Window], cost_ratio: float) -> StepTime | None:
@@ -138,3 +156,19 @@ class Gate:
         if not self.drafting and in_flight < break_even - margin:
             return Gate(True)
         return self
+
+
+def measured_break_even(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
+                        draft_len: int) -> int | None:
+    """The break-even of `draft_len` from measured windows; None without a fit. A cost ratio measured from the
+    route's times (`measured_at`: the batch it was measured at) is the draft's time over the target's at
+    (n, n*(k+1)) tokens, not at the same batch: it is brought to t(n) with the fit, and the fit redone."""
+    cost, fit = cost_ratio, None
+    for _ in range(1 if measured_at is None else 3):
+        fit = fit_step_time(windows, cost)
+        if fit is None:
+            return None
+        if measured_at is not None:
+            cost = cost_ratio * fit(measured_at * (draft_len + 1)) / fit(measured_at)
+    assert fit is not None
+    return break_even(fit, alpha, cost, draft_len, draft_len)

@@ -8,7 +8,9 @@ monitor *published*; a measurement is published (and the deployment enqueued) on
 enough to matter, or every `refresh_seconds`, so a steady fleet is not a stream of status writes,
 and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped decision of
 `specdec.speculation.decide` picks the draft length; the reconciler writes it into the runtime
-ConfigMap, which the pods re-read without a restart.
+ConfigMap, which the pods re-read without a restart. On the Triton route the windows of the target model's
+iterations also fit the step time under load (specdec.load_model), and the break-even from it goes into the
+same ConfigMap (the front stops drafting from that many requests in flight) and status.speculation.
 """
 
 from __future__ import annotations
@@ -18,17 +20,18 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec import conditions, modes, speculation
+from specdec import conditions, load_model, modes, speculation
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
 from specdec.status.pods import condition_true
-from specdec.status.speculation import speculation_condition, speculation_status
+from specdec.status.speculation import speculation_condition, speculation_status, with_break_even
 
 log = logging.getLogger("specdec.monitor")
 
@@ -40,7 +43,8 @@ MAX_DRAFT_LEN = 64  # the API's bound on any draft length
 MAX_BODY_BYTES = 1 << 20  # a runtime pod's metrics are a few KiB; a pod is not trusted with our memory
 # Publish a new measurement when one of these moved at least this much (or the condition changed).
 MOVES = {"acceptanceRate": 0.02, "estimatedSpeedup": 0.05, "acceptedTokensPerStep": 0.1}
-_WANTED = tuple(speculation.COUNTERS.values()) + (speculation.DRAFT_LEN_GAUGE,)
+_COUNTERS = {**speculation.COUNTERS, **load_model.COUNTERS}
+_WANTED = tuple(_COUNTERS.values()) + (speculation.DRAFT_LEN_GAUGE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +93,7 @@ def parse_sample(text: str) -> speculation.Sample | None:
         for sample in family.samples:
             if math.isfinite(sample.value) and sample.value >= 0:  # NaN would end up in status (invalid JSON)
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    counters = {key: values[name] for key, name in speculation.COUNTERS.items() if name in values}
+    counters = {key: values[name] for key, name in _COUNTERS.items() if name in values}
     if "draft" not in counters:
         return None
     draft_len = values.get(speculation.DRAFT_LEN_GAUGE)
@@ -127,6 +131,8 @@ class SpeculationMonitor:
         self._choices: dict[tuple[str, str], int] = {}
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
+        self._load_windows: dict[tuple[str, str], deque[load_model.Window]] = {}
+        self._break_evens: dict[tuple[str, str], int] = {}
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
@@ -147,6 +153,11 @@ class SpeculationMonitor:
     def draft_len_choice(self, namespace: str, name: str) -> int | None:
         with self._guard:
             return self._choices.get((namespace, name))
+
+    def break_even(self, namespace: str, name: str) -> int | None:
+        """The concurrency from which speculation stops paying, once the load model has a fit."""
+        with self._guard:
+            return self._break_evens.get((namespace, name))
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -267,13 +278,16 @@ class SpeculationMonitor:
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
         fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(facts.drafter, facts.target,
                                                                                     facts.draft)
+        self._observe_load(key, window)
         m = speculation.measure(window, draft_len, counted, hi, fallback)
         if m is None:
             return
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
         changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
-        status = speculation_status(m, conditions.now(), sum(seconds) / len(seconds))
+        changed = self._update_break_even(key, m, window) or changed
+        status = with_break_even(speculation_status(m, conditions.now(), sum(seconds) / len(seconds)),
+                                 self.break_even(*key))
         condition = speculation_condition(m, facts.auto)
         with self._guard:
             before = self._published.get(key)
@@ -307,11 +321,30 @@ class SpeculationMonitor:
                         f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x")
         return True
 
+    def _observe_load(self, key: tuple[str, str], window: dict[str, float]) -> None:
+        """A window of the target's iterations (the Triton route counts them), kept for the load model's fit."""
+        found = load_model.window_of(window)
+        if found is not None:
+            self._load_windows.setdefault(key, deque(maxlen=load_model.WINDOWS_KEPT)).append(found)
+
+    def _update_break_even(self, key: tuple[str, str], m: speculation.Measurement, window: dict[str, float]) -> bool:
+        """Refit and recompute; True when the published break-even changed by a tenth or more."""
+        load = load_model.window_of(window)
+        measured_at = load.batch if load and m.cost_source == "Measured" else None
+        found = load_model.measured_break_even(list(self._load_windows.get(key, ())), m.alpha, m.cost_ratio,
+                                               measured_at, m.draft_len)
+        with self._guard:
+            before = self._break_evens.get(key)
+            if found is None or (before is not None and abs(found - before) < max(1.0, before / 10)):
+                return False
+            self._break_evens[key] = found
+        return True
+
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for table in (self._published, self._choices):
+            for table in (self._published, self._choices, self._break_evens):
                 for key in [k for k in table if k not in present]:
                     del table[key]
-        for table in (self._auto, self._measured_cost, self._settling, self._facts):
+        for table in (self._auto, self._measured_cost, self._settling, self._facts, self._load_windows):
             for key in [k for k in table if k not in present]:
                 del table[key]
