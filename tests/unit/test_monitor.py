@@ -225,8 +225,11 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.speculative_response(draft=5, accepted=3, steps=1, rate=0.6)
     metrics.speculative_response(draft=5, accepted=5, steps=1, rate=1.0)
     metrics.compute_time(0.25, 2.0)
+    metrics.target_iterations(10, 0.5, 3, 5)  # 10 iterations of 3 sequences with 5 draft tokens each
     sample = parse_sample(metrics.render().decode())
-    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0}
+    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0,
+                               "iterations": 10, "iteration_seconds": 0.5, "batch_sequences": 30,
+                               "batch_draft_tokens": 150}
     assert sample.draft_len == 5
 
 
