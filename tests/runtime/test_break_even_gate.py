@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
+
+import aiohttp
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY
 from specdec.dev.backend_contracts import Generation
+from specdec.dev.simulation_profile import Profile
+from specdec.dev.simulator import SimulatedTriton
+from specdec.runtime import launch
+from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
-from tests.runtime.helpers import eventually, metric
+from tests.runtime.helpers import eventually, metric, serving
 from tests.runtime.standins import TritonState
 from tests.runtime.test_front_triton import CONFIG, bls_inputs, run, stack
 
@@ -85,3 +92,40 @@ def test_the_front_stops_drafting_above_the_break_even_and_resumes_below_with_hy
     assert sent[16] == 0  # the opted-out request
     assert sent[17:] == [k] * 12, "without a break-even the front drafts at any load"
     assert (by_load, opted_out) == (5, 1)
+
+
+def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_counts_its_iterations():
+    """The simulated Triton batches the requests in flight (t(T) = a + b*T); the front reads the TensorRT-LLM
+    backend's iteration gauges and counts iterations, their time and their batch."""
+    profile = Profile(acceptance=0.0, target_step_seconds=0.002, step_seconds_per_token=0.001, cost_ratio=0.1)
+    simulated = SimulatedTriton(profile, seed=3)
+
+    async def scenario():
+        async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
+            backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
+                                          metrics_url=f"{metrics_url}/metrics")
+            front = Front(CONFIG, backend, stats_interval=0.02)
+            async with serving(front.app) as url, aiohttp.ClientSession() as client:
+                async def one(headers):
+                    async with client.post(f"{url}/v1/completions", headers=headers,
+                                           json={"prompt": "Hi", "max_tokens": 20}) as r:
+                        assert r.status == 200
+
+                async def timed(clients: int) -> float:
+                    started = asyncio.get_running_loop().time()
+                    await asyncio.gather(*(one({OPT_OUT_HEADER: "off"}) for _ in range(clients)))
+                    return asyncio.get_running_loop().time() - started
+
+                alone, eight = await timed(1), await timed(8)
+                iterations = simulated.iterations
+                await eventually(lambda: metric(front, "specdec_target_iterations_total") >= iterations - 20,
+                                 "the front to poll the iteration gauges")
+                return alone, eight, front
+
+    alone, eight, front = run(scenario())
+    # 20 steps of t(1) = 3 ms alone, of t(8) = 10 ms with 8 in flight (no drafts: acceptance and opt-out)
+    assert 0.06 <= alone < 0.2 and 0.2 <= eight < 0.6
+    per_iteration = metric(front, "specdec_target_batch_sequences_total") / metric(
+        front, "specdec_target_iterations_total")
+    assert 1 <= per_iteration <= 8 and metric(front, "specdec_target_batch_draft_tokens_total") == 0
+    assert metric(front, "specdec_target_iteration_seconds_total") > 0
