@@ -117,8 +117,7 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
                     return asyncio.get_running_loop().time() - started
 
                 alone, eight = await timed(1), await timed(8)
-                iterations = simulated.iterations
-                await eventually(lambda: metric(front, "specdec_target_iterations_total") >= iterations - 20,
+                await eventually(lambda: metric(front, "specdec_target_iterations_total") >= 5,
                                  "the front to poll the iteration gauges")
                 return alone, eight, front
 
@@ -127,5 +126,7 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
     assert 0.06 <= alone < 0.2 and 0.2 <= eight < 0.6
     per_iteration = metric(front, "specdec_target_batch_sequences_total") / metric(
         front, "specdec_target_iterations_total")
-    assert 1 <= per_iteration <= 8 and metric(front, "specdec_target_batch_draft_tokens_total") == 0
+    # Intervals with a moment of no request at Triton (before, between and after the two runs) are not
+    # counted: what is counted is the 8-request batch.
+    assert 4 <= per_iteration <= 8 and metric(front, "specdec_target_batch_draft_tokens_total") == 0
     assert metric(front, "specdec_target_iteration_seconds_total") > 0

@@ -91,6 +91,7 @@ class TritonRoute(Route):
         self.in_flight = 0  # requests at Triton now: the sequences of its batch
         self._sent_draft_len = 0  # num_draft_tokens of the latest request
         self._iteration: dict[str, float] = {}  # the target model's latest iteration gauges
+        self._idled = False  # no request at Triton at some moment since the last poll
 
     def known_draft_len(self) -> int | None:
         return self.backend.draft_len
@@ -153,10 +154,13 @@ class TritonRoute(Route):
         return self.draft_len
 
     def _count_iterations(self, text: str) -> None:
-        """The target model's iterations since the last poll, at the batch its latest one held."""
+        """The target model's iterations since the last poll, at the batch its latest one held. An interval in
+        which Triton was idle at some moment is not counted: the time between its iterations would include the
+        wait for requests, not only steps."""
         now = triton_iteration_gauges(text, triton.TARGET_MODEL)
         before, self._iteration = self._iteration, now
-        if {"iterations", "timestamp_us"} - now.keys() or {"iterations", "timestamp_us"} - before.keys():
+        idled, self._idled = self._idled, self.in_flight == 0
+        if idled or {"iterations", "timestamp_us"} - now.keys() or {"iterations", "timestamp_us"} - before.keys():
             return
         iterations = now["iterations"] - before["iterations"]
         seconds = (now["timestamp_us"] - before["timestamp_us"]) / 1e6
@@ -238,6 +242,7 @@ class TritonRoute(Route):
             data = await self._generate(prompt, max_tokens, sampling, draft_len)
         finally:
             self.in_flight -= 1
+            self._idled |= self.in_flight == 0
         seconds = time.monotonic() - started
         text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
         usage = self._usage(prompt, text)
