@@ -10,9 +10,9 @@ a step of T tokens costs targetStepSeconds + stepSecondsPerToken * T) behind the
 when its last is answered). Policies:
 - on: draft length 4 at every load (no break-even file);
 - off: break-even 1 (the front sends no draft tokens);
-- auto: the break-even computed as the operator does, from measured figures only: the front's counters of
-  the on and off sweeps (the target model's iterations, batch and draft tokens; acceptance and draft cost)
-  fitted by specdec.load_model, then written to the front's break-even file.
+- auto: the break-even and the draft lengths by load computed as the operator does, from measured figures
+  only: the front's counters of the on and off sweeps (the target model's iterations, batch and draft
+  tokens; acceptance and draft cost) fitted by specdec.load_model, then written to the front's files.
 Goodput is the simulated Triton's generated tokens per second of wall time over each level's measured
 window (after a warm-up). Every number here is simulated. Results: bench/results/breakeven-<timestamp>.json
 and a table on stdout; auto passes a level when its goodput is at least max(on, off) * (1 - --tolerance).
@@ -32,7 +32,7 @@ import aiohttp
 import yaml
 
 from specdec import load_model, speculation
-from specdec.api.runtime_config import BREAK_EVEN_KEY
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.dev.simulation_profile import Profile
 from specdec.dev.simulator import SimulatedTriton
 from specdec.plan import Settings, plan
@@ -77,7 +77,7 @@ async def level(url: str, simulated: SimulatedTriton, front: Front, clients: int
 
 def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     """From the sweeps' counters only, as the operator's monitor: acceptance and draft cost at the lightest
-    load, the step time fitted over every level (specdec.load_model.measured_break_even)."""
+    load, the step time fitted over every level (specdec.load_model.measured_schedule)."""
     lightest = on[0]["counters"]
     keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
     m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
@@ -85,18 +85,20 @@ def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
                                                  load_model.COUNTERS.items()}) for r in on + off) if w]
     fit = load_model.fit_step_time(windows, m.cost_ratio)
+    found = load_model.measured_schedule(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)
+    assert fit is not None and found is not None, "not enough windows to fit the step time"
     return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "windows": len(windows),
-            "floorSeconds": fit and fit.floor, "secondsPerToken": fit and fit.per_token,
-            "breakEven": load_model.measured_break_even(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)}
+            "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
+            "breakEven": load_model.schedule_break_even(found), "draftLens": load_model.format_schedule(found)}
 
 
-async def sweep(args, profile: Profile, break_even: int | None, tmp: Path) -> list[dict]:
+async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path) -> list[dict]:
+    """One sweep, the front reading `files` (ConfigMap keys) beside its draft_len file."""
     config = runtime_config()
-    (tmp / "draft_len").unlink(missing_ok=True)
-    be_file = tmp / BREAK_EVEN_KEY
-    be_file.unlink(missing_ok=True)
-    if break_even is not None:
-        be_file.write_text(f"{break_even}\n")
+    for key in ("draft_len", BREAK_EVEN_KEY, SCHEDULE_KEY):
+        (tmp / key).unlink(missing_ok=True)
+    for key, text in files.items():
+        (tmp / key).write_text(text + "\n")
     simulated = SimulatedTriton(profile, seed=args.seed)
     async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
         backend = dataclasses.replace(launch.plan_launch(config).backend, url=triton_url,
@@ -126,14 +128,16 @@ def main() -> None:
                                       **json.loads(args.profile)})
     draft_len = runtime_config().draft_target.draft_len
     tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
-    on = asyncio.run(sweep(args, profile, None, tmp))
-    off = asyncio.run(sweep(args, profile, 1, tmp))
+    on = asyncio.run(sweep(args, profile, {}, tmp))
+    off = asyncio.run(sweep(args, profile, {BREAK_EVEN_KEY: "1"}, tmp))
     model = measured_model(on, off, draft_len)
-    auto = asyncio.run(sweep(args, profile, model["breakEven"], tmp))
+    auto = asyncio.run(sweep(args, profile, {SCHEDULE_KEY: model["draftLens"], **(
+        {BREAK_EVEN_KEY: str(model["breakEven"])} if model["breakEven"] else {})}, tmp))
     truth = load_model.break_even(load_model.StepTime(profile.target_step_seconds, profile.step_seconds_per_token),
-                                  profile.acceptance, profile.cost_ratio, draft_len, draft_len)
+                                  profile.acceptance, profile.cost_ratio, 1, draft_len)
     rows = []
-    print(f"break-even measured {model['breakEven']} (the profile's own: {truth}); draft length {draft_len}")
+    print(f"break-even measured {model['breakEven']} (the profile's own: {truth}); draft lengths by load "
+          f"{model['draftLens']}; draft length {draft_len}")
     print(f"{'clients':>7} {'on tok/s':>9} {'off tok/s':>9} {'auto tok/s':>10} {'auto/max':>8}  ok")
     for a, b, c in zip(on, off, auto):
         best = max(a["goodput"], b["goodput"])

@@ -17,7 +17,9 @@ n for k >= 1, and speedup(n, k) = 1 at
     n_k = (a/b) * (E(k) - 1 - k*c) / (k + 1 + k*c - E(k))
 
 so the break-even (the concurrency from which no draft length beats k = 0) is the largest n_k over the
-allowed lengths: below it some k pays, at and above it none does.
+allowed lengths: below it some k pays, at and above it none does. Below it the best length falls with the
+load (longer drafts stop paying first): the schedule lists where it changes, so the front sends the best
+length for the requests in flight.
 
 Measuring a and b: the target model's mean iteration time (Triton's `nv_trt_llm_general_metrics`
 iteration_counter and timestamp of the tensorrt_llm model) over a window, at the window's mean batch n
@@ -158,10 +160,51 @@ class Gate:
         return self
 
 
-def measured_break_even(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
-                        draft_len: int) -> int | None:
-    """The break-even of `draft_len` from measured windows; None without a fit. A cost ratio measured from the
-    route's times (`measured_at`: the batch it was measured at) is the draft's time over the target's at
+SCHEDULE_LIMIT = 1 << 16  # requests in flight a schedule covers when speculation pays at any load
+
+
+def schedule(t: StepTime, alpha: float, cost_ratio: float, hi: int) -> list[tuple[int, int]]:
+    """(from n, best draft length in 0..hi) at each change of the best length as n grows from 1; the last
+    entry has length 0 at the break-even, unless speculation pays up to SCHEDULE_LIMIT. The best length does
+    not grow with n, so each change is found by bisection."""
+    out, n = [], 1
+    while n <= SCHEDULE_LIMIT:
+        k = best_draft_len_at(t, n, alpha, cost_ratio, 1, hi)
+        out.append((n, k))
+        if k == 0:
+            break
+        lo, high = n, SCHEDULE_LIMIT + 1  # best(lo) == k; the first n with another length is in (lo, high]
+        while high - lo > 1:
+            mid = (lo + high) // 2
+            lo, high = (mid, high) if best_draft_len_at(t, mid, alpha, cost_ratio, 1, hi) == k else (lo, mid)
+        n = high
+    return out
+
+
+def format_schedule(entries: list[tuple[int, int]]) -> str:
+    """As the ConfigMap holds it: "1:4 3:3 6:2 14:1 47:0"."""
+    return " ".join(f"{n}:{k}" for n, k in entries)
+
+
+def parse_schedule(text: str) -> list[tuple[int, int]] | None:
+    """format_schedule's text back; None unless every entry is n:k with n rising from 1."""
+    try:
+        entries = [(int(n), int(k)) for n, _, k in (item.partition(":") for item in text.split())]
+    except ValueError:
+        return None
+    ok = entries and entries[0][0] == 1 and all(k >= 0 for _, k in entries) and \
+        all(a[0] < b[0] for a, b in zip(entries, entries[1:]))
+    return entries if ok else None
+
+
+def scheduled_draft_len(entries: list[tuple[int, int]], in_flight: int) -> int:
+    return next((k for n, k in reversed(entries) if n <= in_flight), entries[0][1])
+
+
+def measured_schedule(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
+                      draft_len: int) -> list[tuple[int, int]] | None:
+    """The schedule of lengths up to `draft_len` from measured windows; None without a fit. A cost ratio measured
+    from the route's times (`measured_at`: the batch it was measured at) is the draft's time over the target's at
     (n, n*(k+1)) tokens, not at the same batch: it is brought to t(n) with the fit, and the fit redone."""
     cost, fit = cost_ratio, None
     for _ in range(1 if measured_at is None else 3):
@@ -171,4 +214,15 @@ def measured_break_even(windows: list[Window], alpha: float, cost_ratio: float, 
         if measured_at is not None:
             cost = cost_ratio * fit(measured_at * (draft_len + 1)) / fit(measured_at)
     assert fit is not None
-    return break_even(fit, alpha, cost, draft_len, draft_len)
+    return schedule(fit, alpha, cost, draft_len)
+
+
+def schedule_break_even(entries: list[tuple[int, int]]) -> int | None:
+    return entries[-1][0] if entries[-1][1] == 0 else None
+
+
+def schedule_moved(before: list[tuple[int, int]] | None, after: list[tuple[int, int]]) -> bool:
+    """Worth telling the pods: other lengths, or a change point moved by a tenth or more."""
+    if before is None or [k for _, k in before] != [k for _, k in after]:
+        return True
+    return any(abs(a - b) >= max(1.0, b / 10) for (a, _), (b, _) in zip(after, before))

@@ -9,8 +9,9 @@ enough to matter, or every `refresh_seconds`, so a steady fleet is not a stream 
 and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped decision of
 `specdec.speculation.decide` picks the draft length; the reconciler writes it into the runtime
 ConfigMap, which the pods re-read without a restart. On the Triton route the windows of the target model's
-iterations also fit the step time under load (specdec.load_model), and the break-even from it goes into the
-same ConfigMap (the front stops drafting from that many requests in flight) and status.speculation.
+iterations also fit the step time under load (specdec.load_model): the break-even and the best draft length
+by load go into the same ConfigMap (the front drafts less as the requests in flight grow, and stops at the
+break-even), and the break-even into status.speculation.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, load_model, modes, speculation
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
 from specdec.status.pods import condition_true
@@ -132,7 +134,7 @@ class SpeculationMonitor:
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
         self._load_windows: dict[tuple[str, str], deque[load_model.Window]] = {}
-        self._break_evens: dict[tuple[str, str], int] = {}
+        self._schedules: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
@@ -157,7 +159,18 @@ class SpeculationMonitor:
     def break_even(self, namespace: str, name: str) -> int | None:
         """The concurrency from which speculation stops paying, once the load model has a fit."""
         with self._guard:
-            return self._break_evens.get((namespace, name))
+            found = self._schedules.get((namespace, name))
+        return load_model.schedule_break_even(found) if found else None
+
+    def live_keys(self, namespace: str, name: str) -> dict[str, str]:
+        """The runtime ConfigMap's keys of the load model (none before a fit)."""
+        with self._guard:
+            found = self._schedules.get((namespace, name))
+        if not found:
+            return {}
+        keys = {SCHEDULE_KEY: load_model.format_schedule(found)}
+        break_even = load_model.schedule_break_even(found)
+        return keys if break_even is None else {**keys, BREAK_EVEN_KEY: str(break_even)}
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -285,7 +298,7 @@ class SpeculationMonitor:
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
         changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
-        changed = self._update_break_even(key, m, window) or changed
+        changed = self._update_schedule(key, m, window) or changed
         status = with_break_even(speculation_status(m, conditions.now(), sum(seconds) / len(seconds)),
                                  self.break_even(*key))
         condition = speculation_condition(m, facts.auto)
@@ -327,22 +340,21 @@ class SpeculationMonitor:
         if found is not None:
             self._load_windows.setdefault(key, deque(maxlen=load_model.WINDOWS_KEPT)).append(found)
 
-    def _update_break_even(self, key: tuple[str, str], m: speculation.Measurement, window: dict[str, float]) -> bool:
-        """Refit and recompute; True when the published break-even changed by a tenth or more."""
+    def _update_schedule(self, key: tuple[str, str], m: speculation.Measurement, window: dict[str, float]) -> bool:
+        """Refit and recompute; True when the schedule moved enough to tell the pods."""
         load = load_model.window_of(window)
         measured_at = load.batch if load and m.cost_source == "Measured" else None
-        found = load_model.measured_break_even(list(self._load_windows.get(key, ())), m.alpha, m.cost_ratio,
-                                               measured_at, m.draft_len)
+        found = load_model.measured_schedule(list(self._load_windows.get(key, ())), m.alpha, m.cost_ratio,
+                                             measured_at, m.draft_len)
         with self._guard:
-            before = self._break_evens.get(key)
-            if found is None or (before is not None and abs(found - before) < max(1.0, before / 10)):
+            if found is None or not load_model.schedule_moved(self._schedules.get(key), found):
                 return False
-            self._break_evens[key] = found
+            self._schedules[key] = found
         return True
 
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for table in (self._published, self._choices, self._break_evens):
+            for table in (self._published, self._choices, self._schedules):
                 for key in [k for k in table if k not in present]:
                     del table[key]
         for table in (self._auto, self._measured_cost, self._settling, self._facts, self._load_windows):

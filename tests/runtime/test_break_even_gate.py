@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from specdec.api.runtime_config import BREAK_EVEN_KEY
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.dev.backend_contracts import Generation
 from specdec.dev.simulation_profile import Profile
 from specdec.dev.simulator import SimulatedTriton
@@ -130,3 +130,28 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
     # counted: what is counted is the 8-request batch.
     assert 4 <= per_iteration <= 8 and metric(front, "specdec_target_batch_draft_tokens_total") == 0
     assert metric(front, "specdec_target_iteration_seconds_total") > 0
+
+
+def test_below_the_break_even_the_front_sends_the_scheduled_draft_length(tmp_path):
+    state = HeldTriton(declared_inputs=bls_inputs())
+    (tmp_path / BREAK_EVEN_KEY).write_text("8\n")  # margin 0: off from 8
+    (tmp_path / SCHEDULE_KEY).write_text("1:4 3:2 5:1 8:0\n")
+
+    async def scenario():
+        async with stack(state, None, draft_len_file=tmp_path / "draft_len", stats_interval=0.02) as (
+                front, url, client):
+            async def send():
+                async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}) as r:
+                    assert r.status == 200
+
+            tasks = []
+            for _ in range(9):
+                seen = len(state.requests)
+                tasks.append(asyncio.create_task(send()))
+                await eventually(lambda: len(state.requests) == seen + 1, "the request at Triton")
+            for released in state.held:
+                released.set()
+            await asyncio.gather(*tasks)
+            return [r["num_draft_tokens"] for r in state.requests]
+
+    assert run(scenario()) == [4, 4, 2, 2, 1, 1, 1, 0, 0]  # at 1..9 in flight

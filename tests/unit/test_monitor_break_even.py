@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specdec import load_model, speculation
-from specdec.api.runtime_config import BREAK_EVEN_KEY
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.builders.serving import build_config_map
 from specdec.monitor import parse_sample
 from specdec.plan import Settings, plan
@@ -63,7 +63,10 @@ def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(ri
     a.text = counted.window(loads[3])
     monitor.run_once(now=60.0)
     expected = load_model.break_even(T, ALPHA, COST, K, K)
-    assert expected == 17 and monitor.break_even("ns", "llama") == expected
+    assert expected == 17  # of draft length 4; shorter ones pay longer, down to 1 until 47
+    assert monitor.break_even("ns", "llama") == 47 == load_model.break_even(T, ALPHA, COST, 1, K)
+    assert monitor.live_keys("ns", "llama") == {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}
+    expected = 47
     assert monitor.published("ns", "llama", 1).status["breakEven"] == expected
     assert enqueued[-1] == ("ns", "llama")
     store.remove("SpeculativeDeployment", "ns", "llama")
@@ -73,5 +76,6 @@ def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(ri
 
 def test_the_config_map_carries_the_break_even_beside_the_draft_length():
     p = plan({"apiVersion": "specdec.io/v1alpha1", **sd(draft_len="auto")}, Settings())
-    assert build_config_map(p, "uid", 5, break_even=17)["data"][BREAK_EVEN_KEY] == "17"
+    data = build_config_map(p, "uid", 5, {BREAK_EVEN_KEY: "17", SCHEDULE_KEY: "1:2 17:0"})["data"]
+    assert (data[BREAK_EVEN_KEY], data[SCHEDULE_KEY], data["draft_len"]) == ("17", "1:2 17:0", "5")
     assert BREAK_EVEN_KEY not in build_config_map(p, "uid", 5)["data"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specdec.api.runtime_config import (BREAK_EVEN_KEY, CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR,
-                                       RUNTIME_CONFIG_KEY)
+from specdec.api.runtime_config import CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_KEY
 from specdec import modes
 from specdec.builders import common
 from specdec.gpu_nodes import node_selector
@@ -54,15 +53,14 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
 
 
 def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None,
-                     break_even: int | None = None) -> dict[str, Any]:
-    """The draft length (live_draft_len) and the break-even are keys outside the rollout hash: changing them
-    restarts nothing."""
+                     load_keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """The draft length (live_draft_len) and the load model's keys (the speculation monitor's live_keys: the
+    break-even and the draft lengths by load) are outside the rollout hash: changing them restarts nothing."""
     data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
     draft_len = live_draft_len(plan, chosen_draft_len)
     if draft_len is not None:
         data[DRAFT_LEN_KEY] = str(draft_len)
-    if break_even is not None:
-        data[BREAK_EVEN_KEY] = str(break_even)
+    data.update(load_keys or {})
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"), "data": data}
 

@@ -20,17 +20,17 @@ from specdec.status.shared import BuildState
 
 class RuntimeApplier:
     """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None;
-    `break_even(namespace, name)`: its break-even under load, or None."""
+    `load_keys(namespace, name)`: its ConfigMap keys of the load model (break-even, draft lengths by load)."""
 
     def __init__(self, kube: Kube, settings: Settings, children: Children, service_failures: ServiceFailures,
                  draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None],
-                 break_even: Callable[[str, str], int | None] = lambda namespace, name: None):
+                 load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}):
         self.kube = kube
         self.settings = settings
         self.children = children
         self.service_failures = service_failures
         self.draft_len_choice = draft_len_choice
-        self.break_even = break_even
+        self.load_keys = load_keys
         self.enqueue = enqueue
 
     def apply(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
@@ -51,7 +51,7 @@ class RuntimeApplier:
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
         self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map),
-                                             self.break_even(p.namespace, p.name)), config_map, uid)
+                                             self.load_keys(p.namespace, p.name)), config_map, uid)
         deployment, written = self.children.write(build_deployment(p, uid, self.settings), existing, uid)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "

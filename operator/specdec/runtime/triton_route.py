@@ -11,7 +11,8 @@ time and for the target model's iterations (step time and batch, from which the 
 Under load speculation stops paying (specdec.load_model). The operator writes the concurrency from which it
 does, the break-even, beside draft_len (`speculation_break_even`); with this many requests in flight at Triton
 (and a hysteresis band) the front sends `num_draft_tokens` 0, and the draft length again once the load is
-below. A request with the header `X-Specdec-Speculation: off` is sent without draft tokens whatever the load.
+below. Below the break-even the best length falls with the load too: the operator's schedule
+(`speculation_draft_lens`) gives it for the requests in flight, capped by draft_len. A request with the header `X-Specdec-Speculation: off` is sent without draft tokens whatever the load.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import orjson
 from aiohttp import web
 
 from specdec import load_model
-from specdec.api.runtime_config import BREAK_EVEN_KEY, RuntimeConfig
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY, RuntimeConfig
 from specdec.runtime import triton
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
@@ -87,6 +88,8 @@ class TritonRoute(Route):
         self.break_even_file = draft_len_file.with_name(BREAK_EVEN_KEY) if draft_len_file else None
         self.break_even: int | None = None  # None: speculate at any load
         self._break_even_text: str | None = None
+        self.schedule: list[tuple[int, int]] | None = None  # None: draft_len below the break-even
+        self._schedule_text: str | None = None
         self._gate = load_model.Gate()
         self.in_flight = 0  # requests at Triton now: the sequences of its batch
         self._sent_draft_len = 0  # num_draft_tokens of the latest request
@@ -100,6 +103,7 @@ class TritonRoute(Route):
         if self.draft_len_file:
             self._read_draft_len()  # before the first request
             self._read_break_even()
+            self._read_schedule()
 
     def polls(self):
         polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
@@ -126,6 +130,7 @@ class TritonRoute(Route):
     async def _poll_draft_len(self) -> None:
         self._read_draft_len()
         self._read_break_even()
+        self._read_schedule()
 
     def _read_break_even(self) -> None:
         """The operator's break-even: a whole number of requests in flight (1 or more), or no file (none)."""
@@ -144,6 +149,22 @@ class TritonRoute(Route):
         self.break_even = value
         self.metrics.break_even(value)
 
+    def _read_schedule(self) -> None:
+        """The operator's best draft length by load (specdec.load_model.format_schedule), or no file (none)."""
+        assert self.draft_len_file is not None
+        path = self.draft_len_file.with_name(SCHEDULE_KEY)
+        try:
+            text: str | None = path.read_text().strip()
+        except OSError:
+            text = None
+        if text == self._schedule_text:
+            return
+        self._schedule_text = text
+        self.schedule = load_model.parse_schedule(text) if text else None
+        if text and self.schedule is None:
+            log.warning("ignoring %s: %r is not a schedule of n:k from n = 1", path, text)
+        log.info("draft lengths by load: %s", text if self.schedule else "none")
+
     def _draft_len_now(self, opted_out: bool) -> int:
         """num_draft_tokens for a request joining the batch of `in_flight` requests."""
         self._gate = self._gate.next(self.in_flight, self.break_even)
@@ -151,6 +172,8 @@ class TritonRoute(Route):
         if opted_out or not self._gate.drafting:
             self.metrics.undrafted("opt_out" if opted_out else "load")
             return 0
+        if self.schedule:  # 0 there only inside the gate's band: the shortest draft
+            return min(self.draft_len, max(load_model.scheduled_draft_len(self.schedule, self.in_flight), 1))
         return self.draft_len
 
     def _count_iterations(self, text: str) -> None:
