@@ -344,8 +344,14 @@ class SpeculationMonitor:
         """Refit and recompute; True when the schedule moved enough to tell the pods."""
         load = load_model.window_of(window)
         measured_at = load.batch if load and m.cost_source == "Measured" else None
-        found = load_model.measured_schedule(list(self._load_windows.get(key, ())), m.alpha, m.cost_ratio,
-                                             measured_at, m.draft_len)
+        # Under a schedule the front sends shorter drafts than draft_len: acceptance and cost are those at the
+        # draft length it actually sent, on average (the measurement priced them at draft_len).
+        steps = window.get("steps", 0.0)
+        sent = window.get("draft", 0.0) / steps if steps > 0 else m.draft_len
+        alpha = speculation.alpha_from_tokens_per_step(m.tokens_per_step, sent)
+        cost = m.cost_ratio * m.draft_len / sent if m.cost_source == "Measured" else m.cost_ratio
+        found = load_model.measured_schedule(list(self._load_windows.get(key, ())), alpha, cost, measured_at,
+                                             m.draft_len, sent)
         with self._guard:
             if found is None or not load_model.schedule_moved(self._schedules.get(key), found):
                 return False

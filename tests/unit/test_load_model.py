@@ -76,3 +76,29 @@ def test_the_gate_turns_off_above_the_band_and_on_below_it():
     assert path == [True, True, False, False, False, True, True, True, False]
     assert lm.Gate(False).next(500, None).drafting  # no break-even: speculate
     assert not lm.Gate().next(1, 1).drafting  # never pays: never drafts
+
+
+def test_the_schedule_gives_the_best_length_for_each_load_and_ends_at_the_break_even():
+    entries = lm.schedule(T, 0.7, 0.05, 4)
+    assert lm.format_schedule(entries) == "1:4 3:3 6:2 14:1 47:0"
+    for n in range(1, 60):  # bisection finds what a scan finds
+        assert lm.scheduled_draft_len(entries, n) == lm.best_draft_len_at(T, n, 0.7, 0.05, 1, 4)
+    assert lm.schedule_break_even(entries) == lm.break_even(T, 0.7, 0.05, 1, 4) == 47
+    flat = lm.schedule(lm.StepTime(0.02, 0.0), 0.7, 0.05, 4)
+    assert flat == [(1, 4)] and lm.schedule_break_even(flat) is None  # pays at any load
+    assert lm.schedule(T, 0.05, 0.5, 4) == [(1, 0)]  # never pays
+
+
+def test_a_schedule_round_trips_and_nonsense_is_refused():
+    entries = [(1, 4), (6, 2), (47, 0)]
+    assert lm.parse_schedule(lm.format_schedule(entries)) == entries
+    for text in ("", "2:4", "1:4 1:3", "1:4 6:x", "1:-1", "4"):
+        assert lm.parse_schedule(text) is None, text
+
+
+def test_only_a_schedule_that_moved_by_a_tenth_is_worth_telling_the_pods():
+    before = [(1, 4), (14, 1), (47, 0)]
+    assert not lm.schedule_moved(before, [(1, 4), (14, 1), (50, 0)])
+    assert lm.schedule_moved(before, [(1, 4), (14, 1), (53, 0)])
+    assert lm.schedule_moved(before, [(1, 4), (14, 2), (47, 0)])
+    assert lm.schedule_moved(None, before)
