@@ -135,10 +135,7 @@ class TritonRoute(Route):
     def _read_break_even(self) -> None:
         """The operator's break-even: a whole number of requests in flight (1 or more), or no file (none)."""
         assert self.break_even_file is not None
-        try:
-            text: str | None = self.break_even_file.read_text().strip()
-        except OSError:
-            text = None
+        text = _read_stripped(self.break_even_file)
         if text == self._break_even_text:
             return
         self._break_even_text = text
@@ -153,10 +150,7 @@ class TritonRoute(Route):
         """The operator's best draft length by load (specdec.load_model.format_schedule), or no file (none)."""
         assert self.draft_len_file is not None
         path = self.draft_len_file.with_name(SCHEDULE_KEY)
-        try:
-            text: str | None = path.read_text().strip()
-        except OSError:
-            text = None
+        text = _read_stripped(path)
         if text == self._schedule_text:
             return
         self._schedule_text = text
@@ -194,10 +188,7 @@ class TritonRoute(Route):
         """The operator's live draft length: the file's value when it is one, the configured length without
         the file. A value out of 1..max_draft_len is logged once and ignored."""
         assert self.draft_len_file is not None and self.config.draft_target is not None
-        try:
-            text: str | None = self.draft_len_file.read_text().strip()
-        except OSError:
-            text = None  # no file (the operator has not set one): the configured length
+        text = _read_stripped(self.draft_len_file)  # None: the operator has not set one, the configured length
         if text == self._draft_len_text:
             return
         self._draft_len_text = text
@@ -346,6 +337,14 @@ class TritonRoute(Route):
         await write(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _read_stripped(path: Path) -> str | None:
+    """A ConfigMap key's file, stripped; None when there is none."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 def _opted_out(request: web.Request) -> bool:
