@@ -11,7 +11,11 @@ and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped d
 ConfigMap, which the pods re-read without a restart. The same windows feed the guard
 (`specdec.speculation_guard`): the condition SpeculationActive says whether the pods still draft under
 traffic, at an acceptance like their own recent one (a flip to False is a Warning Event, the way back a
-Normal one), and `specdec.rearm` restarts pods that stopped drafting when the spec asks for it.
+Normal one), and `specdec.rearm` restarts pods that stopped drafting when the spec asks for it. On the
+Triton route the windows of the target model's iterations also fit the step time under load
+(specdec.load_model): the break-even and the best draft length by load go into the same ConfigMap (the
+front drafts less as the requests in flight grow, and stops at the break-even), and the break-even into
+status.speculation.
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ from typing import Any, Callable
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec import conditions, modes, speculation, speculation_guard
+from specdec import conditions, load_model, modes, speculation, speculation_guard
+from specdec.load_schedules import LoadSchedules
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
 from specdec.rearm import Rearm
 from specdec.status.pods import condition_true
-from specdec.status.speculation import NO_TRAFFIC, active_condition, speculation_condition, speculation_status
+from specdec.status.speculation import (NO_TRAFFIC, active_condition, speculation_condition, speculation_status,
+                                        with_break_even)
 
 log = logging.getLogger("specdec.monitor")
 
@@ -44,7 +50,8 @@ MAX_DRAFT_LEN = 64  # the API's bound on any draft length
 MAX_BODY_BYTES = 1 << 20  # a runtime pod's metrics are a few KiB; a pod is not trusted with our memory
 # Publish a new measurement when one of these moved at least this much (or the condition changed).
 MOVES = {"acceptanceRate": 0.02, "estimatedSpeedup": 0.05, "acceptedTokensPerStep": 0.1}
-_WANTED = tuple(speculation.COUNTERS.values()) + (speculation.DRAFT_LEN_GAUGE,)
+_COUNTERS = {**speculation.COUNTERS, **load_model.COUNTERS}
+_WANTED = tuple(_COUNTERS.values()) + (speculation.DRAFT_LEN_GAUGE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +107,7 @@ def parse_sample(text: str) -> speculation.Sample | None:
         for sample in family.samples:
             if math.isfinite(sample.value) and sample.value >= 0:  # NaN would end up in status (invalid JSON)
                 values[sample.name] = values.get(sample.name, 0.0) + sample.value
-    counters = {key: values[name] for key, name in speculation.COUNTERS.items() if name in values}
+    counters = {key: values[name] for key, name in _COUNTERS.items() if name in values}
     if "draft" not in counters:
         return None
     draft_len = values.get(speculation.DRAFT_LEN_GAUGE)
@@ -147,6 +154,7 @@ class SpeculationMonitor:
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
         self._activity: dict[tuple[str, str], tuple[int | None, speculation_guard.GuardState]] = {}  # by generation
+        self.load = LoadSchedules()  # the load model's fits: the break-even and draft lengths by load
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
@@ -302,24 +310,27 @@ class SpeculationMonitor:
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
         fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(facts.drafter, facts.target,
                                                                                     facts.draft)
+        self.load.observe(key, window)
         m = speculation.measure(window, draft_len, pods, hi, fallback)
         if m is None:
             return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
-        return m, facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
+        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
+        return m, self.load.update(key, m, window) or changed
 
     def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
                  m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,
                  now: float) -> None:
         """Publish when a condition changed, the measurement moved (or is due for a refresh), or the autopilot
         chose: a window that measured nothing keeps the measurement published before."""
+        break_even = self.load.break_even(*key)
         with self._guard:
             before = self._published.get(key)
             current = before if before is not None and before.generation == facts.generation else None
             if m is not None:
-                status, condition = speculation_status(m, conditions.now(), window_seconds), speculation_condition(
-                    m, facts.auto)
+                status = with_break_even(speculation_status(m, conditions.now(), window_seconds), break_even)
+                condition = speculation_condition(m, facts.auto)
             elif current is not None:
                 status, condition = current.status, current.condition
             else:
@@ -370,6 +381,7 @@ class SpeculationMonitor:
                 for key in [k for k in table if k not in present]:
                     del table[key]
         self.rearm.forget_gone(present)
+        self.load.forget_gone(present)
         for table in (self._auto, self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:
                 del table[key]

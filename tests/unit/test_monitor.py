@@ -232,9 +232,11 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.request("/v1/completions", "200", 0.5)
     metrics.request("/v1/chat/completions", "400", 0.1)
     metrics.tokens(prompt=7, completion=12)
+    metrics.target_iterations(10, 0.5, 3, 5)  # 10 iterations of 3 sequences with 5 draft tokens each
     sample = parse_sample(metrics.render().decode())
     assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0,
-                               "requests": 2, "completion_tokens": 12}
+                               "requests": 2, "completion_tokens": 12, "iterations": 10, "iteration_seconds": 0.5,
+                               "batch_sequences": 30, "batch_draft_tokens": 150}
     assert sample.draft_len == 5
 
 

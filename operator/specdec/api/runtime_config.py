@@ -20,6 +20,12 @@ RUNTIME_CONFIG_KEY = "runtime.json"
 # rollout hash: the operator changes it without restarting pods, the front re-reads the file (the kubelet
 # refreshes ConfigMap volumes in place) and sends the new length with the next requests.
 DRAFT_LEN_KEY = "draft_len"
+# The concurrency from which speculation at that draft length stops paying (specdec.load_model.break_even),
+# beside it and as live: at and above it (with hysteresis) the Triton route's front sends no draft tokens.
+BREAK_EVEN_KEY = "speculation_break_even"
+# Below it, the best draft length for the requests in flight (specdec.load_model.format_schedule: "1:4 6:2 14:1
+# 47:0", from n in flight on, length k), capped by draft_len; live too.
+SCHEDULE_KEY = "speculation_draft_lens"
 RUNTIME_CONFIG_DIR = "/etc/specdec"
 CACHE_MOUNT = "/cache"
 MODELS_MOUNT = "/models"

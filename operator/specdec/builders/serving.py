@@ -52,12 +52,15 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
     return min(max(chosen or mode.draft_len(block), lo), hi)
 
 
-def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None) -> dict[str, Any]:
-    """The draft length (live_draft_len) is a key outside the rollout hash: changing it restarts nothing."""
+def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None,
+                     load_keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """The draft length (live_draft_len) and the load model's keys (specdec.load_schedules.LoadSchedules.config_map_keys: the
+    break-even and the draft lengths by load) are outside the rollout hash: changing them restarts nothing."""
     data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
     draft_len = live_draft_len(plan, chosen_draft_len)
     if draft_len is not None:
         data[DRAFT_LEN_KEY] = str(draft_len)
+    data.update(load_keys or {})
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"), "data": data}
 

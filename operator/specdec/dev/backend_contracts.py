@@ -52,6 +52,12 @@ TRITON_COUNTERS = {
         "Cumulative compute inference duration in microseconds (does not include cached requests)",
     "nv_inference_exec_count": "Number of model executions performed (does not include cached requests)",
 }
+# Help texts of the TensorRT-LLM backend's gauges (inflight_batcher_llm/src/custom_metrics_reporter), of the
+# latest iteration of a model.
+TRITON_GAUGES = {
+    "nv_trt_llm_general_metrics": "General TRT LLM metrics",
+    "nv_trt_llm_inflight_batcher_metrics": "TRT LLM inflight_batcher-specific metrics",
+}
 
 
 class TritonContract:
@@ -68,6 +74,10 @@ class TritonContract:
         """Triton's counters (names of TRITON_COUNTERS) by model, all of version 1."""
         raise NotImplementedError
 
+    def gauges(self) -> list[tuple[str, dict[str, str], float]]:
+        """The TensorRT-LLM backend's gauges (names of TRITON_GAUGES): (name, labels, value)."""
+        return []
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v2/health/ready", self._ready)
@@ -81,6 +91,11 @@ class TritonContract:
             for name, by_model in self.counters().items():
                 lines += [f"# HELP {name} {TRITON_COUNTERS[name]}", f"# TYPE {name} counter"]
                 lines += [f'{name}{{model="{model}",version="1"}} {round(value)}' for model, value in by_model.items()]
+            for name in TRITON_GAUGES:
+                found = [(labels, value) for family, labels, value in self.gauges() if family == name]
+                lines += [f"# HELP {name} {TRITON_GAUGES[name]}", f"# TYPE {name} gauge"] if found else []
+                lines += [name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "version": "1"}.items())
+                          + "} " + str(round(value)) for labels, value in found]
             return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
         app = web.Application()

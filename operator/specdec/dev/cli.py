@@ -31,7 +31,8 @@ The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and Tensor
 
 # `specdec dev simulate` options -> fields of specdec.dev.simulation_profile.Profile.
 SIMULATE_OPTIONS = {"acceptance": "acceptance", "cost_ratio": "cost_ratio", "rps": "requests_per_second",
-                    "max_tokens": "max_tokens", "noise": "noise", "drafting": "drafting"}
+                    "max_tokens": "max_tokens", "noise": "noise", "drafting": "drafting",
+                    "step_seconds_per_token": "step_seconds_per_token"}
 PROFILE_FIELDS = simulation_profile.Profile.model_fields
 
 

@@ -24,7 +24,13 @@ class Profile(BaseModel):
 
     acceptance: float = Field(0.7, ge=0, le=1, description="Chance that each draft token is accepted.")
     cost_ratio: float = Field(0.05, ge=0, le=1, description="A draft token's cost, in target steps.")
-    target_step_seconds: float = Field(0.02, gt=0, le=10, description="One step of the target model.")
+    target_step_seconds: float = Field(0.02, gt=0, le=10, description="One step of the target model: the floor "
+                                                                       "a of t(T) = a + b*T (specdec.load_model).")
+    # Simulated, chosen so a local deployment shows the effect: with the defaults speculation at draft length
+    # 4 stops paying from 17 sequences in flight, at draft length 1 from 47 (specdec.load_model.break_even).
+    step_seconds_per_token: float = Field(0.0008, ge=0, le=1, description=(
+        "The slope b of the target's step time t(T) = a + b*T for T tokens in the batch (the simulated Triton "
+        "batches the requests in flight; 0: a step costs the same at any load)."))
     requests_per_second: float = Field(1.0, ge=0, le=1000, description="Simulated clients' arrival rate, per pod.")
     max_tokens: int = Field(64, ge=1, le=32768, description="Tokens each simulated request asks for.")
     noise: float = Field(0.0, ge=0, le=1, description="Per-request jitter of the acceptance (uniform +-noise).")

@@ -8,9 +8,11 @@ The acceptance model (per request, a `simulation_profile.Profile`):
   target's own (the bonus token), so a step yields E(k) = (1 - a^(k+1)) / (1 - a) tokens on average
   (specdec.speculation.tokens_per_step) and the acceptance rate the servers report (accepted / drafted
   tokens) is (E(k) - 1) / k;
-- a target step costs `targetStepSeconds`, each draft token `costRatio * targetStepSeconds`;
-- a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
+- on trtllm-serve a target step costs `targetStepSeconds`, each draft token `costRatio * targetStepSeconds`, and
+  a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
   request: simulated time costs no CPU);
+- on Triton the requests in flight are batched and a step's time depends on the batch's tokens
+  (`stepSecondsPerToken`, see SimulatedTriton), so speculation stops paying above a concurrency;
 - `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]);
 - `drafting` false: no draft tokens at all (k = 0), whatever is configured; one token per target step (a server
   whose speculation did not load, or that stopped speculating).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -92,34 +95,89 @@ class _Simulated:
         return steps
 
 
+@dataclass(eq=False)
+class _Sequence:
+    """A request in the simulated Triton's batch."""
+
+    remaining: int
+    draft_len: int
+    acceptance: float
+    done: asyncio.Future
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+
 class SimulatedTriton(_Simulated, TritonContract):
-    """Triton with the target (`tensorrt_llm`) and draft (`tensorrt_llm_draft`) models behind the BLS."""
+    """Triton with the target (`tensorrt_llm`) and draft (`tensorrt_llm_draft`) models behind the BLS, batching
+    the requests in flight as TensorRT-LLM's inflight batcher does: one loop steps every sequence together. A
+    step of n sequences with draft lengths k_i costs max(k_i) * costRatio * t(n) (the draft passes over the
+    batch) plus t(sum(k_i + 1)) (the target verifies every sequence's drafts and its own token), with
+    t(T) = targetStepSeconds + stepSecondsPerToken * T (specdec.load_model). A sequence joins at the next step."""
 
     def __init__(self, profile: Profile, seed: int | None = None):
         super().__init__(profile, seed)
         # Triton's own counters, from which the draft's cost can be read.
         self.compute_us = {triton.TARGET_MODEL: 0.0, triton.DRAFT_MODEL: 0.0}
         self.executions = {triton.TARGET_MODEL: 0, triton.DRAFT_MODEL: 0}
+        # The TensorRT-LLM backend's gauges of the target model's latest iteration.
+        self.iterations, self.iteration_us, self.generation_requests = 0, 0.0, 0
+        self.tokens_out = 0  # tokens generated, the bench's goodput
+        self._batch: list[_Sequence] = []
+        self._stepping: asyncio.Task | None = None
 
     async def generate(self, body: dict[str, Any]) -> Generation:
         tokens = max(int(body["max_tokens"]), 1)
-        draft_len = int(body.get("num_draft_tokens") or 0)
-        steps = await self._run(tokens, draft_len)
-        # Triton's compute time by model, as the front reads it: each step the draft model runs k tokens at
-        # costRatio * targetStepSeconds and the target model one step of targetStepSeconds, so over any
-        # window with k = num_draft_tokens
-        #     draft_us / (k * target_us) = (steps * k * costRatio * T) / (k * steps * T) = costRatio,
-        # which is the front's specdec_draft_seconds_total / (draft_len * specdec_target_seconds_total): the
-        # cost ratio the operator measures (specdec.speculation.measure) is the profile's.
-        self.compute_us[triton.TARGET_MODEL] += steps.target_seconds * 1e6
-        self.executions[triton.TARGET_MODEL] += steps.steps
-        if steps.draft_tokens:
-            self.compute_us[triton.DRAFT_MODEL] += steps.draft_seconds * 1e6
-            self.executions[triton.DRAFT_MODEL] += steps.steps
-        return Generation(TOKEN * tokens, steps.draft_tokens, steps.accepted_tokens)
+        draft_len = int(body.get("num_draft_tokens") or 0) if self.profile.drafting else 0
+        noise = self.profile.noise
+        acceptance = min(1.0, max(0.0, self.profile.acceptance + self.rng.uniform(-noise, noise)))
+        sequence = _Sequence(tokens, draft_len, acceptance, asyncio.get_running_loop().create_future())
+        self._batch.append(sequence)
+        if self._stepping is None or self._stepping.done():
+            self._stepping = asyncio.get_running_loop().create_task(self._step_all())
+        try:
+            await sequence.done
+        finally:
+            if sequence in self._batch:  # cancelled: it leaves the batch
+                self._batch.remove(sequence)
+        return Generation(TOKEN * tokens, sequence.draft_tokens, sequence.accepted_tokens)
+
+    async def _step_all(self) -> None:
+        while self._batch:
+            batch, p = list(self._batch), self.profile
+            n = len(batch)
+            at_batch = p.target_step_seconds + p.step_seconds_per_token * n  # t(n)
+            verify = p.target_step_seconds + p.step_seconds_per_token * sum(s.draft_len + 1 for s in batch)
+            await asyncio.sleep(max(s.draft_len for s in batch) * p.cost_ratio * at_batch + verify)
+            self.iterations += 1
+            self.iteration_us, self.generation_requests = time.time() * 1e6, n
+            for s in batch:
+                # Triton's compute time by model is request time: each request counts its step's. With
+                # stepSecondsPerToken 0, draft_us / (k * target_us) = costRatio, the cost the operator measures
+                # (specdec.speculation.measure); under load it is costRatio * t(n) / t(T).
+                prefix = accepted_prefix(s.draft_len, s.acceptance, self.rng)
+                self.tokens_out += min(prefix + 1, s.remaining)
+                s.remaining -= prefix + 1
+                s.draft_tokens += s.draft_len
+                s.accepted_tokens += prefix
+                self.compute_us[triton.TARGET_MODEL] += verify * 1e6
+                self.executions[triton.TARGET_MODEL] += 1
+                if s.draft_len:
+                    self.compute_us[triton.DRAFT_MODEL] += s.draft_len * p.cost_ratio * at_batch * 1e6
+                    self.executions[triton.DRAFT_MODEL] += 1
+                if s.remaining <= 0 and s in self._batch:
+                    self._batch.remove(s)
+                    if not s.done.done():
+                        s.done.set_result(None)
 
     def counters(self) -> dict[str, dict[str, float]]:
         return {"nv_inference_compute_infer_duration_us": self.compute_us, "nv_inference_exec_count": self.executions}
+
+    def gauges(self) -> list[tuple[str, dict[str, str], float]]:
+        target = {"model": triton.TARGET_MODEL}
+        return [("nv_trt_llm_general_metrics", {"general_type": "iteration_counter", **target}, self.iterations),
+                ("nv_trt_llm_general_metrics", {"general_type": "timestamp", **target}, self.iteration_us),
+                ("nv_trt_llm_inflight_batcher_metrics",
+                 {"inflight_batcher_specific_metric": "generation_requests", **target}, self.generation_requests)]
 
 
 def serve_drafts(config: RuntimeConfig) -> tuple[int, bool]:

@@ -83,7 +83,7 @@ class Reconciler:
         self.deployments = DeploymentController(
             kube, self.plans, self.inputs,
             RuntimeApplier(kube, settings, children, self.service_failures, self.speculation.draft_len_choice,
-                           self.enqueue),
+                           self.enqueue, self.speculation.load.config_map_keys),
             DeploymentStatusWriter(kube, self.pacing, self.speculation.published),
             self.service_failures, self.backoff, self.locks, self.forget, active)
         self.services = ServiceLane(kube, self.plans, children, self.service_failures, self.backoff, self.enqueue,

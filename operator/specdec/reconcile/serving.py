@@ -31,15 +31,18 @@ def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
 
 
 class RuntimeApplier:
-    """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None."""
+    """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None;
+    `load_keys(namespace, name)`: its ConfigMap keys of the load model (break-even, draft lengths by load)."""
 
     def __init__(self, kube: Kube, settings: Settings, children: Children, service_failures: ServiceFailures,
-                 draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None]):
+                 draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None],
+                 load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}):
         self.kube = kube
         self.settings = settings
         self.children = children
         self.service_failures = service_failures
         self.draft_len_choice = draft_len_choice
+        self.load_keys = load_keys
         self.enqueue = enqueue
 
     def apply(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
@@ -59,7 +62,8 @@ class RuntimeApplier:
         # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
-        self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map)), config_map, uid)
+        self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map),
+                                             self.load_keys(p.namespace, p.name)), config_map, uid)
         deployment, written = self.children.write(rearmed(build_deployment(p, uid, self.settings), sd), existing, uid)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "

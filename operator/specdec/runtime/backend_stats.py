@@ -24,6 +24,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 TRITON_COMPUTE_METRIC = "nv_inference_compute_infer_duration_us"
+# The TensorRT-LLM backend's gauges of a model's latest iteration (inflight_batcher_llm/src/
+# custom_metrics_reporter.cc): its iteration counter, its timestamp (µs) and the generation requests it held.
+TRITON_ITERATION_GAUGES = {("nv_trt_llm_general_metrics", "general_type", "iteration_counter"): "iterations",
+                           ("nv_trt_llm_general_metrics", "general_type", "timestamp"): "timestamp_us",
+                           ("nv_trt_llm_inflight_batcher_metrics", "inflight_batcher_specific_metric",
+                            "generation_requests"): "generation_requests"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,21 @@ def triton_compute_us(text: str) -> dict[str, float]:
     except ValueError:
         return {}
     return totals
+
+
+def triton_iteration_gauges(text: str, model: str) -> dict[str, float]:
+    """`model`'s latest iteration (keys: iterations, timestamp_us, generation_requests); {} when unreadable."""
+    found: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                for (name, label, value), key in TRITON_ITERATION_GAUGES.items():
+                    if (sample.name == name and sample.labels.get(label) == value
+                            and sample.labels.get("model") == model and math.isfinite(sample.value)):
+                        found[key] = sample.value
+    except ValueError:
+        return {}
+    return found
 
 
 class Increases:

@@ -47,6 +47,21 @@ class RuntimeMetrics:
         self._target_seconds = Counter("specdec_target_seconds_total",
                                        "Time in the target model for speculative steps, where the route reports "
                                        "the draft time too.", registry=r)
+        self._undrafted = Counter("specdec_undrafted_requests_total",
+                                  "Requests the front sent without draft tokens although speculation is configured, "
+                                  "by reason: load (at the break-even) or opt_out (the request asked).",
+                                  ["reason"], registry=r)
+        self._break_even: Gauge | None = None  # registered once the operator has written one
+        # The target model's iterations as Triton's TensorRT-LLM backend reports them (its gauges, polled): the
+        # operator fits the step time t(T) = a + b*T from these (specdec.load_model).
+        self._iterations = Counter("specdec_target_iterations_total", "Iterations of the target model.", registry=r)
+        self._iteration_seconds = Counter("specdec_target_iteration_seconds_total",
+                                          "Time between the target model's iterations, summed.", registry=r)
+        self._batch_sequences = Counter("specdec_target_batch_sequences_total",
+                                        "Sequences in the target's batch, summed over its iterations.", registry=r)
+        self._batch_draft_tokens = Counter("specdec_target_batch_draft_tokens_total",
+                                           "Draft tokens the front sent per sequence, summed over the target's "
+                                           "batch and iterations.", registry=r)
         self._latency = Histogram("specdec_request_duration_seconds",
                                   "Time from request to the last byte of the response, by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
@@ -113,3 +128,22 @@ class RuntimeMetrics:
         if self._draft_len is None:
             self._draft_len = Gauge("specdec_draft_len", "The draft length in effect.", registry=self.registry)
         self._draft_len.set(value)
+
+    def undrafted(self, reason: str) -> None:
+        self._undrafted.labels(reason=reason).inc()
+
+    def break_even(self, value: int | None) -> None:
+        if self._break_even is None:
+            self._break_even = Gauge("specdec_speculation_break_even", "The concurrency from which the front "
+                                     "sends no draft tokens (0: none set).", registry=self.registry)
+        self._break_even.set(value or 0)
+
+    def target_iterations(self, iterations: float, seconds: float, sequences: float, draft_tokens: float) -> None:
+        """`iterations` more target iterations in `seconds`, at `sequences` per iteration, each with
+        `draft_tokens` draft tokens (what the front sends now)."""
+        if iterations <= 0 or seconds <= 0:
+            return
+        self._iterations.inc(iterations)
+        self._iteration_seconds.inc(seconds)
+        self._batch_sequences.inc(iterations * max(sequences, 0.0))
+        self._batch_draft_tokens.inc(iterations * max(sequences, 0.0) * max(draft_tokens, 0.0))

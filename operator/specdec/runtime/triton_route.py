@@ -6,7 +6,13 @@ what makes the BLS speculate, and `return_perf_metrics`, whose `acceptance_rate`
 speculating, so a streamed request gets the whole answer as one SSE chunk (and the usage chunk after it,
 when asked for). One choice (n = 1) and text prompts only. The draft length follows the operator's draft_len
 file (next to runtime.json) while serving; Triton's own metrics are polled for the draft and target compute
-time.
+time and for the target model's iterations (step time and batch, from which the operator fits the load model).
+
+Under load speculation stops paying (specdec.load_model). The operator writes the concurrency from which it
+does, the break-even, beside draft_len (`speculation_break_even`); with this many requests in flight at Triton
+(and a hysteresis band) the front sends `num_draft_tokens` 0, and the draft length again once the load is
+below. Below the break-even the best length falls with the load too: the operator's schedule
+(`speculation_draft_lens`) gives it for the requests in flight, capped by draft_len. A request with the header `X-Specdec-Speculation: off` is sent without draft tokens whatever the load.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from specdec.api.runtime_config import RuntimeConfig
+from specdec import load_model
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY, RuntimeConfig
 from specdec.runtime import triton
-from specdec.runtime.backend_stats import Increases, triton_compute_us
+from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
@@ -37,6 +44,7 @@ log = logging.getLogger("specdec.runtime")
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
 CHAT_DEFAULT_MAX_TOKENS = 512
+OPT_OUT_HEADER = "X-Specdec-Speculation"  # "off": this request is sent without draft tokens
 
 
 def strip_prompt(text: str, prompt: str) -> str:
@@ -77,6 +85,16 @@ class TritonRoute(Route):
         self.draft_len_file = draft_len_file
         self._draft_len_text: str | None = None  # the file's content last applied (None: no file)
         self._compute_us = Increases()
+        self.break_even_file = draft_len_file.with_name(BREAK_EVEN_KEY) if draft_len_file else None
+        self.break_even: int | None = None  # None: speculate at any load
+        self._break_even_text: str | None = None
+        self.schedule: list[tuple[int, int]] | None = None  # None: draft_len below the break-even
+        self._schedule_text: str | None = None
+        self._gate = load_model.Gate()
+        self.in_flight = 0  # requests at Triton now: the sequences of its batch
+        self._sent_draft_len = 0  # num_draft_tokens of the latest request
+        self._iteration: dict[str, float] = {}  # the target model's latest iteration gauges
+        self._idled = False  # no request at Triton at some moment since the last poll
 
     def known_draft_len(self) -> int | None:
         return self.backend.draft_len
@@ -84,6 +102,8 @@ class TritonRoute(Route):
     def start(self) -> None:
         if self.draft_len_file:
             self._read_draft_len()  # before the first request
+            self._read_break_even()
+            self._read_schedule()
 
     def polls(self):
         polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
@@ -104,18 +124,71 @@ class TritonRoute(Route):
         seconds = {m: self._compute_us(m, totals[m]) / 1e6
                    for m in (triton.DRAFT_MODEL, triton.TARGET_MODEL) if m in totals}
         self.metrics.compute_time(seconds.get(triton.DRAFT_MODEL, 0.0), seconds.get(triton.TARGET_MODEL, 0.0))
+        if text:
+            self._count_iterations(text)
 
     async def _poll_draft_len(self) -> None:
         self._read_draft_len()
+        self._read_break_even()
+        self._read_schedule()
+
+    def _read_break_even(self) -> None:
+        """The operator's break-even: a whole number of requests in flight (1 or more), or no file (none)."""
+        assert self.break_even_file is not None
+        text = _read_stripped(self.break_even_file)
+        if text == self._break_even_text:
+            return
+        self._break_even_text = text
+        value = int(text) if text and text.isascii() and text.isdigit() and int(text) >= 1 else None
+        if text and value is None:
+            log.warning("ignoring %s: %r is not a number of requests (1 or more)", self.break_even_file, text)
+        log.info("speculation break-even %s -> %s", self.break_even, value)
+        self.break_even = value
+        self.metrics.break_even(value)
+
+    def _read_schedule(self) -> None:
+        """The operator's best draft length by load (specdec.load_model.format_schedule), or no file (none)."""
+        assert self.draft_len_file is not None
+        path = self.draft_len_file.with_name(SCHEDULE_KEY)
+        text = _read_stripped(path)
+        if text == self._schedule_text:
+            return
+        self._schedule_text = text
+        self.schedule = load_model.parse_schedule(text) if text else None
+        if text and self.schedule is None:
+            log.warning("ignoring %s: %r is not a schedule of n:k from n = 1", path, text)
+        log.info("draft lengths by load: %s", text if self.schedule else "none")
+
+    def _draft_len_now(self, opted_out: bool) -> int:
+        """num_draft_tokens for a request joining the batch of `in_flight` requests."""
+        self._gate = self._gate.next(self.in_flight, self.break_even)
+        assert self.draft_len is not None  # the Triton route always has one
+        if opted_out or not self._gate.drafting:
+            self.metrics.undrafted("opt_out" if opted_out else "load")
+            return 0
+        if self.schedule:  # 0 there only inside the gate's band: the shortest draft
+            return min(self.draft_len, max(load_model.scheduled_draft_len(self.schedule, self.in_flight), 1))
+        return self.draft_len
+
+    def _count_iterations(self, text: str) -> None:
+        """The target model's iterations since the last poll, at the batch its latest one held. An interval in
+        which Triton was idle at some moment is not counted: the time between its iterations would include the
+        wait for requests, not only steps."""
+        now = triton_iteration_gauges(text, triton.TARGET_MODEL)
+        before, self._iteration = self._iteration, now
+        idled, self._idled = self._idled, self.in_flight == 0
+        if idled or {"iterations", "timestamp_us"} - now.keys() or {"iterations", "timestamp_us"} - before.keys():
+            return
+        iterations = now["iterations"] - before["iterations"]
+        seconds = (now["timestamp_us"] - before["timestamp_us"]) / 1e6
+        self.metrics.target_iterations(iterations, seconds, now.get("generation_requests", 0.0),
+                                       self._sent_draft_len)
 
     def _read_draft_len(self) -> None:
         """The operator's live draft length: the file's value when it is one, the configured length without
         the file. A value out of 1..max_draft_len is logged once and ignored."""
         assert self.draft_len_file is not None and self.config.draft_target is not None
-        try:
-            text: str | None = self.draft_len_file.read_text().strip()
-        except OSError:
-            text = None  # no file (the operator has not set one): the configured length
+        text = _read_stripped(self.draft_len_file)  # None: the operator has not set one, the configured length
         if text == self._draft_len_text:
             return
         self._draft_len_text = text
@@ -174,10 +247,16 @@ class TritonRoute(Route):
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens}
 
-    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int) -> dict[str, Any]:
-        sampling, draft_len, started = self._sampling(body), self.draft_len, time.monotonic()
-        assert draft_len is not None  # the Triton route always has one
-        data = await self._generate(prompt, max_tokens, sampling, draft_len)
+    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int,
+                          opted_out: bool) -> dict[str, Any]:
+        sampling, started = self._sampling(body), time.monotonic()
+        self.in_flight += 1
+        try:
+            draft_len = self._sent_draft_len = self._draft_len_now(opted_out)
+            data = await self._generate(prompt, max_tokens, sampling, draft_len)
+        finally:
+            self.in_flight -= 1
+            self._idled |= self.in_flight == 0
         seconds = time.monotonic() - started
         text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
         usage = self._usage(prompt, text)
@@ -187,7 +266,8 @@ class TritonRoute(Route):
         # The BLS proposes draft_len tokens a step (fewer only on the last), so this counts its steps. Today's
         # BLS answers with its last target request's perf metrics only (tensorrt_llm_bls/1/lib/decode.py,
         # _spec_generate): one step per response, a sample of the request rather than its total.
-        self.metrics.speculative_response(draft, accepted, math.ceil(draft / draft_len), rate)
+        if draft_len:
+            self.metrics.speculative_response(draft, accepted, math.ceil(draft / draft_len), rate)
         if usage:
             self.metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
         # The answer comes whole (no streaming while speculating): time per token over all of it.
@@ -206,7 +286,8 @@ class TritonRoute(Route):
         prompt = body["prompt"]
         prompts = [prompt] if isinstance(prompt, str) else prompt
         max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
-        results = await asyncio.gather(*(self._triton_one(p, body, max_tokens) for p in prompts))
+        opted_out = _opted_out(request)
+        results = await asyncio.gather(*(self._triton_one(p, body, max_tokens, opted_out) for p in prompts))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         usage = _sum_usage([r["usage"] for r in results])
         if body.get("stream"):
@@ -226,7 +307,7 @@ class TritonRoute(Route):
         except ValueError as error:
             raise invalid(str(error), "messages", None) from None
         max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
-        result = await self._triton_one(prompt, body, max_tokens)
+        result = await self._triton_one(prompt, body, max_tokens, _opted_out(request))
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
             chunks = [{"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
@@ -256,6 +337,18 @@ class TritonRoute(Route):
         await write(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _read_stripped(path: Path) -> str | None:
+    """A ConfigMap key's file, stripped; None when there is none."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _opted_out(request: web.Request) -> bool:
+    return request.headers.get(OPT_OUT_HEADER, "").strip().lower() == "off"
 
 
 def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:

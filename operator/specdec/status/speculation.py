@@ -33,6 +33,11 @@ def speculation_condition(m: Measurement, auto: bool) -> Cond:
                 f"estimated speedup {m.speedup:.2f}x, slower than the target alone: {numbers}; {advice}")
 
 
+def with_break_even(status: dict[str, Any], break_even: int | None) -> dict[str, Any]:
+    """status.speculation with the load model's break-even, once there is one."""
+    return status if break_even is None else {**status, "breakEven": break_even}
+
+
 def speculation_status(m: Measurement, measured_at: str, window_seconds: float) -> dict[str, Any]:
     """status.speculation, rounded: what a person reads, and what decides whether it is rewritten."""
     return {"acceptanceRate": round(m.acceptance_rate, 2), "acceptedTokensPerStep": round(m.tokens_per_step, 2),

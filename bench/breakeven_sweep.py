@@ -1,0 +1,163 @@
+"""Speculation under load, simulated: goodput of always-on, always-off and the break-even gate over a
+concurrency sweep.
+
+    PYTHONPATH=operator:. .venv/bin/python bench/breakeven_sweep.py                  # 1..256 in flight
+    PYTHONPATH=operator:. .venv/bin/python bench/breakeven_sweep.py --levels 1,16,64 --seconds 2
+
+In one process: the simulated Triton (specdec.dev.simulator.SimulatedTriton: requests in flight are batched,
+a step of T tokens costs targetStepSeconds + stepSecondsPerToken * T) behind the runtime's front
+(specdec.runtime.front, the Triton route), and N closed-loop clients per level (each sends its next request
+when its last is answered). Policies:
+- on: draft length 4 at every load (no break-even file);
+- off: break-even 1 (the front sends no draft tokens);
+- auto: the break-even and the draft lengths by load computed as the operator does, from measured figures
+  only: the front's counters of the on and off sweeps (the target model's iterations, batch and draft
+  tokens; acceptance and draft cost) fitted by specdec.load_model, then written to the front's files.
+Goodput is the simulated Triton's generated tokens per second of wall time over each level's measured
+window (after a warm-up). Every number here is simulated. Results: bench/results/breakeven-<timestamp>.json
+and a table on stdout; auto passes a level when its goodput is at least max(on, off) * (1 - --tolerance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+from specdec import load_model, speculation
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
+from specdec.dev.simulation_profile import Profile
+from specdec.dev.simulator import SimulatedTriton
+from specdec.plan import Settings, plan
+from specdec.runtime import launch
+from specdec.runtime.front import Front
+from tests.runtime.helpers import parse_prometheus, serving
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+EXAMPLE = ROOT / "operator" / "specdec" / "examples" / "llama-2-13b-draft-7b-logits.yaml"  # Triton, draftLen 4
+LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def runtime_config():
+    doc = next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d)
+    return plan(doc, Settings()).runtime
+
+
+async def level(url: str, simulated: SimulatedTriton, front: Front, clients: int, warmup: float, seconds: float,
+                max_tokens: int) -> dict:
+    """Goodput at `clients` in flight, and the front's counters over the measured window."""
+    stop = asyncio.Event()
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not stop.is_set():
+            async with session.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": max_tokens}) as r:
+                await r.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = [asyncio.create_task(client(session)) for _ in range(clients)]
+        await asyncio.sleep(warmup)
+        before, tokens, started = parse_prometheus(front.metrics.render().decode()), simulated.tokens_out, \
+            time.monotonic()
+        await asyncio.sleep(seconds)
+        after, elapsed = parse_prometheus(front.metrics.render().decode()), time.monotonic() - started
+        goodput = (simulated.tokens_out - tokens) / elapsed
+        stop.set()
+        await asyncio.gather(*tasks)
+    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in {*before, *after}}
+    return {"clients": clients, "goodput": goodput, "counters": delta}
+
+
+def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
+    """From the sweeps' counters only, as the operator's monitor: acceptance and draft cost at the lightest
+    load, the step time fitted over every level (specdec.load_model.measured_schedule)."""
+    lightest = on[0]["counters"]
+    keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
+    m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
+    assert m is not None, "the lightest level of the on sweep did not speculate"
+    windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
+                                                 load_model.COUNTERS.items()}) for r in on + off) if w]
+    fit = load_model.fit_step_time(windows, m.cost_ratio)
+    found = load_model.measured_schedule(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)
+    assert fit is not None and found is not None, "not enough windows to fit the step time"
+    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "windows": len(windows),
+            "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
+            "breakEven": load_model.schedule_break_even(found), "draftLens": load_model.format_schedule(found)}
+
+
+async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path) -> list[dict]:
+    """One sweep, the front reading `files` (ConfigMap keys) beside its draft_len file."""
+    config = runtime_config()
+    for key in ("draft_len", BREAK_EVEN_KEY, SCHEDULE_KEY):
+        (tmp / key).unlink(missing_ok=True)
+    for key, text in files.items():
+        (tmp / key).write_text(text + "\n")
+    simulated = SimulatedTriton(profile, seed=args.seed)
+    async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
+        backend = dataclasses.replace(launch.plan_launch(config).backend, url=triton_url,
+                                      metrics_url=f"{metrics_url}/metrics")
+        front = Front(config, backend, stats_interval=0.25, draft_len_file=tmp / "draft_len")
+        async with serving(front.app) as url:
+            return [await level(url, simulated, front, n, args.warmup, args.seconds, args.max_tokens)
+                    for n in args.levels]
+
+
+def commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=list(LEVELS))
+    parser.add_argument("--seconds", type=float, default=3.0, help="measured window per level")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--tolerance", type=float, default=0.05, help="noise allowed below max(on, off)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--profile", default="{}", help="simulation profile overrides (JSON, camelCase)")
+    args = parser.parse_args()
+    # 4x faster than the default profile, same break-even (a/b is what sets it)
+    profile = Profile.model_validate({"targetStepSeconds": 0.005, "stepSecondsPerToken": 0.0002,
+                                      **json.loads(args.profile)})
+    draft_len = runtime_config().draft_target.draft_len
+    tmp = Path(subprocess.run(["mktemp", "-d"], capture_output=True, text=True).stdout.strip())
+    on = asyncio.run(sweep(args, profile, {}, tmp))
+    off = asyncio.run(sweep(args, profile, {BREAK_EVEN_KEY: "1"}, tmp))
+    model = measured_model(on, off, draft_len)
+    auto = asyncio.run(sweep(args, profile, {SCHEDULE_KEY: model["draftLens"], **(
+        {BREAK_EVEN_KEY: str(model["breakEven"])} if model["breakEven"] else {})}, tmp))
+    truth = load_model.break_even(load_model.StepTime(profile.target_step_seconds, profile.step_seconds_per_token),
+                                  profile.acceptance, profile.cost_ratio, 1, draft_len)
+    rows = []
+    print(f"break-even measured {model['breakEven']} (the profile's own: {truth}); draft lengths by load "
+          f"{model['draftLens']}; draft length {draft_len}")
+    print(f"{'clients':>7} {'on tok/s':>9} {'off tok/s':>9} {'auto tok/s':>10} {'auto/max':>8}  ok")
+    for a, b, c in zip(on, off, auto):
+        best = max(a["goodput"], b["goodput"])
+        ok = c["goodput"] >= best * (1 - args.tolerance)
+        rows.append({"clients": a["clients"], "on": round(a["goodput"], 1), "off": round(b["goodput"], 1),
+                     "auto": round(c["goodput"], 1), "autoOverBest": round(c["goodput"] / best, 3), "ok": ok,
+                     "autoUndrafted": c["counters"].get('specdec_undrafted_requests_total{reason="load"}', 0.0)})
+        print(f"{a['clients']:>7} {a['goodput']:>9.1f} {b['goodput']:>9.1f} {c['goodput']:>10.1f} "
+              f"{c['goodput'] / best:>8.3f}  {'yes' if ok else 'NO'}")
+    RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H%M%S%z")
+    out = RESULTS / f"breakeven-{stamp}.json"
+    out.write_text(json.dumps({"command": "bench/breakeven_sweep.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "levels")
+        + " --levels " + ",".join(map(str, args.levels)), "commit": commit(), "date": stamp, "simulated": True,
+        "profile": profile.model_dump(by_alias=True), "draftLen": draft_len, "model": model,
+        "profileBreakEven": truth, "tolerance": args.tolerance, "levels": rows,
+        "allOk": all(r["ok"] for r in rows)}, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Per deployment, what the load model (specdec.load_model) was fitted on and what it concluded: the windows of
+the target model's iterations, and the draft lengths by load with the break-even. Kept for the speculation
+monitor (specdec.monitor), which feeds it each window, and read by the reconciler for the runtime ConfigMap
+and status; thread-safe, since the two run on different threads."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from specdec import load_model, speculation
+from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+class LoadSchedules:
+    def __init__(self):
+        self._windows: dict[Key, deque[load_model.Window]] = {}
+        self._schedules: dict[Key, list[tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+
+    def break_even(self, namespace: str, name: str) -> int | None:
+        """The concurrency from which speculation stops paying, once the load model has a fit."""
+        with self._lock:
+            found = self._schedules.get((namespace, name))
+        return load_model.schedule_break_even(found) if found else None
+
+    def config_map_keys(self, namespace: str, name: str) -> dict[str, str]:
+        """The runtime ConfigMap's keys of the load model (none before a fit)."""
+        with self._lock:
+            found = self._schedules.get((namespace, name))
+        if not found:
+            return {}
+        keys = {SCHEDULE_KEY: load_model.format_schedule(found)}
+        break_even = load_model.schedule_break_even(found)
+        return keys if break_even is None else {**keys, BREAK_EVEN_KEY: str(break_even)}
+
+    def observe(self, key: Key, window: dict[str, float]) -> None:
+        """A window of the target's iterations (the Triton route counts them), kept for the fit."""
+        found = load_model.window_of(window)
+        if found is not None:
+            with self._lock:
+                self._windows.setdefault(key, deque(maxlen=load_model.WINDOWS_KEPT)).append(found)
+
+    def update(self, key: Key, m: speculation.Measurement, window: dict[str, float]) -> bool:
+        """Refit and recompute; True when the schedule moved enough to tell the pods."""
+        load = load_model.window_of(window)
+        measured_at = load.batch if load and m.cost_source == "Measured" else None
+        # Under a schedule the front sends shorter drafts than draft_len: acceptance and cost are those at the
+        # draft length it actually sent, on average (the measurement priced them at draft_len).
+        steps = window.get("steps", 0.0)
+        sent = window.get("draft", 0.0) / steps if steps > 0 else m.draft_len
+        alpha = speculation.alpha_from_tokens_per_step(m.tokens_per_step, sent)
+        cost = m.cost_ratio * m.draft_len / sent if m.cost_source == "Measured" else m.cost_ratio
+        with self._lock:
+            windows = list(self._windows.get(key, ()))
+        found = load_model.measured_schedule(windows, alpha, cost, measured_at, m.draft_len, sent)
+        with self._lock:
+            if found is None or not load_model.schedule_moved(self._schedules.get(key), found):
+                return False
+            self._schedules[key] = found
+        return True
+
+    def forget_gone(self, present: set[Key]) -> None:
+        with self._lock:
+            for table in (self._windows, self._schedules):
+                for key in [k for k in table if k not in present]:
+                    del table[key]
