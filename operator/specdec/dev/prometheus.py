@@ -19,6 +19,7 @@ the operator's /metrics (job `specdec-operator`), and every runtime pod found th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ import yaml
 
 from specdec.dev import toolchain
 from specdec.dev.cluster import ClusterError, LocalCluster
-from specdec.dev.processes import running_pid
+from specdec.dev.processes import running_pid, start_process
 from specdec.observability import alerts
 
 PINNED_VERSION = "3.16.0"
@@ -162,10 +163,7 @@ class Prometheus:
 
     def start(self) -> subprocess.Popen:
         """A process of its own (its session; pid file and log in the directory), with the web UI when built."""
-        with self.log.open("ab") as log:
-            process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                       cwd=self.ui_dir())
-        self.pid_file.write_text(str(process.pid))
+        process = start_process(self.argv(), self.pid_file, self.log, dict(os.environ), cwd=self.ui_dir())
         self.wait_ready(process)
         return process
 
