@@ -5,7 +5,9 @@ The condition SpeculationActive reads one window of the runtime pods' counters a
 
 - Drafting: draft tokens are proposed under traffic, at an acceptance like the deployment's own.
 - NotDrafting: the pods generated at least `min_tokens` tokens but proposed fewer than `min_draft_share`
-  draft tokens per generated token (none, in practice): the server stopped speculating. TensorRT-LLM's
+  draft tokens per generated token (none, in practice), or, where the route counts no tokens (the Triton
+  route without a tokenizer), served at least `min_requests` requests and proposed no draft token: the
+  server stopped speculating. TensorRT-LLM's
   SpeculationGate (PyTorch path, tensorrt_llm/_torch/speculative/speculation_gate.py @ 41080dc55e22)
   disables it for good once the mean accepted draft tokens per step over the last
   `acceptance_rate_window_size` completed requests falls below `acceptance_rate_threshold`;
@@ -35,6 +37,7 @@ DRAFTING, NOT_DRAFTING, COLLAPSED = "Drafting", "NotDrafting", "AcceptanceCollap
 class GuardPolicy:
     min_tokens: float = 64.0  # generated tokens in a window that make it a window with traffic
     min_draft_share: float = 0.01  # draft tokens per generated token below which nothing is drafted
+    min_requests: float = 8.0  # requests that make a window with traffic where no token is counted
     min_draft_tokens: float = 32.0  # draft tokens a window needs for its acceptance to count
     collapse_ratio: float = 0.5
     recover_ratio: float = 0.7
@@ -78,9 +81,12 @@ class GuardState:
 def evidence(state: GuardState, w: Window, policy: GuardPolicy) -> str | None:
     """What this window alone says; None: no traffic, or too little drafting to judge the acceptance."""
     if w.draft < policy.min_draft_tokens:
-        if w.tokens >= policy.min_tokens and w.draft < policy.min_draft_share * w.tokens:
+        counted = w.tokens > 0  # generated tokens, where the route counts them; else requests
+        traffic = w.tokens >= policy.min_tokens if counted else w.requests >= policy.min_requests
+        drafted = w.draft >= policy.min_draft_share * w.tokens if counted else w.draft > 0
+        if traffic and not drafted:
             return NOT_DRAFTING
-        return DRAFTING if w.draft > 0 and w.tokens >= policy.min_tokens else None
+        return DRAFTING if w.draft > 0 and traffic else None
     judged = state.baseline is not None and state.baseline_windows >= policy.warmup \
         and state.baseline_draft_len == w.draft_len
     if judged and w.acceptance <= policy.collapse_ratio * state.baseline:

@@ -19,11 +19,10 @@ from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
 from specdec.dev import simulation_profile
 from specdec.dev.podrunner import POD_SELECTOR, PodRunner
 from tests.cluster.test_operator import SD, example
-from tests.kube_helpers import Kube, wait_for
+from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
 
-FAST = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002}
 
 
 @contextlib.contextmanager
@@ -88,7 +87,7 @@ def test_runtime_pods_serve_live_speculation_numbers_that_follow_the_profile(
     sd.wait_ready()
     profiles = tmp_path / simulation_profile.FILE_NAME
     deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**FAST, "acceptance": 0.3})
+    simulation_profile.update(profiles, deployment, {**FAST_PROFILE, "acceptance": 0.3})
     pod = next(p for p in kube.core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR).items
                if p.status.phase == "Running")
     assert pod.status.pod_ip.startswith("127.64.")  # a GPU node's loopback pod network

@@ -13,14 +13,13 @@ from specdec import speculation
 from specdec.dev import simulation_profile
 from tests.cluster.test_operator import SD, example
 from tests.cluster.test_simulator import pod_runner
-from tests.kube_helpers import Kube, wait_for
+from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
 
 SCRAPE_SECONDS = 3.0
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"  # Triton route, draftLen 10
 # Many short requests: a window of a few seconds counts thousands of draft tokens.
-FAST = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002}
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def test_status_follows_the_acceptance_profile(kube: Kube, kubeconfig: Path, nam
     assert sd.condition("SpeculationEffective")["status"] == "Unknown"  # no traffic yet
     profiles = tmp_path / simulation_profile.FILE_NAME
     deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**FAST, "acceptance": 0.8, "costRatio": 0.02})
+    simulation_profile.update(profiles, deployment, {**FAST_PROFILE, "acceptance": 0.8, "costRatio": 0.02})
     with pod_runner(kubeconfig, tmp_path, namespace):
         high = expected_rate(0.8, 10)
         # The front polls Triton's metrics on its own schedule: the first windows may lack its times.
@@ -89,7 +88,7 @@ def test_auto_draft_len_converges_to_the_optimum_and_holds(kube: Kube, kubeconfi
     optimum = speculation.best_draft_len(alpha, cost, 1, 8)
     assert optimum == 2  # a draft of 4 wastes 14 % of the possible speedup: worth moving
     simulation_profile.update(tmp_path / simulation_profile.FILE_NAME, f"{namespace}/{sd.name}",
-                              {**FAST, "acceptance": alpha, "costRatio": cost, "noise": 0.05})
+                              {**FAST_PROFILE, "acceptance": alpha, "costRatio": cost, "noise": 0.05})
     with pod_runner(kubeconfig, tmp_path, namespace):
         wait_for(lambda: abs(speculation_status(sd).get("draftLen", 99) - optimum) <= 1 and sd,
                  f"draftLen within 1 of {optimum}", timeout=90)

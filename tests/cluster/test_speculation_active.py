@@ -16,13 +16,12 @@ from specdec.reconcile.serving import ANNOTATION_REARMED_AT
 from specdec.speculation_guard import GuardPolicy
 from tests.cluster.test_operator import SD, example
 from tests.cluster.test_simulator import pod_runner
-from tests.kube_helpers import Kube, wait_for
+from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
 
 SCRAPE_SECONDS = 3.0
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"  # Triton route, draftLen 10
-FAST = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002}
 # A flip needs GuardPolicy.windows windows of evidence; a window can straddle the profile change, and the
 # pod runner reads the profile within a second or two.
 FLIP_SECONDS = (GuardPolicy().windows + 1) * SCRAPE_SECONDS + 4.0
@@ -53,7 +52,7 @@ def test_drafting_off_and_acceptance_collapse_flip_the_guard_and_back(kube: Kube
     assert sd.condition("SpeculationActive")["status"] == "Unknown"  # no traffic yet
     profiles = tmp_path / simulation_profile.FILE_NAME
     deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**FAST, "acceptance": 0.8})
+    simulation_profile.update(profiles, deployment, {**FAST_PROFILE, "acceptance": 0.8})
     with pod_runner(kubeconfig, tmp_path, namespace):
         wait_active(sd, "True", "Drafting", timeout=60)
         time.sleep(4 * SCRAPE_SECONDS)  # the baseline warms up (GuardPolicy.warmup windows)
@@ -88,7 +87,7 @@ def test_rearm_restarts_the_runtime_pods_once_drafting_stayed_off(kube: Kube, ku
     sd = SD(kube, namespace, body)
     sd.wait_ready()
     profiles = tmp_path / simulation_profile.FILE_NAME
-    simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST, "drafting": False})
+    simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST_PROFILE, "drafting": False})
     with pod_runner(kubeconfig, tmp_path, namespace):
         wait_active(sd, "False", "NotDrafting", timeout=60)
         rearm = wait_for(lambda: (sd.get().get("status") or {}).get("rearm"), "status.rearm", timeout=60 + 30)

@@ -18,13 +18,12 @@ from specdec.observability import dashboard
 from specdec.dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
 from tests.cluster.test_operator import SD, example
 from tests.cluster.test_simulator import pod_runner
-from tests.kube_helpers import wait_for
+from tests.kube_helpers import FAST_PROFILE, wait_for
 from tests.observability.monitoring import fires_then_resolves, scraped_operator, up_jobs
 
 pytestmark = pytest.mark.cluster
 
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"  # Triton: measured draft and target time, draft length 10
-FAST = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002}
 SPECULATION_ALERTS = ("SpecdecSpeculationNotPayingOff", "SpecdecAcceptanceCollapsed")
 RUNTIME_ALERTS = (*SPECULATION_ALERTS, "SpecdecSpeculationNotDrafting")
 
@@ -39,7 +38,7 @@ def monitored(kube, kubeconfig: Path, namespace: str, operator_env: dict, tmp_pa
         sd = SD(kube, namespace, example(SAMPLE))
         sd.wait_ready()
         profiles = tmp_path / simulation_profile.FILE_NAME
-        simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST, "acceptance": acceptance})
+        simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST_PROFILE, "acceptance": acceptance})
         with pod_runner(kubeconfig, tmp_path, namespace):
             wait_for(lambda: up_jobs(server) == {OPERATOR_JOB, RUNTIME_JOB},
                      "Prometheus to scrape the operator and the runtime pod", timeout=60, interval=1)

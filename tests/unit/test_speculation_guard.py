@@ -123,3 +123,14 @@ def test_rearm_reads_the_last_restart_from_status_after_an_operator_restart():
     assert events[0][0] == "SpeculationRearmed" and "rolling restart 4" in events[0][1]
     assert not restarts_at(600.0) and not restarts_at(620.0, DRAFTING)  # drafting again: the count starts over
     assert not restarts_at(640.0) and not restarts_at(699.0) and restarts_at(700.0)
+
+
+def test_where_no_token_is_counted_requests_without_drafts_are_not_drafting():
+    """The Triton route without a tokenizer counts requests, not tokens: traffic is requests there."""
+    policy = GuardPolicy()
+    state = observe(GuardState(), Window(tokens=0, requests=20, draft=200, accepted=100, draft_len=4), policy)
+    assert state.verdict == "Drafting"
+    idle = Window(tokens=0, requests=policy.min_requests - 1, draft=0, accepted=0, draft_len=4)
+    assert observe(observe(state, idle, policy), idle, policy).verdict == "Drafting"  # too little traffic to tell
+    stopped = Window(tokens=0, requests=policy.min_requests, draft=0, accepted=0, draft_len=4)
+    assert observe(observe(state, stopped, policy), stopped, policy).verdict == "NotDrafting"
