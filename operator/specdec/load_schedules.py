@@ -36,16 +36,19 @@ class LoadSchedules:
         break_even = load_model.schedule_break_even(found)
         return keys if break_even is None else {**keys, BREAK_EVEN_KEY: str(break_even)}
 
-    def observe(self, key: Key, window: dict[str, float]) -> None:
-        """A window of the target's iterations (the Triton route counts them), kept for the fit."""
+    def observe(self, key: Key, window: dict[str, float]) -> load_model.Window | None:
+        """A window of the target's iterations (the Triton route counts them; None where none were), kept for
+        the fit."""
         found = load_model.window_of(window)
         if found is not None:
             with self._lock:
                 self._windows.setdefault(key, deque(maxlen=load_model.WINDOWS_KEPT)).append(found)
+        return found
 
-    def update(self, key: Key, m: speculation.Measurement, window: dict[str, float]) -> bool:
-        """Refit and recompute; True when the schedule moved enough to tell the pods."""
-        load = load_model.window_of(window)
+    def update(self, key: Key, m: speculation.Measurement, window: dict[str, float],
+               load: load_model.Window | None) -> bool:
+        """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
+        schedule moved enough to tell the pods."""
         measured_at = load.batch if load and m.cost_source == "Measured" else None
         # Under a schedule the front sends shorter drafts than draft_len: acceptance and cost are those at the
         # draft length it actually sent, on average (the measurement priced them at draft_len).

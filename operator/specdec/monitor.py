@@ -310,14 +310,14 @@ class SpeculationMonitor:
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
         fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(facts.drafter, facts.target,
                                                                                     facts.draft)
-        self.load.observe(key, window)
+        load = self.load.observe(key, window)
         m = speculation.measure(window, draft_len, pods, hi, fallback)
         if m is None:
             return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
         changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
-        return m, self.load.update(key, m, window) or changed
+        return m, self.load.update(key, m, window, load) or changed
 
     def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
                  m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,

@@ -10,7 +10,8 @@ import argparse
 import json
 import sys
 
-from specdec.dev import cluster, images, prometheus, real_node, simulated_steps, simulation_profile, toolchain
+from specdec.dev import (cluster, images, prometheus, prometheus_ui, real_node, simulated_steps, simulation_profile,
+                         toolchain)
 
 NEXT_STEPS = """
 Next (the first line points this shell at the cluster; every new shell needs it too):
@@ -73,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
             if args.prometheus or args.screenshot:
                 prometheus.ensure()
             if args.screenshot:
-                from specdec.dev import prometheus_ui  # npm and pnpm: only for this
-
                 prometheus_ui.ensure()
                 missing = toolchain.install_packages(BROWSER_PACKAGES, "the Prometheus UI screenshot")
                 if missing:
