@@ -4,9 +4,6 @@ the operator scrapes it, counts simulated speculation that follows the acceptanc
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,27 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec import speculation
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
 from specdec.dev import simulation_profile
-from specdec.dev.podrunner import POD_SELECTOR, PodRunner
+from specdec.dev.podrunner import POD_SELECTOR, in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster
-
-
-
-@contextlib.contextmanager
-def pod_runner(kubeconfig: Path, cluster_dir: Path, namespace: str):
-    """The pod runner on a loop of its own, in a thread, serving this namespace's pods."""
-    runner = PodRunner(kubeconfig, cluster_dir, namespace)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(runner.run(),), daemon=True)
-    thread.start()
-    try:
-        yield runner
-    finally:
-        loop.call_soon_threadsafe(runner.stop)
-        thread.join(30)
-        loop.close()
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -272,16 +272,21 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
 def install(cluster: LocalCluster, sample: bool = True, operator_metrics_port: int = 0) -> None:
     """CRDs, the operator (a local process: kwok pods run no containers; its /metrics on
     `operator_metrics_port`, 0 for none) and a sample deployment."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input="\n---\n".join(render_crds().values()))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
+    apply_crds(cluster)
     start_operator(cluster, operator_metrics_port)
     start_pod_runner(cluster)
     if sample:
         text = resources.files("specdec").joinpath("examples", SAMPLE).read_text()
         cluster.kubectl("apply", "-n", "default", "-f", "-", input=text)
         _log(f"applied sample {SAMPLE} in namespace default")
+
+
+def apply_crds(cluster: LocalCluster) -> None:
+    """Install (or update) the CRDs and wait until the API server serves them."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input="\n---\n".join(render_crds().values()))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
 
 
 def start_operator(cluster: LocalCluster, metrics_port: int = 0) -> None:

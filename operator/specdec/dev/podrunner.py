@@ -14,6 +14,9 @@ re-read when it changes and applies to running pods at once. One asyncio loop se
 threads watch Pods and ConfigMaps (the kubernetes client blocks).
 
     python -m specdec.dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
+
+In a process that drives the pods itself (the cluster tests, bench/breakeven_cluster.py), `in_thread` runs a
+runner on an event loop of its own, on which the caller's coroutines can run too.
 """
 
 from __future__ import annotations
@@ -321,6 +324,35 @@ class PodRunner:
         for running in self.running.values():
             running.backend.profile = simulation_profile.resolve(self._profiles, running.deployment)
         log.info("profiles from %s applied", self.profile_path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Threaded:
+    """A PodRunner serving on `loop`, in a thread of this process."""
+
+    runner: PodRunner
+    loop: asyncio.AbstractEventLoop
+
+    def run(self, coroutine, timeout: float | None = None):
+        """Run a coroutine on the runner's loop (beside the pods' servers, as one process runs them: no second
+        loop contends with them for the GIL) and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+
+@contextlib.contextmanager
+def in_thread(kubeconfig: Path, cluster_dir: Path, namespace: str | None = None):
+    """Serve the runtime pods (of `namespace`) from a thread until the block ends; yields a Threaded."""
+    runner = PodRunner(kubeconfig, cluster_dir, namespace)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(runner.run(),), daemon=True,
+                              name="specdec-pod-runner")
+    thread.start()
+    try:
+        yield Threaded(runner, loop)
+    finally:
+        loop.call_soon_threadsafe(runner.stop)
+        thread.join(30)
+        loop.close()
 
 
 def _serving(pod: dict[str, Any]) -> bool:

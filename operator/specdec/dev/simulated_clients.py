@@ -1,9 +1,11 @@
-"""Simulated clients of a runtime pod in the local cluster: an open-loop load of /v1/completions.
+"""Simulated clients of a runtime pod in the local cluster: loads of /v1/completions.
 
-Arrivals are a Poisson process at the profile's `requestsPerSecond`, each asking for `maxTokens` (half of them
-streamed); they do not
-wait for earlier answers (open loop), except that a pod with MAX_IN_FLIGHT requests outstanding drops new
-arrivals, so an overloaded simulation does not snowball.
+- open loop (the pod runner's own, `open_loop`): arrivals are a Poisson process at the profile's
+  `requestsPerSecond`, each asking for `maxTokens` (half of them streamed); they do not wait for earlier
+  answers, except that a pod with MAX_IN_FLIGHT requests outstanding drops new arrivals, so an overloaded
+  simulation does not snowball;
+- closed loop (`closed_loop`, for a sweep over concurrency): N clients, each sending its next request when its
+  last is answered, so N requests are in flight all along.
 """
 
 from __future__ import annotations
@@ -53,3 +55,22 @@ async def open_loop(session: aiohttp.ClientSession, url: str, profile: Callable[
     finally:
         for task in in_flight:
             task.cancel()
+
+
+async def closed_loop(session: aiohttp.ClientSession, url: str, clients: int, max_tokens: int, stop: asyncio.Event,
+                      headers: dict[str, str] | None = None) -> int:
+    """`clients` clients sending completions to `url` one after another until `stop` is set; returns the requests
+    answered. A failed request ends the load with its error: a sweep that measured failures measured nothing."""
+    answered = 0
+
+    async def client() -> None:
+        nonlocal answered
+        while not stop.is_set():
+            async with session.post(url, json={"prompt": PROMPT, "max_tokens": max_tokens},
+                                    headers=headers) as response:
+                await response.read()
+                response.raise_for_status()
+            answered += 1
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return answered
