@@ -44,7 +44,7 @@ def test_the_front_stops_drafting_above_the_operators_break_even_and_resumes_bel
     assert load_keys(kube, namespace, name) == {}  # nothing measured yet: no break-even
     with pod_runner(kubeconfig, tmp_path, namespace) as served:
         pod = ServedPod.find(served, kube, namespace)
-        keys = wait_for_fit(pod, kube, namespace, name, timeout=120, seconds=6.0, max_tokens=MAX_TOKENS)
+        keys = wait_for_fit(pod, kube, namespace, name, timeout=120, seconds=12.0, max_tokens=MAX_TOKENS)
         break_even = int(keys[BREAK_EVEN_KEY])
         # The fit is of measured windows (the event loop's own time per step is in them): near the profile's own.
         truth = profile_break_even_of(profile, deployment()["spec"]["speculation"]["draftTarget"]["draftLen"])
