@@ -14,14 +14,18 @@ as files), with the sweep's profile and no simulated clients of its own; the swe
 the pod runner's event loop and send to the pod's front. Policies:
 - on: the operator stopped (the pod keeps serving), so no break-even and no draft lengths by load are fitted or
   written: the front drafts 4 tokens at every load, as before the load model;
-- off: the same, every request opting out (header X-Specdec-Speculation: off): the front sends no draft tokens;
+- off: every request opts out (header X-Specdec-Speculation: off): the front sends no draft tokens; measured
+  beside on, and again beside auto;
 - auto: the operator started again; closed-loop load at CALIBRATION clients in turn until its speculation
   monitor, scraping the pod's /metrics, has fitted the step time and written `speculation_break_even` and
   `speculation_draft_lens` into the runtime ConfigMap, and the front has read them (its gauge
   specdec_speculation_break_even); then the sweep up and back down, the operator still running (it may refit).
-Nothing the operator owns is written by the bench. Goodput is the simulated Triton's own count of generated
-tokens (in this process) per second of wall time; the front's counters (scraped from the pod) show per level
-the requests sent with drafts and those sent without because of the load (the gate). Every number is simulated.
+At each level the policies of a phase take turns, so the shared machine's drift stays out of their comparison;
+auto is compared with on (operator-stopped phase) and with the off measured beside it, and the two measurements
+of off show the drift between the phases. Nothing the operator owns is written by the bench. Goodput is the
+simulated Triton's own count of generated tokens (in this process) per second of wall time; the front's counters
+(scraped from the pod) show per level the requests sent with drafts and those sent without because of the load
+(the gate). Every number is simulated.
 Results: bench/results/breakeven-<timestamp>.json and the tables on stdout.
 """
 
@@ -144,12 +148,15 @@ def wait_for_fit(pod: ServedPod, kube: Kube, namespace: str, name: str, timeout:
 
 
 def legs(pod: ServedPod, kube: Kube, namespace: str, name: str, levels: list[int], args: argparse.Namespace,
-         headers: dict[str, str] | None = None) -> list[dict]:
-    """One sweep over `levels`, with the ConfigMap's load keys after each level."""
-    out = []
+         policies: dict[str, dict[str, str] | None]) -> dict[str, list[dict]]:
+    """A sweep over `levels`, each policy (its requests' headers) in turn at each level, so a drift of the shared
+    machine's load between policies stays small; the ConfigMap's load keys after each."""
+    out: dict[str, list[dict]] = {policy: [] for policy in policies}
     for clients in levels:
-        out.append({**pod.level(clients, args, headers), "configMap": load_keys(kube, namespace, name)})
-        print(f"  {clients:>4} clients: {out[-1]['goodput']:8.1f} tok/s", flush=True)
+        for policy, headers in policies.items():
+            out[policy].append({**pod.level(clients, args, headers), "configMap": load_keys(kube, namespace, name)})
+        print(f"  {clients:>4} clients: " + ", ".join(f"{policy} {out[policy][-1]['goodput']:7.1f}"
+                                                    for policy in policies) + " tok/s", flush=True)
     return out
 
 
@@ -157,6 +164,20 @@ def gate_summary(rows: list[dict]) -> str:
     """Where the front stopped and resumed drafting, from the requests it sent without drafts for the load."""
     off = [r["clients"] for r in rows if r["autoUndrafted"] > r["autoDrafted"]]
     return f"mostly undrafted at {off} clients" if off else "drafted at every level"
+
+
+def table(on: list[dict], stopped_off: list[dict], leg: dict[str, list[dict]], tolerance: float) -> list[dict]:
+    """compare() of auto with on (same level, operator stopped) and off (measured beside it); and off as measured
+    with the operator stopped, beside the off measured now: the machine's drift between the two phases."""
+    at = {r["clients"]: i for i, r in enumerate(on)}
+    rows = compare([on[at[r["clients"]]] for r in leg["auto"]], leg["off"], leg["auto"], tolerance)
+    for row, auto in zip(rows, leg["auto"]):
+        row["offOperatorStopped"] = round(stopped_off[at[row["clients"]]]["goodput"], 1)
+        row["configMap"] = auto["configMap"]
+    drift = [abs(r["off"] / r["offOperatorStopped"] - 1) for r in rows]
+    print(f"off measured twice (operator stopped, beside auto): mean difference {sum(drift) / len(drift):.1%}, "
+          f"largest {max(drift):.1%}")
+    return rows
 
 
 def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, workdir: Path) -> dict:
@@ -172,10 +193,8 @@ def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, 
         with in_thread(kubeconfig, workdir, namespace) as served:
             pod = ServedPod.find(served, kube, namespace)
             operator.stop()  # on and off: nothing fits or writes the load keys
-            print("on (operator stopped)", flush=True)
-            on = legs(pod, kube, namespace, name, args.levels, args)
-            print("off (every request opts out)", flush=True)
-            off = legs(pod, kube, namespace, name, args.levels, args, OFF)
+            print("on and off, the operator stopped", flush=True)
+            stopped = legs(pod, kube, namespace, name, args.levels, args, {"on": None, "off": OFF})
             operator.start()
             started = time.monotonic()
             try:
@@ -186,19 +205,18 @@ def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, 
             fit_seconds = time.monotonic() - started
             status = wait_for(lambda: (s := speculation_status(kube, namespace, name)).get("breakEven") and s,
                               "status.speculation.breakEven", timeout=60)
-            print(f"auto: the operator wrote {fitted} after {fit_seconds:.0f}s of load; status.speculation.breakEven "
-                  f"{status['breakEven']}", flush=True)
-            up = legs(pod, kube, namespace, name, args.levels, args)
-            down = legs(pod, kube, namespace, name, args.levels[-2::-1], args)
+            print(f"auto and off: the operator wrote {fitted} after {fit_seconds:.0f}s of load; "
+                  f"status.speculation.breakEven {status['breakEven']}", flush=True)
+            up = legs(pod, kube, namespace, name, args.levels, args, {"auto": None, "off": OFF})
+            print("down", flush=True)
+            down = legs(pod, kube, namespace, name, args.levels[-2::-1], args, {"auto": None, "off": OFF})
             final = load_keys(kube, namespace, name), speculation_status(kube, namespace, name)
     finally:
         operator.stop()
-    at = {r["clients"]: i for i, r in enumerate(on)}
     print("\nup")
-    rows_up = compare(on, off, up, args.tolerance)
+    rows_up = table(stopped["on"], stopped["off"], up, args.tolerance)
     print("down")
-    rows_down = compare([on[at[r["clients"]]] for r in down], [off[at[r["clients"]]] for r in down], down,
-                        args.tolerance)
+    rows_down = table(stopped["on"], stopped["off"], down, args.tolerance)
     draft_len = deployment()["spec"]["speculation"]["draftTarget"]["draftLen"]
     profile_break_even = profile_break_even_of(profile, draft_len)
     print(f"\nbreak-even: the operator's fit {fitted.get(BREAK_EVEN_KEY)} (after the sweep "
@@ -206,8 +224,6 @@ def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, 
           f"{profile_break_even}; draft lengths by load {fitted.get(SCHEDULE_KEY)} "
           f"(after the sweep {final[0].get(SCHEDULE_KEY)})")
     print(f"gate: up {gate_summary(rows_up)}; down {gate_summary(rows_down)}")
-    for row, leg in zip(rows_up + rows_down, up + down):
-        row["configMap"] = leg["configMap"]
     return {"cluster": TEST_CLUSTER_NAME, "profile": profile_entry(profile), "draftLen": draft_len,
             "scrapeSeconds": args.scrape_seconds,
             "operator": {"fitted": fitted, "fitSeconds": round(fit_seconds, 1), "statusAtFit": status,

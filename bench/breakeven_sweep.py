@@ -149,12 +149,12 @@ def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     assert m is not None, "the lightest level of the on sweep did not speculate"
     windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
                                                  load_model.COUNTERS.items()}) for r in on + off) if w]
-    fit = load_model.fit_step_time(windows, m.cost_ratio)
     found = load_model.measured_schedule(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)
-    assert fit is not None and found is not None, "not enough windows to fit the step time"
-    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "windows": len(windows),
-            "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
-            "breakEven": load_model.schedule_break_even(found), "draftLens": load_model.format_schedule(found)}
+    assert found is not None, "not enough windows to fit the step time"
+    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "costRatio": found.cost_ratio,
+            "windows": len(windows), "floorSeconds": found.step_time.floor,
+            "secondsPerToken": found.step_time.per_token, "breakEven": load_model.schedule_break_even(found.schedule),
+            "draftLens": load_model.format_schedule(found.schedule)}
 
 
 async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path,

@@ -18,6 +18,7 @@ class LoadSchedules:
     def __init__(self):
         self._windows: dict[Key, deque[load_model.Window]] = {}
         self._schedules: dict[Key, list[tuple[int, int]]] = {}
+        self._costs: dict[Key, float] = {}  # the draft's cost at the target's batch, as last measured
         self._lock = threading.Lock()
 
     def break_even(self, namespace: str, name: str) -> int | None:
@@ -49,24 +50,35 @@ class LoadSchedules:
                load: load_model.Window | None) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
         schedule moved enough to tell the pods."""
-        measured_at = load.batch if load and m.cost_source == "Measured" else None
         # Under a schedule the front sends shorter drafts than draft_len: acceptance and cost are those at the
         # draft length it actually sent, on average (the measurement priced them at draft_len).
         steps = window.get("steps", 0.0)
         sent = window.get("draft", 0.0) / steps if steps > 0 else m.draft_len
         alpha = speculation.alpha_from_tokens_per_step(m.tokens_per_step, sent)
-        cost = m.cost_ratio * m.draft_len / sent if m.cost_source == "Measured" else m.cost_ratio
+        # The route's times price the draft against the target at the batch they were measured at: only a window
+        # that timed both at a batch it knows gives the draft's cost at the target's batch. Any other window
+        # (the monitor's cost of an earlier window, at another batch; a window whose batch the front did not
+        # count) keeps the cost found last, or takes its own, at face value, before there is one.
+        timed = window.get("draft_seconds", 0.0) > 0 and window.get("target_seconds", 0.0) > 0
         with self._lock:
-            windows = list(self._windows.get(key, ()))
+            windows, known = list(self._windows.get(key, ())), self._costs.get(key)
+        if timed and load is not None:
+            cost, measured_at = m.cost_ratio * m.draft_len / sent, load.batch
+        elif known is not None:
+            cost, measured_at = known, None
+        else:
+            cost, measured_at = m.cost_ratio * m.draft_len / sent if timed else m.cost_ratio, None
         found = load_model.measured_schedule(windows, alpha, cost, measured_at, m.draft_len, sent)
         with self._lock:
-            if found is None or not load_model.schedule_moved(self._schedules.get(key), found):
+            if found is not None and measured_at is not None:
+                self._costs[key] = found.cost_ratio
+            if found is None or not load_model.schedule_moved(self._schedules.get(key), found.schedule):
                 return False
-            self._schedules[key] = found
+            self._schedules[key] = found.schedule
         return True
 
     def forget_gone(self, present: set[Key]) -> None:
         with self._lock:
-            for table in (self._windows, self._schedules):
+            for table in (self._windows, self._schedules, self._costs):
                 for key in [k for k in table if k not in present]:
                     del table[key]

@@ -27,16 +27,18 @@ class Pod:
         self.spec = {"draft": 0.0, "accepted": 0.0, "steps": 0.0, "draft_s": 0.0, "target_s": 0.0}
         self.load = {key: 0.0 for key in load_model.COUNTERS}
 
-    def window(self, n: int, iterations: int = 100) -> str:
+    def window(self, n: int, iterations: int = 100, timed: bool = True, counted: bool = True) -> str:
+        """`timed`: the front polled Triton's compute times in the window; `counted`: and counted the target's
+        iterations (it does not where Triton idled)."""
         accepted = (speculation.tokens_per_step(ALPHA, K) - 1) * iterations
         for key, value in (("draft", K * iterations), ("accepted", accepted), ("steps", iterations),
-                           ("draft_s", iterations * n * K * COST * T(n)),
-                           ("target_s", iterations * n * T(n * (K + 1)))):
+                           ("draft_s", iterations * n * K * COST * T(n) * timed),
+                           ("target_s", iterations * n * T(n * (K + 1)) * timed)):
             self.spec[key] += value
         for key, value in (("iterations", iterations),
                            ("iteration_seconds", iterations * load_model.step_seconds(T, n, K, COST)),
                            ("batch_sequences", iterations * n), ("batch_draft_tokens", iterations * n * K)):
-            self.load[key] += value
+            self.load[key] += value * counted
         s = self.spec
         return metrics_text(s["draft"], s["accepted"], s["steps"], draft_len=K, draft_s=s["draft_s"],
                             target_s=s["target_s"]) + load_text(self.load)
@@ -72,6 +74,27 @@ def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(ri
     store.remove("SpeculativeDeployment", "ns", "llama")
     monitor.run_once(now=75.0)
     assert monitor.load.break_even("ns", "llama") is None  # forgotten with the deployment
+
+
+def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(rig):  # noqa: F811
+    """The route's times price the draft against the target at the window's batch. A window without its own times
+    (the monitor falls back on the cost of an earlier window, measured at another batch) or whose batch the front
+    did not count (Triton idled, as under light load) must not move the fit."""
+    store, (a, _), monitor, events, enqueued, port = rig
+    store.put(sd(draft_len=K, port=port))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    counted = Pod()
+    a.text = counted.window(1)
+    monitor.run_once(now=0.0)
+    for i, n in enumerate((1, 4, 2, 16)):
+        a.text = counted.window(n)
+        monitor.run_once(now=15.0 * (i + 1))
+    assert monitor.load.break_even("ns", "llama") == 47
+    for i, (timed, counted_batch) in enumerate(((False, False), (True, False), (False, True))):
+        a.text = counted.window(1, timed=timed, counted=counted_batch)
+        monitor.run_once(now=75.0 + 15.0 * i)
+        assert monitor.load.config_map_keys("ns", "llama") == {BREAK_EVEN_KEY: "47",
+                                                               SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}, (timed, counted_batch)
 
 
 def test_the_config_map_carries_the_break_even_beside_the_draft_length():
