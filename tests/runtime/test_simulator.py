@@ -274,6 +274,49 @@ def test_simulated_clients_arrive_at_the_profiles_rate():
     assert run(scenario(0.0)) == 0
 
 
+def test_closed_loop_clients_keep_their_number_in_flight_with_lengths_around_the_mean():
+    lengths: list[int] = []
+    in_flight, most = 0, 0
+
+    async def completions(request: web.Request) -> web.Response:
+        nonlocal in_flight, most
+        lengths.append((await request.json())["max_tokens"])
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return web.json_response({})
+
+    async def scenario() -> int:
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        stop = asyncio.Event()
+        async with serving(app) as url, aiohttp.ClientSession() as session:
+            load = asyncio.create_task(simulated_clients.closed_loop(session, f"{url}/v1/completions", 5, 32, stop))
+            await asyncio.sleep(0.5)
+            stop.set()
+            return await load
+
+    answered = asyncio.run(scenario())
+    assert most == 5 and answered == len(lengths) > 50
+    assert min(lengths) >= 16 and max(lengths) <= 48 and len(set(lengths)) > 10  # clients do not run in step
+    assert 28 <= statistics.mean(lengths) <= 36
+
+
+def test_closed_loop_clients_stop_at_a_failed_request():
+    async def completions(_request: web.Request) -> web.Response:
+        return web.json_response({"error": "down"}, status=503)
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        async with serving(app) as url, aiohttp.ClientSession() as session:
+            await simulated_clients.closed_loop(session, f"{url}/v1/completions", 2, 8, asyncio.Event())
+
+    with pytest.raises(aiohttp.ClientResponseError, match="503"):
+        asyncio.run(scenario())
+
+
 def test_config_volume_files_follow_the_config_map(tmp_path):
     volume = tmp_path / "config"
     write_volume(volume, {"runtime.json": "{}", "draft_len": "4"})

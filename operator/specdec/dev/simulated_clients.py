@@ -5,7 +5,7 @@
   answers, except that a pod with MAX_IN_FLIGHT requests outstanding drops new arrivals, so an overloaded
   simulation does not snowball;
 - closed loop (`closed_loop`, for a sweep over concurrency): N clients, each sending its next request when its
-  last is answered, so N requests are in flight all along.
+  last is answered, so N requests are in flight all along (their lengths vary around a mean).
 """
 
 from __future__ import annotations
@@ -58,16 +58,20 @@ async def open_loop(session: aiohttp.ClientSession, url: str, profile: Callable[
 
 
 async def closed_loop(session: aiohttp.ClientSession, url: str, clients: int, max_tokens: int, stop: asyncio.Event,
-                      headers: dict[str, str] | None = None) -> int:
+                      headers: dict[str, str] | None = None, seed: int = 0) -> int:
     """`clients` clients sending completions to `url` one after another until `stop` is set; returns the requests
-    answered. A failed request ends the load with its error: a sweep that measured failures measured nothing."""
+    answered. Each asks for a length drawn uniformly from half to one and a half times `max_tokens` (the mean):
+    identical requests without drafts would all end at the same step and leave the batch empty while they are
+    answered and sent again, a lockstep no real load has. A failed request ends the load with its error: a sweep
+    that measured failures measured nothing."""
+    rng = random.Random(seed)
     answered = 0
 
     async def client() -> None:
         nonlocal answered
         while not stop.is_set():
-            async with session.post(url, json={"prompt": PROMPT, "max_tokens": max_tokens},
-                                    headers=headers) as response:
+            tokens = rng.randint(max(max_tokens // 2, 1), max_tokens * 3 // 2)
+            async with session.post(url, json={"prompt": PROMPT, "max_tokens": tokens}, headers=headers) as response:
                 await response.read()
                 response.raise_for_status()
             answered += 1
