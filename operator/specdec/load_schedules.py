@@ -57,8 +57,9 @@ class LoadSchedules:
         alpha = speculation.alpha_from_tokens_per_step(m.tokens_per_step, sent)
         # The route's times price the draft against the target at the batch they were measured at: only a window
         # that timed both at a batch it knows gives the draft's cost at the target's batch. Any other window
-        # (the monitor's cost of an earlier window, at another batch; a window whose batch the front did not
-        # count) keeps the cost found last, or takes its own, at face value, before there is one.
+        # keeps the cost found so; before there is one, an estimate (already that cost) is taken as it is, and
+        # a measured ratio whose batch is not known (the monitor's cost of an earlier window; a window whose
+        # batch the front did not count) is not used: the schedule waits.
         timed = window.get("draft_seconds", 0.0) > 0 and window.get("target_seconds", 0.0) > 0
         with self._lock:
             windows, known = list(self._windows.get(key, ())), self._costs.get(key)
@@ -66,8 +67,10 @@ class LoadSchedules:
             cost, measured_at = m.cost_ratio * m.draft_len / sent, load.batch
         elif known is not None:
             cost, measured_at = known, None
+        elif m.cost_source != "Measured":
+            cost, measured_at = m.cost_ratio, None
         else:
-            cost, measured_at = m.cost_ratio * m.draft_len / sent if timed else m.cost_ratio, None
+            return False
         found = load_model.measured_schedule(windows, alpha, cost, measured_at, m.draft_len, sent)
         with self._lock:
             if found is not None and measured_at is not None:

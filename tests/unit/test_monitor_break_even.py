@@ -97,6 +97,28 @@ def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(
                                                                SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}, (timed, counted_batch)
 
 
+def test_no_break_even_from_a_measured_cost_whose_batch_is_not_known(rig):  # noqa: F811
+    """Enough windows for a fit, but the latest without its own times: the monitor's cost is that of an earlier
+    window, at its batch, before the load model could bring any to the target's batch. Nothing is written until
+    a window timed at a counted batch gives the cost."""
+    store, (a, _), monitor, events, enqueued, port = rig
+    store.put(sd(draft_len=K, port=port))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    counted = Pod()
+    a.text = counted.window(1)
+    monitor.run_once(now=0.0)
+    for i, n in enumerate((1, 4, 2)):
+        a.text = counted.window(n)
+        monitor.run_once(now=15.0 * (i + 1))
+    a.text = counted.window(16, timed=False)
+    monitor.run_once(now=60.0)
+    assert monitor.published("ns", "llama", 1).status["costRatioSource"] == "Measured"  # of the window at 2
+    assert monitor.load.config_map_keys("ns", "llama") == {}
+    a.text = counted.window(16)
+    monitor.run_once(now=75.0)
+    assert monitor.load.config_map_keys("ns", "llama") == {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}
+
+
 def test_the_config_map_carries_the_break_even_beside_the_draft_length():
     p = plan({"apiVersion": "specdec.io/v1alpha1", **sd(draft_len="auto")}, Settings())
     data = build_config_map(p, "uid", 5, {BREAK_EVEN_KEY: "17", SCHEDULE_KEY: "1:2 17:0"})["data"]
