@@ -34,6 +34,7 @@ from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY, RuntimeConf
 from specdec.runtime import triton
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
+from specdec.runtime.in_flight import InFlight
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import invalid
@@ -91,10 +92,12 @@ class TritonRoute(Route):
         self.schedule: list[tuple[int, int]] | None = None  # None: draft_len below the break-even
         self._schedule_text: str | None = None
         self._gate = load_model.Gate()
-        self.in_flight = 0  # requests at Triton now: the sequences of its batch
-        self._sent_draft_len = 0  # num_draft_tokens of the latest request
+        self.load = InFlight()  # requests at Triton: the sequences of its batch
         self._iteration: dict[str, float] = {}  # the target model's latest iteration gauges
-        self._idled = False  # no request at Triton at some moment since the last poll
+
+    @property
+    def in_flight(self) -> int:
+        return self.load.requests
 
     def known_draft_len(self) -> int | None:
         return self.backend.draft_len
@@ -160,29 +163,29 @@ class TritonRoute(Route):
         log.info("draft lengths by load: %s", text if self.schedule else "none")
 
     def _draft_len_now(self, opted_out: bool) -> int:
-        """num_draft_tokens for a request joining the batch of `in_flight` requests."""
-        self._gate = self._gate.next(self.in_flight, self.break_even)
+        """num_draft_tokens for a request joining the batch of `in_flight` requests (itself counted)."""
+        in_flight = self.in_flight + 1
+        self._gate = self._gate.next(in_flight, self.break_even)
         assert self.draft_len is not None  # the Triton route always has one
         if opted_out or not self._gate.drafting:
             self.metrics.undrafted("opt_out" if opted_out else "load")
             return 0
         if self.schedule:  # 0 there only inside the gate's band: the shortest draft
-            return min(self.draft_len, max(load_model.scheduled_draft_len(self.schedule, self.in_flight), 1))
+            return min(self.draft_len, max(load_model.scheduled_draft_len(self.schedule, in_flight), 1))
         return self.draft_len
 
     def _count_iterations(self, text: str) -> None:
-        """The target model's iterations since the last poll, at the batch its latest one held. An interval in
-        which Triton was idle at some moment is not counted: the time between its iterations would include the
-        wait for requests, not only steps."""
+        """The target model's iterations since the last poll, at the batch its latest one held, where the load
+        held steady (specdec.runtime.in_flight), with the mean draft length of the interval's sequences."""
         now = triton_iteration_gauges(text, triton.TARGET_MODEL)
         before, self._iteration = self._iteration, now
-        idled, self._idled = self._idled, self.in_flight == 0
-        if idled or {"iterations", "timestamp_us"} - now.keys() or {"iterations", "timestamp_us"} - before.keys():
+        draft_len = self.load.interval()
+        if draft_len is None or {"iterations", "timestamp_us"} - now.keys() or \
+                {"iterations", "timestamp_us"} - before.keys():
             return
         iterations = now["iterations"] - before["iterations"]
         seconds = (now["timestamp_us"] - before["timestamp_us"]) / 1e6
-        self.metrics.target_iterations(iterations, seconds, now.get("generation_requests", 0.0),
-                                       self._sent_draft_len)
+        self.metrics.target_iterations(iterations, seconds, now.get("generation_requests", 0.0), draft_len)
 
     def _read_draft_len(self) -> None:
         """The operator's live draft length: the file's value when it is one, the configured length without
@@ -250,13 +253,12 @@ class TritonRoute(Route):
     async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int,
                           opted_out: bool) -> dict[str, Any]:
         sampling, started = self._sampling(body), time.monotonic()
-        self.in_flight += 1
+        draft_len = self._draft_len_now(opted_out)
+        self.load.join(draft_len)
         try:
-            draft_len = self._sent_draft_len = self._draft_len_now(opted_out)
             data = await self._generate(prompt, max_tokens, sampling, draft_len)
         finally:
-            self.in_flight -= 1
-            self._idled |= self.in_flight == 0
+            self.load.leave(draft_len)
         seconds = time.monotonic() - started
         text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
         usage = self._usage(prompt, text)
