@@ -65,6 +65,7 @@ class Facts:
     draft_len: int | None
     draft_len_range: tuple[int, int]
     auto: bool
+    restarts: bool  # a new draft length takes new pods (trtllm-serve reads it at start)
     port: int
     rearm_cooldown: float | None  # speculation.rearm: None when off
 
@@ -93,7 +94,7 @@ def facts_of(sd: dict[str, Any]) -> Facts | None:
     return Facts(generation=sd["metadata"].get("generation"), drafter=mode.drafter, target=spec.target.model,
                  draft=draft.model if draft else None, draft_len=draft_len,
                  draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-                 auto=mode.auto_draft_len(block), port=spec.runtime.port,
+                 auto=mode.auto_draft_len(block), restarts=spec.backend == "pytorch", port=spec.runtime.port,
                  rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None)
 
 
@@ -134,6 +135,7 @@ class SpeculationMonitor:
     def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
                  interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
                  policy: speculation.AutoPolicy = speculation.AutoPolicy(),
+                 rollout_policy: speculation.AutoPolicy = speculation.rollout_policy(900.0, 15.0),
                  guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
                  wall_clock: Callable[[], float] = time.time):
         self.store = store
@@ -142,7 +144,8 @@ class SpeculationMonitor:
         self.interval = interval
         self.refresh_seconds = refresh_seconds
         self.active = active
-        self.policy = policy
+        self.policy = policy  # draftLen: auto where a change is live (the Triton route)
+        self.rollout_policy = rollout_policy  # where a change is a rollout (trtllm-serve)
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
@@ -316,7 +319,7 @@ class SpeculationMonitor:
             return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
-        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
+        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi, facts.restarts)
         return m, self.load.update(key, m, window, load) or changed
 
     def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
@@ -356,12 +359,13 @@ class SpeculationMonitor:
         self.enqueue(*key)
 
     def _autopilot(self, sd: dict[str, Any], key: tuple[str, str], m: speculation.Measurement,
-                   lo: int, hi: int) -> bool:
+                   lo: int, hi: int, restarts: bool) -> bool:
         with self._guard:
             asked = self._choices.get(key)
         if asked is not None and asked != m.draft_len:
-            return False  # the pods have not taken up the last choice yet (the kubelet refreshes within a minute)
-        state, choice = speculation.decide(self._auto.get(key, speculation.AutoState()), m, lo, hi, self.policy)
+            return False  # the pods have not taken up the last choice yet (a ConfigMap refresh, or a rollout)
+        policy = self.rollout_policy if restarts else self.policy
+        state, choice = speculation.decide(self._auto.get(key, speculation.AutoState()), m, lo, hi, policy)
         self._auto[key] = state
         if choice is None:
             return False
@@ -372,7 +376,9 @@ class SpeculationMonitor:
         self.post_event(sd, "DraftLenChanged",
                         f"draftLen {m.draft_len} -> {choice}: per-token acceptance {state.alpha:.2f} (measured "
                         f"acceptance {m.acceptance_rate:.2f} at draftLen {m.draft_len}), draft cost "
-                        f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x")
+                        f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x"
+                        + ("; trtllm-serve reads it at start: rolling the pods (a new pod ready before an old one "
+                           "goes)" if restarts else ""))
         return True
 
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:

@@ -172,6 +172,14 @@ class AutoState:
 SMOOTHING = 0.5  # weight of the newest window in the smoothed acceptance
 
 
+def rollout_policy(min_interval_seconds: float, window_seconds: float) -> AutoPolicy:
+    """The damping where a change restarts the pods (trtllm-serve takes its draft length at start): a larger
+    predicted gain, a third confirmation, and at least `min_interval_seconds` of windows between changes."""
+    default = AutoPolicy()
+    return AutoPolicy(min_gain=0.05, confirmations=3,
+                      cooldown=max(default.cooldown, math.ceil(min_interval_seconds / window_seconds)))
+
+
 def decide(state: AutoState, m: Measurement, lo: int, hi: int,
            policy: AutoPolicy = AutoPolicy()) -> tuple[AutoState, int | None]:
     """The next state, and the draft length to switch to (None: keep the current one)."""

@@ -66,8 +66,6 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("draft-len-above-max-draft-len", spec(speculation=draft_target(draftLen=8, maxDraftLen=4)), "draftLen"),
     ("draft-len-word-not-auto", spec(speculation=draft_target(draftLen="max")), "draftLen"),
     ("auto-draft-len-without-max-draft-len", spec(speculation=draft_target(draftLen="auto")), "maxDraftLen"),
-    ("pytorch-auto-draft-len",
-     spec(backend="pytorch", speculation=draft_target(draftLen="auto", maxDraftLen=8)), "draftLen"),
     ("temperature-with-greedy", spec(speculation=redrafter(greedy=True, temperature=0.7)), "temperature"),
     ("kv-cache-fp8-without-fp8-quantization",
      spec(target={"model": TARGET, "kvCacheDtype": "fp8"}), "kvCacheDtype"),
@@ -206,7 +204,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
 CEL: frozenset[str] = frozenset({
     *(f"{m.name}-without-block" for m in MODES.values() if m.block),
     "devices-longer-than-tp", "draft-target-and-redrafter-blocks",
-    "draft-len-above-max-draft-len", "auto-draft-len-without-max-draft-len", "pytorch-auto-draft-len",
+    "draft-len-above-max-draft-len", "auto-draft-len-without-max-draft-len",
     "temperature-with-greedy", "kv-cache-fp8-without-fp8-quantization",
     "draft-target-without-block-reuse", "claim-name-and-storage-class", "max-input-len-not-below-max-seq-len",
     "pytorch-redrafter", "port-reserved-by-the-backend", "rearm-without-speculation",

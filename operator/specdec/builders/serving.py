@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -15,7 +16,11 @@ from specdec.settings import GPU_RESOURCE, Settings
 # Bump when the pod template's shape changes in a way that must restart pods; anything else that
 # changes (e.g. a new operator version with the same template) leaves running pods alone.
 POD_TEMPLATE_VERSION = 1
-TERMINATION_GRACE_SECONDS = 40
+# A pod being deleted keeps serving PRE_STOP_SLEEP_SECONDS (its Service stops sending it requests meanwhile),
+# then specdec-runtime lets the front's requests finish (up to its --grace-seconds, 25) before it stops the
+# server (25 more at most); the kubelet's kill comes after all of that.
+PRE_STOP_SLEEP_SECONDS = 5
+TERMINATION_GRACE_SECONDS = 60
 
 
 def runtime_name(plan: Plan) -> str:
@@ -50,6 +55,23 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
         return None
     lo, hi = mode.draft_len_range(block)
     return min(max(chosen or mode.draft_len(block), lo), hi)
+
+
+def served_plan(plan: Plan, chosen_draft_len: int | None) -> Plan:
+    """The plan the pods run, given draftLen: auto's choice. trtllm-serve takes its draft length at start, so
+    there the live length goes into the runtime config itself (speculative_config.max_draft_len): a new
+    length is a new config, and the Deployment rolls its pods by surge (a new pod ready before an old one
+    goes). On the Triton route the length is a ConfigMap key of its own that the front re-reads: the
+    runtime config keeps where auto starts, and nothing restarts."""
+    draft_len = live_draft_len(plan, chosen_draft_len)
+    runtime = plan.runtime
+    if draft_len is None or runtime.speculative_config is None:
+        return plan
+    update: dict[str, Any] = {"speculative_config": {**runtime.speculative_config, "max_draft_len": draft_len}}
+    if "draft_len" in type(runtime.speculation).model_fields:
+        update["draft_len"] = draft_len
+    speculation = runtime.speculation.model_copy(update=update)
+    return dataclasses.replace(plan, runtime=runtime.model_copy(update={"speculation": speculation}))
 
 
 def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None,
@@ -108,13 +130,14 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         # Loading engines takes minutes; the startup probe keeps liveness from killing a slow start.
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
                          "periodSeconds": 10, "failureThreshold": 180},
+        # Endpoints drop a terminating pod asynchronously: serve on until they have, so no request is refused.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         "resources": common.resources(runtime.resources, plan.gpus, GPU_RESOURCE),
         "volumeMounts": mounts,
         "securityContext": common.container_security_context(),
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        # specdec-runtime gives the server 25 s to drain after SIGTERM; keep the kubelet's kill later.
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": common.pod_security_context(),
         **common.image_pull_secrets(settings.image_pull_secrets),

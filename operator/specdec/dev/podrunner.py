@@ -6,7 +6,9 @@ would run, as servers in this process on the pod's IP (a loopback address: specd
 - the container's: the production front (specdec.runtime.front.Front, as `specdec-runtime` builds it from
   the same runtime.json) on podIP:<runtime port>, before a simulated backend (specdec.dev.simulator) on the
   ports the real one uses;
-- its clients': simulated load (specdec.dev.simulated_clients).
+- its clients': simulated load (specdec.dev.simulated_clients);
+- the kubelet's stop: a pod being deleted keeps serving for its preStop sleep (the Service has dropped it
+  by then), then its front lets the requests in flight finish.
 
 So whatever scrapes http://<podIP>:<port "http">/metrics gets the front's own metrics, from simulated
 speculation. The acceptance profile (<cluster dir>/simulator.json, specdec.dev.simulation_profile) is
@@ -168,6 +170,7 @@ class RunningPod:
     backend: SimulatedTriton | SimulatedTrtllmServe
     servers: list[web.AppRunner]
     clients: asyncio.Task
+    pre_stop_seconds: float  # the container's preStop sleep
 
     async def stop(self) -> None:
         self.clients.cancel()
@@ -191,6 +194,7 @@ class PodRunner:
         self._profiles_mtime: float | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._terminating: set[asyncio.Task] = set()  # pods deleted, still serving through their preStop sleep
 
     def stop(self) -> None:
         """Ask `run` to stop every pod's servers and return (call it on the runner's loop)."""
@@ -221,6 +225,9 @@ class PodRunner:
         finally:
             for informer in (self.pods, self.config_maps):
                 informer.stop()
+            for task in self._terminating:
+                task.cancel()
+            await asyncio.gather(*self._terminating, return_exceptions=True)
             for key in list(self.running):
                 await self._forget(key)
             await self.session.close()
@@ -233,7 +240,9 @@ class PodRunner:
         live = {key: pod for key, pod in self.pods.objects.items() if _serving(pod)}
         for key in {*self.running, *self._projected, *self._problems}:
             running = self.running.get(key)
-            if key not in live or (running and running.uid != live[key]["metadata"]["uid"]):
+            if key not in live and running and running.pre_stop_seconds > 0:
+                self._terminate(key, running)
+            elif key not in live or (running and running.uid != live[key]["metadata"]["uid"]):
                 await self._forget(key)
         for key, pod in live.items():
             config_dir = self._project(key, pod)
@@ -242,12 +251,32 @@ class PodRunner:
 
     async def _forget(self, key: Key) -> None:
         running = self.running.pop(key, None)
-        if running:
-            await running.stop()
-            log.info("stopped pod %s/%s", *key)
         self._projected.pop(key, None)
         self._problems.pop(key, None)
-        shutil.rmtree(self.pods_dir / key[0] / key[1], ignore_errors=True)
+        await self._stop(key, running)
+
+    async def _stop(self, key: Key, running: RunningPod | None) -> None:
+        try:
+            if running:
+                await running.stop()
+                log.info("stopped pod %s/%s", *key)
+        finally:
+            shutil.rmtree(self.pods_dir / key[0] / key[1], ignore_errors=True)
+
+    def _terminate(self, key: Key, running: RunningPod) -> None:
+        """A deleted pod: served on through its preStop sleep, as the kubelet runs it, then stopped."""
+        self.running.pop(key)
+        self._projected.pop(key, None)
+
+        async def after_pre_stop() -> None:
+            try:
+                await asyncio.sleep(running.pre_stop_seconds)
+            finally:  # cancelled: the runner stops, so does the pod
+                await self._stop(key, running)
+
+        task = asyncio.get_running_loop().create_task(after_pre_stop())
+        self._terminating.add(task)
+        task.add_done_callback(self._terminating.discard)
 
     def _problem(self, key: Key, message: str) -> None:
         if self._problems.get(key) != message:
@@ -300,7 +329,8 @@ class PodRunner:
         url = f"http://{ip}:{config.port}/v1/completions"
         clients = asyncio.create_task(simulated_clients.open_loop(self.session, url, lambda: backend.profile,
                                                                   random.Random()))
-        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, servers, clients)
+        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, servers, clients,
+                                       _pre_stop_seconds(pod))
         self._problems.pop(key, None)
         log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port,
                  launch_plan.route)
@@ -321,6 +351,15 @@ class PodRunner:
         for running in self.running.values():
             running.backend.profile = simulation_profile.resolve(self._profiles, running.deployment)
         log.info("profiles from %s applied", self.profile_path)
+
+
+def _pre_stop_seconds(pod: dict[str, Any]) -> float:
+    """The runtime container's preStop sleep (0 without one)."""
+    for container in pod["spec"].get("containers") or []:
+        sleep = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        if isinstance(sleep.get("seconds"), int):
+            return float(sleep["seconds"])
+    return 0.0
 
 
 def _serving(pod: dict[str, Any]) -> bool:

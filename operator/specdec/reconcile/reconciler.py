@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from kubernetes.client.rest import ApiException
 
-from specdec import metrics
+from specdec import metrics, speculation
 from specdec.gpu_nodes import GpuNodeInventory
 from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
@@ -67,7 +67,9 @@ class Reconciler:
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
             kube.store, kube.event, lambda namespace, name: self.enqueue("SpeculativeDeployment", namespace, name),
-            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active)
+            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active,
+            rollout_policy=speculation.rollout_policy(settings.draft_len_rollout_seconds,
+                                                      settings.speculation_scrape_seconds))
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY
-from specdec.builders.serving import build_config_map, build_deployment, build_service, config_map_name, runtime_name
+from specdec.builders.serving import (build_config_map, build_deployment, build_service, config_map_name,
+                                      runtime_name, served_plan)
 from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
@@ -62,9 +63,11 @@ class RuntimeApplier:
         # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
-        self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map),
-                                             self.load_keys(p.namespace, p.name)), config_map, uid)
-        deployment, written = self.children.write(rearmed(build_deployment(p, uid, self.settings), sd), existing, uid)
+        chosen = self._chosen_draft_len(p, config_map)
+        served = served_plan(p, chosen)
+        self.children.write(build_config_map(served, uid, chosen, self.load_keys(p.namespace, p.name)), config_map, uid)
+        deployment, written = self.children.write(rearmed(build_deployment(served, uid, self.settings), sd),
+                                                  existing, uid)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
