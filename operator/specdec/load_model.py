@@ -88,7 +88,8 @@ def break_even(t: StepTime, alpha: float, cost_ratio: float, lo: int, hi: int) -
 
 # --- fitting t(T) from measured windows ---------------------------------------------------------------
 
-# The Triton route's counters of the target model's iterations (specdec.runtime.metrics), per pod.
+# The runtime front's counters of the target model's iterations (specdec.runtime.metrics), per pod: Triton's
+# iteration gauges on the Triton route, trtllm-serve's iteration statistics on the others.
 COUNTERS = {
     "iterations": "specdec_target_iterations_total",
     "iteration_seconds": "specdec_target_iteration_seconds_total",

@@ -65,7 +65,9 @@ class RuntimeApplier:
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
         chosen = self._chosen_draft_len(p, config_map)
         served = served_plan(p, chosen)
-        self.children.write(build_config_map(served, uid, chosen, self.load_keys(p.namespace, p.name)), config_map, uid)
+        # The load model's keys are for the Triton route's front, which re-reads them; trtllm-serve has no use.
+        load_keys = self.load_keys(p.namespace, p.name) if p.spec.backend == "tensorrt" else {}
+        self.children.write(build_config_map(served, uid, chosen, load_keys), config_map, uid)
         deployment, written = self.children.write(rearmed(build_deployment(served, uid, self.settings), sd),
                                                   existing, uid)
         if written:

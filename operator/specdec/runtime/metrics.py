@@ -52,16 +52,17 @@ class RuntimeMetrics:
                                   "by reason: load (at the break-even) or opt_out (the request asked).",
                                   ["reason"], registry=r)
         self._break_even: Gauge | None = None  # registered once the operator has written one
-        # The target model's iterations as Triton's TensorRT-LLM backend reports them (its gauges, polled): the
-        # operator fits the step time t(T) = a + b*T from these (specdec.load_model).
+        # The target model's iterations as the backend reports them (Triton's TensorRT-LLM backend: its gauges,
+        # polled; trtllm-serve: its iteration statistics): the operator fits the step time t(T) = a + b*T from
+        # these (specdec.load_model).
         self._iterations = Counter("specdec_target_iterations_total", "Iterations of the target model.", registry=r)
         self._iteration_seconds = Counter("specdec_target_iteration_seconds_total",
                                           "Time between the target model's iterations, summed.", registry=r)
         self._batch_sequences = Counter("specdec_target_batch_sequences_total",
                                         "Sequences in the target's batch, summed over its iterations.", registry=r)
         self._batch_draft_tokens = Counter("specdec_target_batch_draft_tokens_total",
-                                           "Draft tokens the front sent per sequence, summed over the target's "
-                                           "batch and iterations.", registry=r)
+                                           "Draft tokens per sequence, summed over the target's batch and "
+                                           "iterations.", registry=r)
         self._latency = Histogram("specdec_request_duration_seconds",
                                   "Time from request to the last byte of the response, by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
