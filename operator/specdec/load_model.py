@@ -202,22 +202,28 @@ def scheduled_draft_len(entries: list[tuple[int, int]], in_flight: int) -> int:
     return next((k for n, k in reversed(entries) if n <= in_flight), entries[0][1])
 
 
-def measured_schedule(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
-                      draft_len: int, sent: float | None = None) -> list[tuple[int, int]] | None:
-    """The schedule of lengths up to `draft_len` from measured windows; None without a fit. A cost ratio measured
-    from the route's times (`measured_at`: the batch it was measured at; `sent`: the mean draft length then,
-    draft_len if None) is the draft's time over the target's at (n, n*(k+1)) tokens, not at the same batch: it
-    is brought to t(n) with the fit, and the fit redone."""
-    k = draft_len if sent is None else sent
+def measured_fit(windows: list[Window], cost_ratio: float, measured_at: float | None,
+                 sent: float) -> tuple[StepTime, float] | None:
+    """The step time fitted on measured windows, and the draft's cost at one batch; None without a fit. A cost
+    ratio measured from the route's times (`measured_at`: the batch it was measured at; `sent`: the mean draft
+    length then) is the draft's time over the target's at (n, n*(k+1)) tokens, not at the same batch: it is
+    brought to t(n) with the fit, and the fit redone."""
     cost, fit = cost_ratio, None
     for _ in range(1 if measured_at is None else 3):
         fit = fit_step_time(windows, cost)
         if fit is None:
             return None
         if measured_at is not None:
-            cost = cost_ratio * fit(measured_at * (k + 1)) / fit(measured_at)
+            cost = cost_ratio * fit(measured_at * (sent + 1)) / fit(measured_at)
     assert fit is not None
-    return schedule(fit, alpha, cost, draft_len)
+    return fit, cost
+
+
+def measured_schedule(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
+                      draft_len: int, sent: float | None = None) -> list[tuple[int, int]] | None:
+    """The schedule of lengths up to `draft_len` from measured windows (measured_fit); None without a fit."""
+    found = measured_fit(windows, cost_ratio, measured_at, draft_len if sent is None else sent)
+    return None if found is None else schedule(found[0], alpha, found[1], draft_len)
 
 
 def schedule_break_even(entries: list[tuple[int, int]]) -> int | None:

@@ -32,6 +32,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, load_model, modes, speculation, speculation_guard
+from specdec.autopilot import Autopilot
 from specdec.load_schedules import LoadSchedules
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
@@ -134,8 +135,8 @@ def _state(condition: conditions.Cond) -> tuple[bool | None, str]:
 class SpeculationMonitor:
     def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
                  interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
-                 policy: speculation.AutoPolicy = speculation.AutoPolicy(),
-                 rollout_policy: speculation.AutoPolicy = speculation.rollout_policy(900.0, 15.0),
+                 policy: speculation.AutoPolicy = speculation.AutoPolicy(), rollout_seconds: float = 900.0,
+                 told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
                  guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
                  wall_clock: Callable[[], float] = time.time):
         self.store = store
@@ -144,16 +145,13 @@ class SpeculationMonitor:
         self.interval = interval
         self.refresh_seconds = refresh_seconds
         self.active = active
-        self.policy = policy  # draftLen: auto where a change is live (the Triton route)
-        self.rollout_policy = rollout_policy  # where a change is a rollout (trtllm-serve)
+        self.autopilot = Autopilot(post_event, policy, speculation.ROLLOUT_POLICY, rollout_seconds, told_schedule)
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
                                          timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
         self._samples: dict[str, tuple[speculation.Sample, float]] = {}  # pod uid -> last sample, when
-        self._auto: dict[tuple[str, str], speculation.AutoState] = {}
-        self._choices: dict[tuple[str, str], int] = {}
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
         self._activity: dict[tuple[str, str], tuple[int | None, speculation_guard.GuardState]] = {}  # by generation
@@ -176,8 +174,11 @@ class SpeculationMonitor:
         return found if found and found.generation == generation else None
 
     def draft_len_choice(self, namespace: str, name: str) -> int | None:
-        with self._guard:
-            return self._choices.get((namespace, name))
+        return self.autopilot.draft_len_choice(namespace, name)
+
+    def schedule_choice(self, namespace: str, name: str) -> dict[int, int] | None:
+        """trtllm-serve, draftLen: auto: the draft_len_schedule to roll out (None: none chosen)."""
+        return self.autopilot.schedule_choice(namespace, name)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -292,14 +293,15 @@ class SpeculationMonitor:
         state = speculation_guard.observe(state, speculation_guard.window_of(window, draft_len), self.guard_policy)
         self._activity[key] = (facts.generation, state)
         rearmed = self.rearm.observe(sd, key, facts.rearm_cooldown, state.verdict, now)
-        m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched)
+        m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched, now)
         changed |= rearmed
         self._publish(sd, key, facts, m, changed, active_condition(state), sum(seconds) / len(seconds), now)
 
     def _measure(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts, window: dict[str, float],
-                 draft_len: int | None, pods: int, switched: bool) -> tuple[speculation.Measurement | None, bool]:
-        """The window's Measurement (None: nothing drafted, or no draft length known), and whether the
-        autopilot chose another draft length from it."""
+                 draft_len: int | None, pods: int, switched: bool,
+                 now: float) -> tuple[speculation.Measurement | None, bool]:
+        """The window's Measurement (None: nothing drafted, or no draft length known), and whether the load
+        model or the autopilot (specdec.autopilot) changed something from it."""
         if draft_len is None:
             return None, False
         # After a change of the draft length the counters of a window or two mix both lengths (requests in
@@ -319,8 +321,12 @@ class SpeculationMonitor:
             return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
-        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi, facts.restarts)
-        return m, self.load.update(key, m, window, load) or changed
+        decide = facts.auto and not settling
+        changed = decide and self.autopilot.draft_len(sd, key, m, lo, hi, facts.restarts, now)
+        fitted = self.load.update(key, m, window, load)
+        if decide and facts.restarts and not changed:  # the Triton route's front applies the fit live
+            changed = self.autopilot.schedule(sd, key, m.draft_len, load, self.load, now)
+        return m, fitted or changed
 
     def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
                  m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,
@@ -358,36 +364,14 @@ class SpeculationMonitor:
             self.post_event(sd, "SpeculationResumed", active.message)
         self.enqueue(*key)
 
-    def _autopilot(self, sd: dict[str, Any], key: tuple[str, str], m: speculation.Measurement,
-                   lo: int, hi: int, restarts: bool) -> bool:
-        with self._guard:
-            asked = self._choices.get(key)
-        if asked is not None and asked != m.draft_len:
-            return False  # the pods have not taken up the last choice yet (a ConfigMap refresh, or a rollout)
-        policy = self.rollout_policy if restarts else self.policy
-        state, choice = speculation.decide(self._auto.get(key, speculation.AutoState()), m, lo, hi, policy)
-        self._auto[key] = state
-        if choice is None:
-            return False
-        with self._guard:
-            self._choices[key] = choice
-        before = speculation.speedup(state.alpha, m.draft_len, m.cost_ratio)
-        after = speculation.speedup(state.alpha, choice, m.cost_ratio)
-        self.post_event(sd, "DraftLenChanged",
-                        f"draftLen {m.draft_len} -> {choice}: per-token acceptance {state.alpha:.2f} (measured "
-                        f"acceptance {m.acceptance_rate:.2f} at draftLen {m.draft_len}), draft cost "
-                        f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x"
-                        + ("; trtllm-serve reads it at start: rolling the pods (a new pod ready before an old one "
-                           "goes)" if restarts else ""))
-        return True
-
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for table in (self._published, self._choices):
+            for table in (self._published,):
                 for key in [k for k in table if k not in present]:
                     del table[key]
         self.rearm.forget_gone(present)
+        self.autopilot.forget_gone(present)
         self.load.forget_gone(present)
-        for table in (self._auto, self._measured_cost, self._settling, self._facts, self._activity):
+        for table in (self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:
                 del table[key]

@@ -165,9 +165,10 @@ def test_answers_health_and_a_completion_through_the_front(running, name):
         assert any(line.startswith(f'nv_inference_exec_count{{model="{triton.DRAFT_MODEL}"') and
                    line.endswith(f" {steps}") for line in stats), stats
     else:
-        (entry,) = stats
-        spec = entry["specDecodingStats"]
-        assert spec["numDraftTokens"] == spec["numAcceptedTokens"] == k * -(-MAX_TOKENS // (k + 1))
+        # One statistic per iteration (step), every draft accepted: each step yields k + 1 tokens.
+        assert len(stats) == -(-MAX_TOKENS // (k + 1))
+        assert sum(e["specDecodingStats"]["numDraftTokens"] for e in stats) == k * len(stats)
+        assert sum(e["specDecodingStats"]["numAcceptedTokens"] for e in stats) == k * len(stats)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -158,8 +158,7 @@ def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: 
     if launch_plan.backend.kind == "triton":
         triton = SimulatedTriton(profile)
         return triton, [(triton.app(), TRITON_HTTP_PORT), (triton.metrics_app(), TRITON_METRICS_PORT)]
-    draft_len, draft_costs = serve_drafts(config)
-    serve = SimulatedTrtllmServe(profile, config.served_model_name, draft_len, draft_costs)
+    serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config))
     return serve, [(serve.app(), TRTLLM_SERVE_PORT)]
 
 

@@ -185,17 +185,20 @@ def engine_draft_len(engine_dir: str) -> int:
         return 0
 
 
-def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool]:
-    """Draft tokens per step, and whether they cost draft-model time."""
+def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool, dict[int, int] | None]:
+    """Draft tokens per step, whether they cost draft-model time, and the draft length by batch size."""
+    from specdec.dev.simulator import draft_len_schedule
+
     speculative = options.get("speculative_config")
     if speculative and speculative.get("decoding_type") in NO_DRAFT_DECODING_TYPES:
-        return 0, False
+        return 0, False, None
     if speculative:
         costs = speculative.get("decoding_type") not in LOOKUP_DECODING_TYPES
-        return int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN), costs
+        draft_len = int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN)
+        return draft_len, costs, draft_len_schedule(speculative, draft_len)
     if backend in ("tensorrt", "trt"):
-        return engine_draft_len(model), True
-    return 0, False
+        return engine_draft_len(model), True, None
+    return 0, False, None
 
 
 def served_name(model: str) -> str:
@@ -210,7 +213,7 @@ def trtllm_serve(argv: list[str]) -> int:
     args = trtllm_serve_parser().parse_args(argv)
     options = read_extra_options(args.extra_llm_api_options)
     backend = args.backend or "pytorch"
-    draft_len, draft_costs = trtllm_drafts(backend, args.model, options)
+    draft_len, draft_costs, schedule = trtllm_drafts(backend, args.model, options)
     profile = profile_from_env()
 
     import asyncio
@@ -218,7 +221,7 @@ def trtllm_serve(argv: list[str]) -> int:
     from specdec.dev.simulator import SimulatedTrtllmServe
 
     kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
-    server = kind(profile, served_name(args.model), draft_len, draft_costs)
+    server = kind(profile, served_name(args.model), draft_len, draft_costs, schedule)
     host = args.host or "localhost"
     port = args.port if args.port is not None else 8000
     what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
