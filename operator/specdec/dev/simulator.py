@@ -30,7 +30,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
@@ -205,10 +205,15 @@ class SimulatedTrtllmServe(_Simulated, TrtllmServeContract):
         self.draft_len, self.draft_costs = draft_len, draft_costs
         self.stats: deque[dict[str, Any]] = deque(maxlen=ITERATION_STATS_KEPT)
         self.iterations = 0
+        # SaveState (specdec.dev.hidden_state_writer): each request's prefill is captured, and TensorRT-LLM's
+        # SaveHiddenStatesDrafter sets every new request's max new tokens to 1 (prepare_draft_tokens).
+        self.capture: Callable[[int], Any] | None = None
 
     async def complete(self, body: dict[str, Any], chat: bool) -> Completion:
         asked = body.get("max_tokens") or body.get("max_completion_tokens") or COMPLETIONS_DEFAULT_MAX_TOKENS
-        tokens = max(int(asked), 1)
+        tokens = max(int(asked), 1) if self.capture is None else 1
+        if self.capture is not None:
+            self.capture(_prompt_words(body))
         steps = await self._run(tokens, self.draft_len, self.draft_costs)
         self.iterations += 1
         # As TensorRT-LLM's IterationStats: iterLatencyMS the whole time, specDecodingStats.iterLatencyMS the

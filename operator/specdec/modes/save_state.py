@@ -28,6 +28,7 @@ from specdec.modes.mode import Mode
 DECODING_TYPE = "SaveState"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 CAPTURE_MOUNT = "/captures"  # in the runtime pod: output_directory
 CAPTURE_VOLUME = "captures"
+FILE_PREFIX = "data"  # file_prefix's default
 POST_NORM = -1  # eagle3_layers_to_capture: the final post-norm hidden state
 RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"  # no '..', no leading '/'
 
@@ -60,7 +61,7 @@ class SaveStateSpec(ApiModel):
     output: CaptureOutput = Field(default_factory=CaptureOutput, description="Where the files go.")
     write_interval: int = Field(20, ge=1, le=100000, description="Requests between two writes of the "
                                                                  "accumulated hidden states (write_interval).")
-    file_prefix: str = Field("data", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    file_prefix: str = Field(FILE_PREFIX, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="File names are <filePrefix>_<iteration>.pt (file_prefix).")
     eagle3_layers_to_capture: list[CapturedLayer] | None = Field(
         None, min_length=1, max_length=64,
