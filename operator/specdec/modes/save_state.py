@@ -78,11 +78,15 @@ def _speculative_config(block: SaveStateSpec, checkpoint: Callable[[str], str]) 
     return config
 
 
+def capture_place(block: SaveStateSpec, deployment: str, cache_claim: str) -> tuple[str, str]:
+    """(claim, directory inside it) the hidden states are written to."""
+    return block.output.claim_name or cache_claim, block.output.path or f"hidden-states/{deployment}"
+
+
 def capture_volume(block: SaveStateSpec, deployment: str,
                    cache_claim: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The runtime pod's writable volume and mount of the capture directory (only that directory of the claim)."""
-    claim = block.output.claim_name or cache_claim
-    path = block.output.path or f"hidden-states/{deployment}"
+    claim, path = capture_place(block, deployment, cache_claim)
     return [({"name": CAPTURE_VOLUME, "persistentVolumeClaim": {"claimName": claim}},
              {"name": CAPTURE_VOLUME, "mountPath": CAPTURE_MOUNT, "subPath": path})]
 

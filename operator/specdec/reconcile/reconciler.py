@@ -67,7 +67,8 @@ class Reconciler:
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
             kube.store, kube.event, lambda namespace, name: self.enqueue("SpeculativeDeployment", namespace, name),
-            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active)
+            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active,
+            read_claim=lambda namespace, name: kube.get_live("PersistentVolumeClaim", namespace, name))
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()
@@ -84,7 +85,7 @@ class Reconciler:
             kube, self.plans, self.inputs,
             RuntimeApplier(kube, settings, children, self.service_failures, self.speculation.draft_len_choice,
                            self.enqueue, self.speculation.load.config_map_keys),
-            DeploymentStatusWriter(kube, self.pacing, self.speculation.published),
+            DeploymentStatusWriter(kube, self.pacing, self.speculation.published, self.speculation.capture.published),
             self.service_failures, self.backoff, self.locks, self.forget, active)
         self.services = ServiceLane(kube, self.plans, children, self.service_failures, self.backoff, self.enqueue,
                                     active)
