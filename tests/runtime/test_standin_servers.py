@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
@@ -76,12 +77,6 @@ def saves_states(config) -> bool:
     return (config.speculative_config or {}).get("decoding_type") == "SaveState"
 
 
-def capture_into(config, directory: Path):
-    speculative = {**config.speculative_config, "output_directory": str(directory)}
-    return config.model_copy(update={"speculation": config.speculation.model_copy(
-        update={"speculative_config": speculative})})
-
-
 @pytest.fixture(scope="module")
 def running(tmp_path_factory):
     models = python_models(tmp_path_factory.mktemp("backend-models"))
@@ -89,7 +84,7 @@ def running(tmp_path_factory):
     try:
         for name, config in CONFIGS.items():
             if saves_states(config):  # the capture goes to a directory of the test's, not the pod's /captures
-                config = capture_into(config, tmp_path_factory.mktemp(f"{name}-captures"))
+                config = captured_into(config, tmp_path_factory.mktemp(f"{name}-captures"))
             plan = launch.plan_launch(config, str(tmp_path_factory.mktemp(name)))
             launch.prepare(plan, str(models))  # the YAML, or the Triton repository
             ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdec.api.runtime_config import RuntimeConfig
+
 HIDDEN_SIZE = 64  # the stand-in target's; a real one's is thousands
 DEFAULT_LAYERS = 4  # EAGLE-3's three layers and the post-norm state (eagle3_layers_to_capture None)
 LONG, BFLOAT16 = ("LongStorage", 8), ("BFloat16Storage", 2)
@@ -135,3 +137,11 @@ class HiddenStateCapture:
         self._iter += 1
         return written
 
+
+
+def captured_into(config: RuntimeConfig, directory: Path) -> RuntimeConfig:
+    """`config` with its SaveState output_directory at `directory`: where a machine without the pod's mount of
+    the claim keeps the capture."""
+    speculative = {**(config.speculative_config or {}), "output_directory": str(directory)}
+    return config.model_copy(update={"speculation": config.speculation.model_copy(
+        update={"speculative_config": speculative})})

@@ -182,7 +182,7 @@ class SimulatedTriton(_Simulated, TritonContract):
 
 def serve_drafts(config: RuntimeConfig) -> tuple[int, bool]:
     """On trtllm-serve: draft tokens per step, and whether they cost draft-model time."""
-    if config.mode == "none":
+    if not MODES[config.mode].speculates:  # none, saveState
         return 0, False
     speculative = config.speculative_config or {}
     return int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN), MODES[config.mode].drafter != "lookup"
