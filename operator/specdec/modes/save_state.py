@@ -22,7 +22,7 @@ from pydantic import Field
 
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Mode, Rule
 
 
 DECODING_TYPE = "SaveState"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
@@ -94,5 +94,8 @@ def capture_volume(block: SaveStateSpec, deployment: str,
 # drafter "lookup": nothing drafts, so no draft-model time; draft_len None: no draft tokens.
 MODE = Mode("saveState", "no speculation: the target writes its hidden states to files, the training data of an "
                          "EAGLE-3 head", SaveStateSpec,
-            backends=("pytorch",), speculative_config=_speculative_config, drafter="lookup",
+            backends=("pytorch",),
+            rules=(Rule("!has(self.runtime) || !has(self.runtime.replicas) || self.runtime.replicas <= 1",
+                        "saveState serves one runtime replica: every server numbers its files from 1 in the one "
+                        "capture directory, so a second would write over the first's", ".runtime.replicas"),), speculative_config=_speculative_config, drafter="lookup",
             writable_volumes=capture_volume, speculates=False)
