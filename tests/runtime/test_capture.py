@@ -12,7 +12,6 @@ import sys
 import types
 import zipfile
 from collections import OrderedDict
-from pathlib import Path
 
 import pytest
 
@@ -132,7 +131,7 @@ def test_the_directory_counts_its_files_and_reads_each_once(tmp_path, monkeypatc
                                                                                              "data_6.pt")))
     assert sorted(reads) == ["data_2.pt", "data_4.pt", "data_6.pt"]
     reads.clear()
-    assert directory.scan() == totals and reads == ["data_6.pt"] * 0  # unchanged files are not opened again
+    assert directory.scan() == totals and reads == []  # unchanged files (the unreadable one too) are not opened again
     for n in (7, 8):
         capture.request(n)  # data_6.pt is now complete: a new size and time
     (tmp_path / "data_2.pt").unlink()  # copied away by a person
@@ -183,3 +182,29 @@ def test_reading_a_file_never_needs_torch(tmp_path):
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert result.returncode == 0 and result.stdout.strip() == "(1, 9)", result
+
+
+def test_a_directory_that_cannot_be_listed_keeps_the_last_totals(tmp_path, monkeypatch):
+    HiddenStateCapture.from_config({"output_directory": str(tmp_path), "write_interval": 1}).request(4)
+    directory = CaptureDirectory(tmp_path, "data", min_interval=0)
+    first = asyncio.run(directory.current())
+    assert first.files == 1
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(capture_module.os, "scandir", refused)
+    assert asyncio.run(directory.current()) == first
+
+
+def test_a_scrape_that_gives_up_does_not_lose_the_scan(tmp_path):
+    HiddenStateCapture.from_config({"output_directory": str(tmp_path), "write_interval": 1}).request(4)
+    directory = CaptureDirectory(tmp_path, "data")
+
+    async def scrapes() -> CaptureTotals:
+        impatient = asyncio.ensure_future(directory.current())
+        await asyncio.sleep(0)
+        impatient.cancel()  # the scraper's timeout
+        return await directory.current()  # the next scrape, within min_interval: the same scan's result
+
+    assert asyncio.run(scrapes()).tokens == 4

@@ -2,8 +2,9 @@
 requests and token ids in them (specdec.runtime.capture_file).
 
 The directory is scanned when the front's /metrics is read, at most once per `min_interval` seconds, in a
-thread (a claim on network storage may answer slowly); each file is opened once per size and modification
-time, so a scan of an unchanged directory costs one listing. A file that cannot be read (one TensorRT-LLM is
+thread (a claim on network storage may answer slowly) that concurrent reads share and a read that gives up does
+not cancel; each file is opened once per size and modification time, so a scan of an unchanged directory costs
+one listing. A directory that cannot be listed keeps the last totals (and is logged). A file that cannot be read (one TensorRT-LLM is
 still writing, whose time then moves on, or one of another format) counts in files and bytes, not in tokens,
 and is logged once.
 """
@@ -46,16 +47,23 @@ class CaptureDirectory:
         self.totals = CaptureTotals()
         self._read: dict[str, tuple[tuple[int, int], tuple[int, int] | None]] = {}  # name -> (size, mtime), counts
         self._scanned_at: float | None = None
-        self._lock = asyncio.Lock()
+        self._scan: asyncio.Future | None = None
 
     async def current(self) -> CaptureTotals:
-        """The totals, scanned again when the last scan is older than min_interval."""
-        async with self._lock:
-            now = self.clock()
-            if self._scanned_at is None or now - self._scanned_at >= self.min_interval:
-                self.totals = await asyncio.to_thread(self.scan)
-                self._scanned_at = now
+        """The totals, scanned again when the last scan started min_interval ago or more."""
+        now = self.clock()
+        if self._scan is None and (self._scanned_at is None or now - self._scanned_at >= self.min_interval):
+            self._scanned_at = now
+            self._scan = asyncio.ensure_future(asyncio.to_thread(self.scan))
+            self._scan.add_done_callback(self._scanned)
+        if self._scan is not None:
+            await asyncio.shield(self._scan)
         return self.totals
+
+    def _scanned(self, scan: asyncio.Future) -> None:
+        self._scan = None
+        if not scan.cancelled():
+            self.totals = scan.result()
 
     def scan(self) -> CaptureTotals:
         files = size = requests = tokens = unreadable = 0
@@ -65,12 +73,15 @@ class CaptureDirectory:
             entries = list(os.scandir(self.directory))
         except FileNotFoundError:
             entries = []  # TensorRT-LLM creates it when it starts
+        except OSError as error:
+            log.warning("cannot list the capture directory %s: %s", self.directory, error)
+            return self.totals
         for entry in entries:
             if not self.pattern.fullmatch(entry.name) or not entry.is_file(follow_symlinks=False):
                 continue
             try:
                 stat = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
+            except OSError:
                 continue  # moved away meanwhile
             key = (stat.st_size, stat.st_mtime_ns)
             known = self._read.get(entry.name)
