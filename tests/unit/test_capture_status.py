@@ -160,3 +160,39 @@ def test_the_monitor_scrapes_save_state_pods_for_their_capture():
         assert monitor.capture.published("ns", "llama", 1) is None
     finally:
         endpoint.close()
+
+
+class StatusPatches:
+    def __init__(self):
+        self.patched: list[dict] = []
+
+    def patch(self, kind, namespace, name, patch, subresource=None):
+        self.patched.append(patch["status"])
+
+    def event(self, *args, **kwargs):
+        pass
+
+
+def test_the_written_status_has_the_capture_of_a_save_state_deployment_only():
+    from specdec.conditions import Cond
+    from specdec.reconcile.state.pacing import WritePacing
+    from tests.unit.helpers import make_plan
+    from tests.unit.invalid_specs import spec
+
+    rig, kube = Rig(), StatusPatches()
+    writer = DeploymentStatusWriter(kube, WritePacing(lambda *a, **k: None), lambda *a: None, rig.watch.published)
+    conds = [Cond("SpecValid", True, "Valid"), Cond("Ready", True, "Ready")]
+    capturing = make_plan(spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {}}))
+    rig.watch.account(deployment(), facts(), [sample()], now=0.0)
+    sd = deployment()
+    writer.write(sd, capturing, "Ready", conds, None, [])
+    written = kube.patched[-1]
+    assert written["capture"]["files"] == 3
+    assert [c["type"] for c in written["conditions"]] == ["SpecValid", "Ready", "CaptureSpace"]
+    sd["status"] = written
+    writer.write(sd, capturing, "Ready", conds, None, [])
+    assert len(kube.patched) == 1  # nothing changed: no write
+    serving = make_plan(spec(backend="pytorch", speculation={"mode": "none"}))  # the spec changed mode
+    writer.write(sd, serving, "Ready", conds, None, [])
+    assert kube.patched[-1]["capture"] is None
+    assert [c["type"] for c in kube.patched[-1]["conditions"]] == ["SpecValid", "Ready"]

@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 from specdec import conditions, modes
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
+from specdec.modes import save_state
 from specdec.plan import Plan, Problem
 from specdec.reconcile.state.pacing import WritePacing, status_changed
 from specdec.status.capture import CAPTURE_SPACE
@@ -66,8 +67,9 @@ class DeploymentStatusWriter:
             if modes.MODES[result.spec.speculation.mode].speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
-            desired["capture"], space = self._capture_status(sd, status)
-            conds = [*conds, space] if space else conds
+            if result.spec.speculation.mode == save_state.MODE.name:
+                desired["capture"], space = self._capture_status(sd, status)
+                conds = [*conds, space] if space else conds
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
             return
