@@ -10,7 +10,7 @@ layer "hidden_state_features"}. torch.save's file (torch/serialization.py, `_sav
 torch.<Type>Storage, key, location, numel)`; the storages themselves are `<archive>/data/<key>`.
 
 Only data.pkl is read (a few KiB, whatever the hidden states weigh), by an unpickler that builds tensor
-shapes and nothing else: any other global refuses the file, so reading a capture file runs no code of its.
+shapes and nothing else: any other global refuses the file, so reading a capture file never runs code it names.
 """
 
 from __future__ import annotations
