@@ -15,7 +15,8 @@ Normal one), and `specdec.rearm` restarts pods that stopped drafting when the sp
 Triton route the windows of the target model's iterations also fit the step time under load
 (specdec.load_model): the break-even and the best draft length by load go into the same ConfigMap (the
 front drafts less as the requests in flight grow, and stops at the break-even), and the break-even into
-status.speculation.
+status.speculation. A saveState deployment's pods are scraped on the same passes for what they captured
+(specdec.capture_watch: status.capture).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, load_model, modes, speculation, speculation_guard
 from specdec.autopilot import Autopilot
+from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.load_schedules import LoadSchedules
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
@@ -81,14 +83,14 @@ class Published:
     rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
 
 
-def facts_of(sd: dict[str, Any]) -> Facts | None:
-    """None when there is nothing to measure (an invalid spec, or a mode that does not speculate)."""
+def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
+    """None when there is nothing to measure (an invalid spec, or a mode that neither speculates nor captures)."""
     spec = parse_spec(sd.get("spec") or {})
     if isinstance(spec, Problem):
         return None
     mode, block = modes.mode_of(spec.speculation)
     if not mode.speculates:
-        return None
+        return capture_facts_of(sd, spec)
     rearm = spec.speculation.rearm
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
@@ -138,7 +140,8 @@ class SpeculationMonitor:
                  policy: speculation.AutoPolicy = speculation.AutoPolicy(), rollout_seconds: float = 900.0,
                  told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
                  guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time,
+                 read_claim: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None):
         self.store = store
         self.post_event = post_event
         self.enqueue = enqueue  # (namespace, name): the deployment's status should be rewritten
@@ -148,6 +151,7 @@ class SpeculationMonitor:
         self.autopilot = Autopilot(post_event, policy, speculation.ROLLOUT_POLICY, rollout_seconds, told_schedule)
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
+        self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
                                          timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
@@ -159,7 +163,7 @@ class SpeculationMonitor:
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
-        self._facts: dict[tuple[str, str], tuple[tuple, Facts | None]] = {}
+        self._facts: dict[tuple[str, str], tuple[tuple, Facts | CaptureFacts | None]] = {}
         self._published: dict[tuple[str, str], Published] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
@@ -218,10 +222,12 @@ class SpeculationMonitor:
             if pods:
                 work.append((sd, facts, pods))
         self._pass += 1
-        urls = [(p["metadata"]["uid"], f"http://{p['status']['podIP']}:{facts.port}/metrics")
+        urls = [(p["metadata"]["uid"], f"http://{p['status']['podIP']}:{facts.port}/metrics",
+                 parse_capture if isinstance(facts, CaptureFacts) else parse_sample)
                 for _, facts, pods in work for p in pods
                 if self._failing.get(p["metadata"]["uid"], (0, 0))[1] <= self._pass]
-        scraped = dict(zip((uid for uid, _ in urls), self._pool.map(self._scrape, (url for _, url in urls))))
+        scraped = dict(zip((uid for uid, _, _ in urls),
+                           self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls])))
         # A pod that failed is tried again after 1, 2, 4 ... 16 passes: pods without our metrics (an image
         # of their own, a kwok pod) cost little.
         for uid, sample in scraped.items():
@@ -233,12 +239,15 @@ class SpeculationMonitor:
         live = set()
         for sd, facts, pods in work:
             live.update(p["metadata"]["uid"] for p in pods)
-            self._account(sd, facts, pods, scraped, now)
+            if isinstance(facts, CaptureFacts):
+                self.capture.account(sd, facts, [scraped.get(p["metadata"]["uid"]) for p in pods], now)
+            else:
+                self._account(sd, facts, pods, scraped, now)
         self._samples = {uid: s for uid, s in self._samples.items() if uid in live}
         self._failing = {uid: f for uid, f in self._failing.items() if uid in live}
         self._forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments})
 
-    def _facts_of(self, sd: dict[str, Any]) -> Facts | None:
+    def _facts_of(self, sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         meta = sd["metadata"]
         key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
         known = self._facts.get(key)
@@ -246,7 +255,7 @@ class SpeculationMonitor:
             known = self._facts[key] = (version, facts_of(sd))
         return known[1]
 
-    def _scrape(self, url: str) -> speculation.Sample | None:
+    def _scrape(self, url: str, parse: Callable[[str], Any]) -> Any:
         """A pod that does not answer, answers garbage or too much counts as not scraped this time."""
         response = None
         try:
@@ -254,7 +263,7 @@ class SpeculationMonitor:
             body = response.read(MAX_BODY_BYTES + 1)
             if response.status != 200 or len(body) > MAX_BODY_BYTES:
                 return None
-            return parse_sample(body.decode("utf-8", errors="replace"))
+            return parse(body.decode("utf-8", errors="replace"))
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
             log.debug("scraping %s: %s", url, error)
             return None
@@ -371,6 +380,7 @@ class SpeculationMonitor:
                     del table[key]
         self.rearm.forget_gone(present)
         self.autopilot.forget_gone(present)
+        self.capture.forget_gone(present)
         self.load.forget_gone(present)
         for table in (self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:

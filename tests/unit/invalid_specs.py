@@ -196,6 +196,9 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("mtp-dynamic-tree-without-draft-len",
      spec(backend="pytorch", speculation={"mode": "mtp", "mtp": {"useDynamicTree": True, "dynamicTreeMaxTopK": 4}}),
      "maxDraftLen"),
+    ("save-state-two-replicas",
+     spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {}}, runtime={"replicas": 2}),
+     "runtime.replicas"),
     ("save-state-path-escapes-the-claim",
      spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"output": {"path": "../models"}}}),
      "path"),
@@ -219,7 +222,7 @@ CEL: frozenset[str] = frozenset({
     "sa-on-tensorrt", "sa-ngram-size-zero", "sa-global-pool-ngram-size-above-64", "auto-on-tensorrt",
     "pard-on-tensorrt", "pard-without-draft-model", "dflash-on-tensorrt", "dflash-without-draft-model",
     "dspark-on-tensorrt", "dspark-without-draft-model", "dspark-block-size-not-draft-len",
-    "save-state-on-tensorrt", "save-state-layer-twice", "schedule-with-max-concurrency", "schedule-key-not-a-batch-size",
+    "save-state-on-tensorrt", "save-state-layer-twice", "save-state-two-replicas", "schedule-with-max-concurrency", "schedule-key-not-a-batch-size",
     "schedule-above-max-draft-len", "schedule-zero-tier-one-engine",
     "eagle3-total-draft-tokens-without-dynamic-tree", "eagle3-layer-twice", "mtp-dynamic-tree-without-draft-len",
 })

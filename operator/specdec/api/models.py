@@ -20,6 +20,7 @@ from specdec.schema import k8s
 from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.schema.base import validations as _validations
+from specdec.api.capture import CaptureStatus
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
 from specdec.modes.pytorch import PYTORCH_FP8
@@ -188,11 +189,9 @@ class FetchSpec(ApiModel):
 
 
 class CacheSpec(ApiModel):
-    model_config = _validations(
-        cel("!(has(self.claimName) && has(self.storageClassName))",
-            "set claimName (an existing claim) or storageClassName (a claim the operator creates), not both",
-            ".claimName"),
-    )
+    model_config = _validations(cel(
+        "!(has(self.claimName) && has(self.storageClassName))",
+        "set claimName (an existing claim) or storageClassName (a claim the operator creates), not both", ".claimName"))
 
     claim_name: str | None = Field(None, min_length=1, max_length=253, pattern=k8s.DNS_SUBDOMAIN,
                                    description="An existing ReadWriteMany claim holding the engine cache.")
@@ -285,6 +284,7 @@ class SpeculativeDeploymentStatus(StatusBase):
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.")
     speculation: SpeculationStatus | None = Field(None, description="Is speculation paying off? (runtime metrics)")
     rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
+    capture: CaptureStatus | None = Field(None, description="Mode saveState: what the capture directory holds.")
 
 
 # --- EngineBuild ---------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ would run, as servers in this process on the pod's IP (a loopback address: specd
 
 - the kubelet's part: the pod's ConfigMap volume ("config") as files under <cluster dir>/pods/<namespace>/
   <pod>/config/, rewritten when the ConfigMap changes, so a key changed live (draft_len) shows up in place;
+  a claim it writes (saveState's capture directory, TensorRT-LLM's output_directory) as the directory
+  <cluster dir>/claims/<namespace>/<claim>/<subPath>, which outlives the pod as the claim's files do;
 - the container's: the production front (specdec.runtime.front.Front, as `specdec-runtime` builds it from
   the same runtime.json) on podIP:<runtime port>, before a simulated backend (specdec.dev.simulator) on the
   ports the real one uses;
@@ -47,7 +49,9 @@ from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERV
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
 from specdec.dev import simulated_clients, simulation_profile
+from specdec.dev.hidden_state_writer import HiddenStateCapture, captured_into
 from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
+from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
@@ -159,6 +163,9 @@ def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: 
         triton = SimulatedTriton(profile)
         return triton, [(triton.app(), TRITON_HTTP_PORT), (triton.metrics_app(), TRITON_METRICS_PORT)]
     serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config))
+    speculative = config.speculative_config or {}
+    if speculative.get("decoding_type") == SAVE_STATE:
+        serve.capture = HiddenStateCapture.from_config(speculative).request
     return serve, [(serve.app(), TRTLLM_SERVE_PORT)]
 
 
@@ -185,6 +192,7 @@ class PodRunner:
     def __init__(self, kubeconfig: Path, cluster_dir: Path, namespace: str | None = None):
         self.kubeconfig, self.namespace = kubeconfig, namespace
         self.pods_dir = cluster_dir / "pods"
+        self.claims_dir = cluster_dir / "claims"
         self.profile_path = cluster_dir / simulation_profile.FILE_NAME
         self.running: dict[Key, RunningPod] = {}
         self._projected: dict[Key, str] = {}  # pod -> resourceVersion of the ConfigMap its files show
@@ -304,7 +312,7 @@ class PodRunner:
         ip = pod["status"]["podIP"]
         deployment = f"{key[0]}/{pod['metadata'].get('labels', {}).get(common.LABEL_INSTANCE, key[1])}"
         try:
-            config = cfg.load(config_dir / RUNTIME_CONFIG_KEY)
+            config = self._claims_written(key, pod, cfg.load(config_dir / RUNTIME_CONFIG_KEY))
             launch_plan = launch.plan_launch(config, str(config_dir.parent / "work"), read_engines=False)
         except cfg.ConfigError as error:
             self._problem(key, str(error))
@@ -333,6 +341,19 @@ class PodRunner:
         self._problems.pop(key, None)
         log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port,
                  launch_plan.route)
+
+    def _claims_written(self, key: Key, pod: dict[str, Any], config: RuntimeConfig) -> RuntimeConfig:
+        """The configuration with saveState's output_directory (a claim's subPath mounted in the pod) at the
+        directory standing for it here."""
+        speculative = config.speculative_config or {}
+        mount_path = speculative.get("output_directory")
+        container = pod["spec"]["containers"][0]
+        mount = next((m for m in container.get("volumeMounts") or [] if m["mountPath"] == mount_path), None)
+        volume = next((v for v in pod["spec"].get("volumes") or [] if mount and v["name"] == mount["name"]), {})
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            return config
+        return captured_into(config, self.claims_dir / key[0] / claim / mount.get("subPath", ""))
 
     def _reload_profiles(self) -> None:
         try:

@@ -29,7 +29,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
@@ -224,7 +224,7 @@ def scheduled(schedule: dict[int, int] | None, draft_len: int, batch: int) -> in
 def serve_drafts(config: RuntimeConfig) -> tuple[int, bool, dict[int, int] | None]:
     """On trtllm-serve: draft tokens per step, whether they cost draft-model time, and the draft length by
     batch size (draft_len_schedule)."""
-    if config.mode == "none":
+    if not MODES[config.mode].speculates:  # none, saveState
         return 0, False, None
     speculative = config.speculative_config or {}
     draft_len = int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN)
@@ -250,10 +250,15 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
         self.draft_len, self.draft_costs, self.schedule = draft_len, draft_costs, schedule
         self.stats: deque[dict[str, Any]] = deque(maxlen=ITERATION_STATS_KEPT)
         self.iterations = 0
+        # SaveState (specdec.dev.hidden_state_writer): each request's prefill is captured, and TensorRT-LLM's
+        # SaveHiddenStatesDrafter sets every new request's max new tokens to 1 (prepare_draft_tokens).
+        self.capture: Callable[[int], Any] | None = None
 
     async def complete(self, body: dict[str, Any], chat: bool) -> Completion:
         asked = body.get("max_tokens") or body.get("max_completion_tokens") or COMPLETIONS_DEFAULT_MAX_TOKENS
-        tokens = max(int(asked), 1)
+        tokens = max(int(asked), 1) if self.capture is None else 1
+        if self.capture is not None:
+            self.capture(_prompt_words(body))
         await self._run(tokens, self.draft_len, self.draft_costs)
         return Completion((TOKEN,) * tokens, _prompt_words(body), tokens, finish_reason="length")
 

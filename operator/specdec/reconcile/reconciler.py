@@ -71,7 +71,8 @@ class Reconciler:
             settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active,
             rollout_seconds=settings.draft_len_rollout_seconds,
             told_schedule=lambda namespace, name: told_schedule(kube.store.get("ConfigMap", namespace,
-                                                                              runtime_config_map_name(name))))
+                                                                              runtime_config_map_name(name))),
+            read_claim=lambda namespace, name: kube.get_live("PersistentVolumeClaim", namespace, name))
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()
@@ -88,7 +89,7 @@ class Reconciler:
             kube, self.plans, self.inputs,
             RuntimeApplier(kube, settings, children, self.service_failures, self.speculation.draft_len_choice,
                            self.enqueue, self.speculation.load.config_map_keys, self.speculation.schedule_choice),
-            DeploymentStatusWriter(kube, self.pacing, self.speculation.published),
+            DeploymentStatusWriter(kube, self.pacing, self.speculation.published, self.speculation.capture.published),
             self.service_failures, self.backoff, self.locks, self.forget, active)
         self.services = ServiceLane(kube, self.plans, children, self.service_failures, self.backoff, self.enqueue,
                                     active)
