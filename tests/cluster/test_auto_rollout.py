@@ -1,5 +1,6 @@
-"""End to end on trtllm-serve (backend pytorch): draftLen: auto moves the draft length by one surge rollout of
-the runtime pods (trtllm-serve takes it at start), and no request sent through the Service fails meanwhile.
+"""End to end on trtllm-serve (backend pytorch): draftLen: auto moves the draft length, and the draft lengths
+by load, by one surge rollout of the runtime pods each (trtllm-serve takes them at start), and no request sent
+through the Service fails meanwhile.
 
 The requests go where the Service sends them: to a random ready endpoint, re-read every 0.2 s (what
 kube-proxy does). The local cluster runs no EndpointSlice controller (the API server refuses the loopback
@@ -20,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import speculation
 from specdec.dev import simulation_profile
@@ -146,3 +148,57 @@ def test_auto_draft_len_on_trtllm_serve_converges_with_one_surge_rollout(kube: K
         [e.message for e in changes]
     assert "rolling the pods" in changes[0].message
     assert (sd.get()["status"]["speculation"]["draftLen"]) == optimum
+
+
+def front_metrics(pod_ip: str, port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://{pod_ip}:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if not s.labels}
+
+
+def test_auto_on_trtllm_serve_rolls_out_draft_lengths_by_load_once_they_pay(kube: Kube, kubeconfig: Path,
+                                                                           namespace: str, operator, tmp_path: Path):
+    """A load that grows from a couple of sequences in flight to 64: the operator fits the step time from
+    trtllm-serve's iteration statistics, and at the high load rolls out a draft_len_schedule (shorter drafts
+    for larger batches, never 0 on Draft_Target); the new pods draft less under that load."""
+    body = example(SAMPLE)
+    body["spec"]["speculation"]["draftTarget"].update(draftLen="auto", maxDraftLen=4)
+    sd = SD(kube, namespace, body)
+    sd.wait_ready()
+    profiles, deployment = tmp_path / simulation_profile.FILE_NAME, f"{namespace}/{sd.name}"
+    load = {"acceptance": 0.8, "costRatio": 0.05, "targetStepSeconds": 0.005, "stepSecondsPerToken": 0.0002,
+            "maxTokens": 32, "noise": 0.0}
+    simulation_profile.update(profiles, deployment, {**load, "requestsPerSecond": 20})
+    port = body["spec"]["runtime"].get("port", 8000)
+
+    def runtime_pods():
+        return [p for p in kube.core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={sd.name}")
+                .items if not p.metadata.deletion_timestamp and p.status.pod_ip]
+
+    with pod_runner(kubeconfig, tmp_path, namespace), ServiceClients(kube, namespace, sd.name, clients=2) as clients:
+        time.sleep(5 * SCRAPE_SECONDS)  # windows at a low load
+        simulation_profile.update(profiles, deployment, {**load, "requestsPerSecond": 200})  # 64 in flight
+        changed = wait_for(lambda: next((e for e in kube.events_for(namespace, sd.name)
+                                         if e.reason == "DraftLenScheduleChanged"), None),
+                           "a DraftLenScheduleChanged Event", timeout=120)
+        wait_for(lambda: (d := kube.apps.read_namespaced_deployment(sd.name, namespace)).status.updated_replicas == 1
+                 and d.status.replicas == 1 and d.status.ready_replicas == 1
+                 and d.metadata.annotations.get("deployment.kubernetes.io/revision") == "2",
+                 "the rollout to finish", timeout=60)
+        (pod,) = wait_for(lambda: len(p := runtime_pods()) == 1 and p, "one runtime pod")
+        before = wait_for(lambda: front_metrics(pod.status.pod_ip, port), "the new pod's front")
+        time.sleep(3 * SCRAPE_SECONDS)
+        after = front_metrics(pod.status.pod_ip, port)
+        print(f"{changed.message}; requests: {clients.ok} answered, {len(clients.failures)} failed")
+    sequences = after["specdec_target_batch_sequences_total"] - before["specdec_target_batch_sequences_total"]
+    drafts = after["specdec_target_batch_draft_tokens_total"] - before["specdec_target_batch_draft_tokens_total"]
+    iterations = after["specdec_target_iterations_total"] - before["specdec_target_iterations_total"]
+    assert sequences / iterations > 20  # the high load
+    assert 1 <= drafts / sequences < 4  # shorter drafts than draftLen 4 at that load, never none
+    config = json.loads(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
+    schedule = config["speculation"]["speculativeConfig"]["draft_len_schedule"]
+    assert schedule[min(schedule, key=int)] == 4 and min(schedule.values()) >= 1, schedule
+    assert "tokens/s at the" in changed.message and "rolling the pods" in changed.message
+    assert clients.failures == [], clients.failures[:10]
+    assert sd.get()["status"]["speculation"].get("breakEven") is not None

@@ -267,8 +267,8 @@ class SpeculationStatus(ApiModel):
     break_even: int | None = Field(None, description=(
         "Requests in flight per pod from which no draft length up to draftLen pays, from the measured step time "
         "under load (specdec.load_model). Triton route: from there the runtime sends no draft tokens, and below "
-        "it the best length for the load. trtllm-serve: reported only; maxConcurrency (where the mode has it) "
-        "turns speculation off above a batch size."))
+        "it the best length for the load. trtllm-serve: with draftLen: auto the lengths by load are rolled out as "
+        "a draft_len_schedule when that pays; otherwise reported only."))
     draft_tokens: int | None = Field(None, description="Draft tokens the window counted.")
     pods: int | None = Field(None, description="Runtime pods scraped.")
     window_seconds: float | None = Field(None, description="Length of the window measured.")
