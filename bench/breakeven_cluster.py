@@ -47,7 +47,8 @@ from specdec.api.models import GROUP, VERSION
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.dev import cluster, real_node, simulation_profile
 from specdec.dev.cluster import DEV_OPERATOR_ENV
-from specdec.dev.podrunner import POD_SELECTOR, Threaded, in_thread
+from specdec.dev.pod_runner_thread import Threaded, in_thread
+from specdec.dev.podrunner import POD_SELECTOR
 from specdec.dev.simulation_profile import Profile
 from tests.conftest import TEST_CLUSTER_NAME, free_port
 from tests.kube_helpers import Kube, wait_for

@@ -142,19 +142,20 @@ def write_results(script: str, args: argparse.Namespace, document: dict) -> Path
 
 def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     """From the sweeps' counters only, as the operator's monitor: acceptance and draft cost at the lightest
-    load, the step time fitted over every level (specdec.load_model.measured_schedule)."""
+    load, the step time fitted over every level (specdec.load_model.measured_fit)."""
     lightest = on[0]["counters"]
     keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
     m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
     assert m is not None, "the lightest level of the on sweep did not speculate"
     windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
                                                  load_model.COUNTERS.items()}) for r in on + off) if w]
-    found = load_model.measured_schedule(windows, m.alpha, m.cost_ratio, on[0]["clients"], draft_len)
-    assert found is not None, "not enough windows to fit the step time"
-    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "costRatio": found.cost_ratio,
-            "windows": len(windows), "floorSeconds": found.step_time.floor,
-            "secondsPerToken": found.step_time.per_token, "breakEven": load_model.schedule_break_even(found.schedule),
-            "draftLens": load_model.format_schedule(found.schedule)}
+    fitted = load_model.measured_fit(windows, m.cost_ratio, on[0]["clients"], draft_len)
+    assert fitted is not None, "not enough windows to fit the step time"
+    fit, cost = fitted
+    found = load_model.schedule(fit, m.alpha, cost, draft_len)
+    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "costRatio": cost, "windows": len(windows),
+            "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
+            "breakEven": load_model.schedule_break_even(found), "draftLens": load_model.format_schedule(found)}
 
 
 async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path,

@@ -88,7 +88,8 @@ def break_even(t: StepTime, alpha: float, cost_ratio: float, lo: int, hi: int) -
 
 # --- fitting t(T) from measured windows ---------------------------------------------------------------
 
-# The Triton route's counters of the target model's iterations (specdec.runtime.metrics), per pod.
+# The runtime front's counters of the target model's iterations (specdec.runtime.metrics), per pod: Triton's
+# iteration gauges on the Triton route, trtllm-serve's iteration statistics on the others.
 COUNTERS = {
     "iterations": "specdec_target_iterations_total",
     "iteration_seconds": "specdec_target_iteration_seconds_total",
@@ -201,32 +202,21 @@ def scheduled_draft_len(entries: list[tuple[int, int]], in_flight: int) -> int:
     return next((k for n, k in reversed(entries) if n <= in_flight), entries[0][1])
 
 
-@dataclasses.dataclass(frozen=True)
-class Fitted:
-    """What measured windows give: the step time, the draft's cost at the target's batch (c of step_seconds) and
-    the draft lengths by load."""
-
-    step_time: StepTime
-    cost_ratio: float
-    schedule: list[tuple[int, int]]
-
-
-def measured_schedule(windows: list[Window], alpha: float, cost_ratio: float, measured_at: float | None,
-                      draft_len: int, sent: float | None = None) -> Fitted | None:
-    """The schedule of lengths up to `draft_len` from measured windows; None without a fit. A cost ratio measured
-    from the route's times (`measured_at`: the batch it was measured at; `sent`: the mean draft length then,
-    draft_len if None) is the draft's time over the target's at (n, n*(k+1)) tokens, not at the same batch: it
-    is brought to t(n) with the fit, and the fit redone. Without `measured_at` the cost is taken as it is."""
-    k = draft_len if sent is None else sent
+def measured_fit(windows: list[Window], cost_ratio: float, measured_at: float | None,
+                 sent: float) -> tuple[StepTime, float] | None:
+    """The step time fitted on measured windows, and the draft's cost at one batch; None without a fit. A cost
+    ratio measured from the route's times (`measured_at`: the batch it was measured at; `sent`: the mean draft
+    length then) is the draft's time over the target's at (n, n*(k+1)) tokens, not at the same batch: it is
+    brought to t(n) with the fit, and the fit redone."""
     cost, fit = cost_ratio, None
     for _ in range(1 if measured_at is None else 3):
         fit = fit_step_time(windows, cost)
         if fit is None:
             return None
         if measured_at is not None:
-            cost = cost_ratio * fit(measured_at * (k + 1)) / fit(measured_at)
+            cost = cost_ratio * fit(measured_at * (sent + 1)) / fit(measured_at)
     assert fit is not None
-    return Fitted(fit, cost, schedule(fit, alpha, cost, draft_len))
+    return fit, cost
 
 
 def schedule_break_even(entries: list[tuple[int, int]]) -> int | None:

@@ -5,6 +5,7 @@ and status; thread-safe, since the two run on different threads."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 
@@ -14,12 +15,28 @@ from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 Key = tuple[str, str]  # (namespace, name)
 
 
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """What a schedule was computed from: the step time, the per-token acceptance and the draft's cost."""
+
+    step: load_model.StepTime
+    alpha: float
+    cost_ratio: float
+
+
 class LoadSchedules:
     def __init__(self):
         self._windows: dict[Key, deque[load_model.Window]] = {}
         self._schedules: dict[Key, list[tuple[int, int]]] = {}
+        self._fits: dict[Key, Fit] = {}
         self._costs: dict[Key, float] = {}  # the draft's cost at the target's batch, as last measured
         self._lock = threading.Lock()
+
+    def schedule(self, namespace: str, name: str) -> tuple[list[tuple[int, int]], Fit] | None:
+        """The draft lengths by load and the fit behind them, once there is one."""
+        with self._lock:
+            key = (namespace, name)
+            return (self._schedules[key], self._fits[key]) if key in self._schedules else None
 
     def break_even(self, namespace: str, name: str) -> int | None:
         """The concurrency from which speculation stops paying, once the load model has a fit."""
@@ -50,11 +67,10 @@ class LoadSchedules:
                load: load_model.Window | None) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
         schedule moved enough to tell the pods."""
-        # Under a schedule the front sends shorter drafts than draft_len: acceptance and cost are those at the
-        # draft length it actually sent, on average (the measurement priced them at draft_len).
+        # The measurement priced acceptance and cost at the mean draft length sent (a schedule sends less than
+        # draft_len), which the measured cost's batch needs too.
         steps = window.get("steps", 0.0)
-        sent = window.get("draft", 0.0) / steps if steps > 0 else m.draft_len
-        alpha = speculation.alpha_from_tokens_per_step(m.tokens_per_step, sent)
+        sent = min(window.get("draft", 0.0) / steps, m.draft_len) if steps > 0 else m.draft_len
         # The route's times price the draft against the target at the batch they were measured at: only a window
         # that timed both at a batch it knows gives the draft's cost at the target's batch. Any other window
         # keeps the cost found so; before there is one, an estimate (already that cost) is taken as it is, and
@@ -64,24 +80,28 @@ class LoadSchedules:
         with self._lock:
             windows, known = list(self._windows.get(key, ())), self._costs.get(key)
         if timed and load is not None:
-            cost, measured_at = m.cost_ratio * m.draft_len / sent, load.batch
+            cost, measured_at = m.cost_ratio, load.batch
         elif known is not None:
             cost, measured_at = known, None
         elif m.cost_source != "Measured":
             cost, measured_at = m.cost_ratio, None
         else:
             return False
-        found = load_model.measured_schedule(windows, alpha, cost, measured_at, m.draft_len, sent)
+        fitted = load_model.measured_fit(windows, cost, measured_at, sent)
+        if fitted is None:
+            return False
+        alpha = m.alpha
+        found = load_model.schedule(fitted[0], alpha, fitted[1], m.draft_len)
         with self._lock:
-            if found is not None and measured_at is not None:
-                self._costs[key] = found.cost_ratio
-            if found is None or not load_model.schedule_moved(self._schedules.get(key), found.schedule):
+            if measured_at is not None:
+                self._costs[key] = fitted[1]
+            if not load_model.schedule_moved(self._schedules.get(key), found):
                 return False
-            self._schedules[key] = found.schedule
+            self._schedules[key], self._fits[key] = found, Fit(fitted[0], alpha, fitted[1])
         return True
 
     def forget_gone(self, present: set[Key]) -> None:
         with self._lock:
-            for table in (self._windows, self._schedules, self._costs):
+            for table in (self._windows, self._schedules, self._fits, self._costs):
                 for key in [k for k in table if k not in present]:
                     del table[key]

@@ -15,7 +15,8 @@ Normal one), and `specdec.rearm` restarts pods that stopped drafting when the sp
 Triton route the windows of the target model's iterations also fit the step time under load
 (specdec.load_model): the break-even and the best draft length by load go into the same ConfigMap (the
 front drafts less as the requests in flight grow, and stops at the break-even), and the break-even into
-status.speculation.
+status.speculation. A saveState deployment's pods are scraped on the same passes for what they captured
+(specdec.capture_watch: status.capture).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, load_model, modes, speculation, speculation_guard
+from specdec.autopilot import Autopilot
+from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.load_schedules import LoadSchedules
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
@@ -65,6 +68,7 @@ class Facts:
     draft_len: int | None
     draft_len_range: tuple[int, int]
     auto: bool
+    restarts: bool  # a new draft length takes new pods (trtllm-serve reads it at start)
     port: int
     rearm_cooldown: float | None  # speculation.rearm: None when off
 
@@ -79,21 +83,21 @@ class Published:
     rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
 
 
-def facts_of(sd: dict[str, Any]) -> Facts | None:
-    """None when there is nothing to measure (an invalid spec, or a mode that does not speculate)."""
+def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
+    """None when there is nothing to measure (an invalid spec, or a mode that neither speculates nor captures)."""
     spec = parse_spec(sd.get("spec") or {})
     if isinstance(spec, Problem):
         return None
     mode, block = modes.mode_of(spec.speculation)
     if not mode.speculates:
-        return None
+        return capture_facts_of(sd, spec)
     rearm = spec.speculation.rearm
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
     return Facts(generation=sd["metadata"].get("generation"), drafter=mode.drafter, target=spec.target.model,
                  draft=draft.model if draft else None, draft_len=draft_len,
                  draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-                 auto=mode.auto_draft_len(block), port=spec.runtime.port,
+                 auto=mode.auto_draft_len(block), restarts=spec.backend == "pytorch", port=spec.runtime.port,
                  rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None)
 
 
@@ -133,24 +137,25 @@ def _state(condition: conditions.Cond) -> tuple[bool | None, str]:
 class SpeculationMonitor:
     def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
                  interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
-                 policy: speculation.AutoPolicy = speculation.AutoPolicy(),
+                 policy: speculation.AutoPolicy = speculation.AutoPolicy(), rollout_seconds: float = 900.0,
+                 told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
                  guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
-                 wall_clock: Callable[[], float] = time.time):
+                 wall_clock: Callable[[], float] = time.time,
+                 read_claim: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None):
         self.store = store
         self.post_event = post_event
         self.enqueue = enqueue  # (namespace, name): the deployment's status should be rewritten
         self.interval = interval
         self.refresh_seconds = refresh_seconds
         self.active = active
-        self.policy = policy
+        self.autopilot = Autopilot(post_event, policy, speculation.ROLLOUT_POLICY, rollout_seconds, told_schedule)
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
+        self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
         self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
                                          timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
         self._samples: dict[str, tuple[speculation.Sample, float]] = {}  # pod uid -> last sample, when
-        self._auto: dict[tuple[str, str], speculation.AutoState] = {}
-        self._choices: dict[tuple[str, str], int] = {}
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
         self._activity: dict[tuple[str, str], tuple[int | None, speculation_guard.GuardState]] = {}  # by generation
@@ -158,7 +163,7 @@ class SpeculationMonitor:
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
-        self._facts: dict[tuple[str, str], tuple[tuple, Facts | None]] = {}
+        self._facts: dict[tuple[str, str], tuple[tuple, Facts | CaptureFacts | None]] = {}
         self._published: dict[tuple[str, str], Published] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
@@ -173,8 +178,11 @@ class SpeculationMonitor:
         return found if found and found.generation == generation else None
 
     def draft_len_choice(self, namespace: str, name: str) -> int | None:
-        with self._guard:
-            return self._choices.get((namespace, name))
+        return self.autopilot.draft_len_choice(namespace, name)
+
+    def schedule_choice(self, namespace: str, name: str) -> dict[int, int] | None:
+        """trtllm-serve, draftLen: auto: the draft_len_schedule to roll out (None: none chosen)."""
+        return self.autopilot.schedule_choice(namespace, name)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -214,10 +222,12 @@ class SpeculationMonitor:
             if pods:
                 work.append((sd, facts, pods))
         self._pass += 1
-        urls = [(p["metadata"]["uid"], f"http://{p['status']['podIP']}:{facts.port}/metrics")
+        urls = [(p["metadata"]["uid"], f"http://{p['status']['podIP']}:{facts.port}/metrics",
+                 parse_capture if isinstance(facts, CaptureFacts) else parse_sample)
                 for _, facts, pods in work for p in pods
                 if self._failing.get(p["metadata"]["uid"], (0, 0))[1] <= self._pass]
-        scraped = dict(zip((uid for uid, _ in urls), self._pool.map(self._scrape, (url for _, url in urls))))
+        scraped = dict(zip((uid for uid, _, _ in urls),
+                           self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls])))
         # A pod that failed is tried again after 1, 2, 4 ... 16 passes: pods without our metrics (an image
         # of their own, a kwok pod) cost little.
         for uid, sample in scraped.items():
@@ -229,12 +239,15 @@ class SpeculationMonitor:
         live = set()
         for sd, facts, pods in work:
             live.update(p["metadata"]["uid"] for p in pods)
-            self._account(sd, facts, pods, scraped, now)
+            if isinstance(facts, CaptureFacts):
+                self.capture.account(sd, facts, [scraped.get(p["metadata"]["uid"]) for p in pods], now)
+            else:
+                self._account(sd, facts, pods, scraped, now)
         self._samples = {uid: s for uid, s in self._samples.items() if uid in live}
         self._failing = {uid: f for uid, f in self._failing.items() if uid in live}
         self._forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments})
 
-    def _facts_of(self, sd: dict[str, Any]) -> Facts | None:
+    def _facts_of(self, sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         meta = sd["metadata"]
         key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
         known = self._facts.get(key)
@@ -242,7 +255,7 @@ class SpeculationMonitor:
             known = self._facts[key] = (version, facts_of(sd))
         return known[1]
 
-    def _scrape(self, url: str) -> speculation.Sample | None:
+    def _scrape(self, url: str, parse: Callable[[str], Any]) -> Any:
         """A pod that does not answer, answers garbage or too much counts as not scraped this time."""
         response = None
         try:
@@ -250,7 +263,7 @@ class SpeculationMonitor:
             body = response.read(MAX_BODY_BYTES + 1)
             if response.status != 200 or len(body) > MAX_BODY_BYTES:
                 return None
-            return parse_sample(body.decode("utf-8", errors="replace"))
+            return parse(body.decode("utf-8", errors="replace"))
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
             log.debug("scraping %s: %s", url, error)
             return None
@@ -289,14 +302,15 @@ class SpeculationMonitor:
         state = speculation_guard.observe(state, speculation_guard.window_of(window, draft_len), self.guard_policy)
         self._activity[key] = (facts.generation, state)
         rearmed = self.rearm.observe(sd, key, facts.rearm_cooldown, state.verdict, now)
-        m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched)
+        m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched, now)
         changed |= rearmed
         self._publish(sd, key, facts, m, changed, active_condition(state), sum(seconds) / len(seconds), now)
 
     def _measure(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts, window: dict[str, float],
-                 draft_len: int | None, pods: int, switched: bool) -> tuple[speculation.Measurement | None, bool]:
-        """The window's Measurement (None: nothing drafted, or no draft length known), and whether the
-        autopilot chose another draft length from it."""
+                 draft_len: int | None, pods: int, switched: bool,
+                 now: float) -> tuple[speculation.Measurement | None, bool]:
+        """The window's Measurement (None: nothing drafted, or no draft length known), and whether the load
+        model or the autopilot (specdec.autopilot) changed something from it."""
         if draft_len is None:
             return None, False
         # After a change of the draft length the counters of a window or two mix both lengths (requests in
@@ -316,8 +330,12 @@ class SpeculationMonitor:
             return None, False
         if m.cost_source == "Measured" and not settling:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
-        changed = facts.auto and not settling and self._autopilot(sd, key, m, lo, hi)
-        return m, self.load.update(key, m, window, load) or changed
+        decide = facts.auto and not settling
+        changed = decide and self.autopilot.draft_len(sd, key, m, lo, hi, facts.restarts, now)
+        fitted = self.load.update(key, m, window, load)
+        if decide and facts.restarts and not changed:  # the Triton route's front applies the fit live
+            changed = self.autopilot.schedule(sd, key, m.draft_len, load, self.load, now)
+        return m, fitted or changed
 
     def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
                  m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,
@@ -355,33 +373,15 @@ class SpeculationMonitor:
             self.post_event(sd, "SpeculationResumed", active.message)
         self.enqueue(*key)
 
-    def _autopilot(self, sd: dict[str, Any], key: tuple[str, str], m: speculation.Measurement,
-                   lo: int, hi: int) -> bool:
-        with self._guard:
-            asked = self._choices.get(key)
-        if asked is not None and asked != m.draft_len:
-            return False  # the pods have not taken up the last choice yet (the kubelet refreshes within a minute)
-        state, choice = speculation.decide(self._auto.get(key, speculation.AutoState()), m, lo, hi, self.policy)
-        self._auto[key] = state
-        if choice is None:
-            return False
-        with self._guard:
-            self._choices[key] = choice
-        before = speculation.speedup(state.alpha, m.draft_len, m.cost_ratio)
-        after = speculation.speedup(state.alpha, choice, m.cost_ratio)
-        self.post_event(sd, "DraftLenChanged",
-                        f"draftLen {m.draft_len} -> {choice}: per-token acceptance {state.alpha:.2f} (measured "
-                        f"acceptance {m.acceptance_rate:.2f} at draftLen {m.draft_len}), draft cost "
-                        f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x")
-        return True
-
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for table in (self._published, self._choices):
+            for table in (self._published,):
                 for key in [k for k in table if k not in present]:
                     del table[key]
         self.rearm.forget_gone(present)
+        self.autopilot.forget_gone(present)
+        self.capture.forget_gone(present)
         self.load.forget_gone(present)
-        for table in (self._auto, self._measured_cost, self._settling, self._facts, self._activity):
+        for table in (self._measured_cost, self._settling, self._facts, self._activity):
             for key in [k for k in table if k not in present]:
                 del table[key]

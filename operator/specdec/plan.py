@@ -203,6 +203,10 @@ def _cache_plan(spec: models.SpeculativeDeploymentSpec) -> CachePlan:
     return CachePlan(f"{MANAGED_CACHE_PREFIX}{suffix}", True, cache.storage_class_name, cache.size)
 
 
+def cache_claim_name(spec: models.SpeculativeDeploymentSpec) -> str:
+    return _cache_plan(spec).claim_name
+
+
 def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, image: str,
             role: str) -> models.EngineRecipe:
     limits = spec.engine

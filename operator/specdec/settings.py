@@ -34,6 +34,8 @@ class Settings:
     # measurement stays when its numbers do not move (specdec.monitor).
     speculation_scrape_seconds: float = 15.0
     speculation_refresh_seconds: float = 300.0
+    # draftLen: auto on trtllm-serve (a change is a surge rollout): the least time between two changes.
+    draft_len_rollout_seconds: float = 900.0
     # Read the nodes' GPU labels (list nodes, cluster-scoped) for the GPU-memory admission check.
     read_gpu_nodes: bool = True
 
@@ -59,6 +61,8 @@ class Settings:
                                                      base.speculation_scrape_seconds)),
             speculation_refresh_seconds=float(env.get("SPECDEC_SPECULATION_REFRESH_SECONDS",
                                                       base.speculation_refresh_seconds)),
+            draft_len_rollout_seconds=float(env.get("SPECDEC_DRAFT_LEN_ROLLOUT_SECONDS",
+                                                    base.draft_len_rollout_seconds)),
             read_gpu_nodes=env.get("SPECDEC_READ_GPU_NODES", str(base.read_gpu_nodes)).lower() == "true",
         )
 

@@ -49,7 +49,7 @@ def speedup(alpha: float, k: int, cost_ratio: float) -> float:
     return tokens_per_step(alpha, k) / (1.0 + k * cost_ratio)
 
 
-def alpha_from_tokens_per_step(tokens: float, k: int) -> float:
+def alpha_from_tokens_per_step(tokens: float, k: float) -> float:
     """The per-token acceptance that explains a measured E at draft length k (E is increasing in
     alpha, so bisection finds the one solution)."""
     if tokens >= k + 1:
@@ -135,15 +135,18 @@ def measure(window: dict[str, float], draft_len: int, pods: int, max_draft_len: 
     accepted = min(max(accepted, 0.0), draft)
     steps = steps if steps > 0 else math.ceil(draft / draft_len)
     tokens = (accepted + steps) / steps
+    # Drafting less than draft_len by load (the Triton front's schedule, trtllm-serve's draft_len_schedule), the
+    # steps' drafts were shorter: acceptance and cost are priced at the mean length sent.
+    sent = min(draft / steps, float(draft_len))
     draft_s, target_s = window.get("draft_seconds", 0.0), window.get("target_seconds", 0.0)
     if draft_s > 0 and target_s > 0:
-        cost, source = draft_s / (draft_len * target_s), "Measured"
+        cost, source = draft_s / (sent * target_s), "Measured"
     else:
         cost, source = estimated_cost
-    alpha = alpha_from_tokens_per_step(tokens, draft_len)
+    alpha = alpha_from_tokens_per_step(tokens, sent)
     best = best_draft_len(alpha, cost, 1, max(max_draft_len, draft_len))
     return Measurement(acceptance_rate=accepted / draft, tokens_per_step=tokens, draft_len=draft_len, alpha=alpha,
-                       cost_ratio=cost, cost_source=source, speedup=tokens / (1.0 + draft_len * cost),
+                       cost_ratio=cost, cost_source=source, speedup=tokens / (1.0 + sent * cost),
                        best_draft_len=best, best_speedup=speedup(alpha, best, cost), draft_tokens=int(draft),
                        pods=pods)
 
@@ -170,6 +173,11 @@ class AutoState:
 
 
 SMOOTHING = 0.5  # weight of the newest window in the smoothed acceptance
+
+
+# The damping where a change restarts the pods (trtllm-serve takes its draft length at start): a larger
+# predicted gain and a third confirmation (specdec.autopilot adds the least time between rollouts).
+ROLLOUT_POLICY = AutoPolicy(min_gain=0.05, confirmations=3)
 
 
 def decide(state: AutoState, m: Measurement, lo: int, hi: int,

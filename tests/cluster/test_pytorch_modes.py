@@ -47,6 +47,8 @@ REFUSED = [(name, lambda spec: spec.update(backend="tensorrt"), f"{mode} is serv
     ("qwen3-4b-dspark.yaml", lambda spec: spec["speculation"]["dspark"].update(blockSize=4), "it equals maxDraftLen"),
     ("llama-3.1-8b-save-state.yaml", lambda spec: spec["speculation"]["saveState"].update(eagle3LayersToCapture=[1, 1]),
      "lists each layer once"),
+    ("llama-3.1-8b-save-state.yaml", lambda spec: spec["runtime"].update(replicas=2),
+     "saveState serves one runtime replica"),
 ]
 
 

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec import speculation
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
 from specdec.dev import simulation_profile
-from specdec.dev.podrunner import POD_SELECTOR, in_thread as pod_runner
+from specdec.dev.pod_runner_thread import in_thread as pod_runner
+from specdec.dev.podrunner import POD_SELECTOR
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 

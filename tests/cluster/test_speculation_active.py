@@ -15,7 +15,7 @@ from specdec.dev import simulation_profile
 from specdec.reconcile.serving import ANNOTATION_REARMED_AT
 from specdec.speculation_guard import GuardPolicy
 from tests.cluster.test_operator import SD, example
-from specdec.dev.podrunner import in_thread as pod_runner
+from specdec.dev.pod_runner_thread import in_thread as pod_runner
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -92,7 +92,7 @@ class OpenAIState(TrtllmServeContract):
 
 async def _main(args: argparse.Namespace) -> int:
     """The stand-in as a server process: serves until SIGTERM (recorded in --marker) or --exit-after."""
-    state = OpenAIState(stats=[{"iter": 1, "specDecodingStats": {
+    state = OpenAIState(chunk_delay=args.chunk_delay, stats=[{"iter": 1, "specDecodingStats": {
         "numDraftTokens": 8, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 2, "acceptanceLength": 4.0}}])
     runner = web.AppRunner(state.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -127,4 +127,5 @@ if __name__ == "__main__":
     parser.add_argument("--marker")
     parser.add_argument("--exit-after", type=float, default=0.0)
     parser.add_argument("--exit-code", type=int, default=3)
+    parser.add_argument("--chunk-delay", type=float, default=0.0)
     sys.exit(asyncio.run(_main(parser.parse_args())))

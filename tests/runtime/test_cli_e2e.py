@@ -86,6 +86,30 @@ def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
     assert "forwarding SIGTERM" in stderr and "exiting with status 0" in stderr
 
 
+
+def test_sigterm_lets_the_requests_in_flight_finish_before_the_server_stops(tmp_path):
+    """The front stops listening first and finishes its streams on the running server; only then does the
+    server get SIGTERM (a server stopped first would cut them, and the front would answer 502 meanwhile)."""
+    marker = tmp_path / "server-signal"
+    process, url = start(tmp_path, f"--marker {marker} --chunk-delay 0.5")
+    try:
+        wait_for(lambda: http(f"{url}/health")[0] == 200, "/health to turn 200")
+        request = urllib.request.Request(f"{url}/v1/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True}).encode())
+        with urllib.request.urlopen(request, timeout=10) as stream:
+            first = stream.readline()
+            process.send_signal(signal.SIGTERM)
+            rest = stream.read().decode()
+            signalled_before_the_end = marker.exists()
+        assert first.startswith(b"data: ") and rest.rstrip().endswith("data: [DONE]"), rest
+        assert not signalled_before_the_end
+        assert http(f"{url}/health")[0] == 0  # no longer listening
+        assert process.wait(timeout=15) == 0
+    finally:
+        stop(process)
+    assert marker.read_text() == "SIGTERM"
+
+
 def test_a_server_that_fails_takes_the_runtime_down_with_its_status(tmp_path):
     process, url = start(tmp_path, "--exit-after 0.5 --exit-code 3")
     try:

@@ -223,6 +223,29 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
     assert metrics["specdec_draft_len"] == 4  # speculative_config's max_draft_len
 
 
+def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stats():
+    """Each iteration with generation requests is a window of the load model: its time, its batch, its drafts."""
+    state = OpenAIState(stats=[
+        {"iter": 1, "iterLatencyMS": 40.0, "inflightBatchingStats": {"numGenRequests": 4, "numContextRequests": 1},
+         "specDecodingStats": {"numDraftTokens": 16, "numAcceptedTokens": 9, "numRequestsWithDraftTokens": 4}},
+        {"iter": 2, "iterLatencyMS": 10.0, "inflightBatchingStats": {"numGenRequests": 2}},
+        {"iter": 3, "iterLatencyMS": 7.0, "inflightBatchingStats": {"numGenRequests": 0, "numContextRequests": 2}},
+        {"iter": 4, "iterLatencyMS": 3.0},
+    ])
+
+    async def scenario():
+        async with stack(state, stats_interval=0.05) as (front, url, client):
+            await eventually(lambda: metric(front, "specdec_target_iterations_total") == 2,
+                             "the iteration stats to be read")
+            async with client.get(f"{url}/metrics") as resp:
+                return parse_prometheus(await resp.text())
+
+    metrics = run(scenario())
+    assert metrics["specdec_target_iteration_seconds_total"] == pytest.approx(0.050)
+    assert metrics["specdec_target_batch_sequences_total"] == 6
+    assert metrics["specdec_target_batch_draft_tokens_total"] == 16  # 4 sequences with 4 draft tokens each
+
+
 def test_redrafter_default_temperature_applies_when_the_client_sets_none():
     config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.redrafter.model_copy(
         update={"temperature": 0.7})})

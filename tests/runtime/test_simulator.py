@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec.dev import simulated_clients, simulation_profile
 from specdec.dev.podrunner import write_volume
 from specdec.dev.simulation_profile import Profile, ProfileError
-from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts, speculate
+from specdec.dev.simulator import (SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, scheduled, serve_drafts,
+                                   speculate)
 from specdec import speculation
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
@@ -138,9 +139,10 @@ def test_a_backend_that_does_not_draft_answers_from_the_target_alone():
     generation = asyncio.run(scenario())
     assert (generation.draft_tokens, generation.accepted_tokens) == (0, 0) and len(generation.text) > 0
     assert triton_backend.executions == {triton.TARGET_MODEL: 16, triton.DRAFT_MODEL: 0}
-    (stats,) = serve.iteration_stats()
-    assert stats["specDecodingStats"]["numDraftTokens"] == 0
-    assert stats["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
+    stats = serve.iteration_stats()
+    assert len(stats) == 16  # one token a step
+    assert all(s["specDecodingStats"]["numDraftTokens"] == s["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
+               for s in stats)
 
 
 def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_counters(tmp_path):
@@ -211,25 +213,57 @@ def test_simulated_trtllm_serve_hands_out_iteration_stats_once_and_streams():
     assert len(answer["choices"][0]["text"].split()) == 20 and answer["choices"][0]["finish_reason"] == "length"
     assert len(events) == 5 + 2 and events[-1] == "data: [DONE]"  # 5 tokens, usage, [DONE]
     assert json.loads(events[-2][6:])["usage"]["completion_tokens"] == 5
-    assert len(first) == 4 and second == []
-    spec = first[0]["specDecodingStats"]
-    assert spec["numDraftTokens"] == 3 * spec["numRequestsWithDraftTokens"] >= 3 * 20 / 4
-    assert spec["acceptanceLength"] == pytest.approx((spec["numAcceptedTokens"] + spec["numRequestsWithDraftTokens"])
-                                                     / spec["numRequestsWithDraftTokens"])
-    whole_ms = first[0]["iterLatencyMS"]  # the request's steps; the drafter's share in specDecodingStats
-    assert whole_ms == pytest.approx(spec["numRequestsWithDraftTokens"] * 0.1 * (1 + 3 * 0.05))  # 0.1 ms steps
-    assert spec["iterLatencyMS"] == pytest.approx(whole_ms * spec["draftOverhead"]) and spec["draftOverhead"] > 0
+    assert second == [] and 4 * 2 <= len(first) <= 3 * 20 + 5  # one per step: 1 to k + 1 tokens each
+    for entry in first:  # one request in flight at a time: a batch of one, drafting 3 tokens
+        spec = entry["specDecodingStats"]
+        assert entry["inflightBatchingStats"]["numGenRequests"] == 1
+        assert spec["numDraftTokens"] == 3 and spec["numRequestsWithDraftTokens"] == 1
+        assert spec["acceptanceLength"] == spec["numAcceptedTokens"] + 1
+        # t(n) = 0.1 ms at any batch; the draft's 3 tokens cost 0.05 of it each; the drafter's share apart
+        assert entry["iterLatencyMS"] == pytest.approx(0.1 * (1 + 3 * 0.05))
+        assert spec["iterLatencyMS"] == pytest.approx(entry["iterLatencyMS"] * spec["draftOverhead"])
+    assert sum(1 + e["specDecodingStats"]["numAcceptedTokens"] for e in first) >= 3 * 20 + 5
 
 
 @pytest.mark.parametrize("scenario, drafts", [
-    ("llama-3.1-8b-draft-1b-pytorch", (4, True)),  # speculative_config.max_draft_len: the draftLen
-    ("llama-3.1-8b-eagle3", (3, True)),
-    ("qwen2.5-7b-ngram", (4, False)),  # a lookup: no draft model to pay for
-    ("vicuna-7b-redrafter", (4, True)),  # no speculative_config on the engine path: the default
-    ("pytorch-none-tp2", (0, False)),
+    ("llama-3.1-8b-draft-1b-pytorch", (4, True, None)),  # speculative_config.max_draft_len: the draftLen
+    ("llama-3.1-8b-eagle3", (3, True, {32: 3})),  # max_concurrency 32
+    ("qwen2.5-7b-ngram", (4, False, None)),  # a lookup: no draft model to pay for
+    ("vicuna-7b-redrafter", (4, True, None)),  # no speculative_config on the engine path: the default
+    ("pytorch-none-tp2", (0, False, None)),
 ])
 def test_trtllm_serve_draft_length_comes_from_the_runtime_config(scenario, drafts):
     assert serve_drafts(CONFIGS[scenario]) == drafts
+
+
+def test_trtllm_serve_drafts_by_batch_size_as_tensorrt_llm_applies_its_schedule():
+    """draft_len_schedule's keys are the largest batch of their tier, above the largest nothing is drafted;
+    max_concurrency is {max_concurrency: max_draft_len}."""
+    schedule = draft_len_schedule({"max_draft_len": 4, "draft_len_schedule": {"8": 2, "2": 4, "32": 1}}, 4)
+    assert schedule == {2: 4, 8: 2, 32: 1}
+    assert [scheduled(schedule, 4, n) for n in (1, 2, 3, 8, 9, 32, 33)] == [4, 4, 2, 2, 1, 1, 0]
+    assert draft_len_schedule({"max_draft_len": 3, "max_concurrency": 16}, 3) == {16: 3}
+    assert draft_len_schedule({"max_draft_len": 3}, 3) is None and scheduled(None, 3, 1000) == 3
+
+
+def test_simulated_trtllm_serve_batches_and_drafts_by_the_schedule():
+    """Eight requests at once: one batch of 8 steps together, drafting the schedule's length for 8 (1 token),
+    and the statistics say so; a step of a larger batch takes longer (stepSecondsPerToken)."""
+    profile = Profile(target_step_seconds=0.002, step_seconds_per_token=0.0005, acceptance=1.0, noise=0.0,
+                      cost_ratio=0.1)
+    simulated = SimulatedTrtllmServe(profile, "llama", draft_len=4, draft_costs=True, schedule={2: 4, 16: 1}, seed=3)
+
+    async def scenario():
+        await asyncio.gather(*(simulated.complete({"prompt": "a", "max_tokens": 8}, chat=False) for _ in range(8)))
+        return simulated.iteration_stats()
+
+    stats = run(scenario())
+    assert len(stats) == 4  # every draft accepted: 2 tokens a step
+    for entry in stats:
+        assert entry["inflightBatchingStats"]["numGenRequests"] == 8
+        assert entry["specDecodingStats"]["numDraftTokens"] == 8 and entry["specDecodingStats"]["numRequestsWithDraftTokens"] == 8
+        # 1 * costRatio * t(8) + t(8 * 2)
+        assert entry["iterLatencyMS"] == pytest.approx(1000 * (0.1 * (0.002 + 0.004) + 0.002 + 0.008))
 
 
 def test_profiles_merge_defaults_and_refuse_what_cannot_be_simulated(tmp_path):

@@ -19,14 +19,16 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import EXAMPLES, ROOT, free_port, scenario_configs, serving
+from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving
 
 CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
 STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]
@@ -71,12 +73,18 @@ def python_models(directory: Path) -> Path:
     return directory
 
 
+def saves_states(config) -> bool:
+    return (config.speculative_config or {}).get("decoding_type") == "SaveState"
+
+
 @pytest.fixture(scope="module")
 def running(tmp_path_factory):
     models = python_models(tmp_path_factory.mktemp("backend-models"))
     started: dict[str, Running] = {}
     try:
         for name, config in CONFIGS.items():
+            if saves_states(config):  # the capture goes to a directory of the test's, not the pod's /captures
+                config = captured_into(config, tmp_path_factory.mktemp(f"{name}-captures"))
             plan = launch.plan_launch(config, str(tmp_path_factory.mktemp(name)))
             launch.prepare(plan, str(models))  # the YAML, or the Triton repository
             ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
@@ -115,9 +123,10 @@ def wait_healthy(item: Running, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-async def through_the_front(item: Running) -> tuple[dict, list]:
-    """One completion through the front (as specdec-runtime builds it) to the stand-in; then the stand-in's
-    own speculation statistics (trtllm-serve's /metrics) or counters (Triton's metrics)."""
+async def through_the_front(item: Running, requests: int = 1) -> tuple[dict, Any]:
+    """Completions through the front (as specdec-runtime builds it) to the stand-in; then the stand-in's
+    own speculation statistics (trtllm-serve's /metrics) or counters (Triton's metrics), or in mode saveState
+    the front's own metrics."""
     backend = dataclasses.replace(item.plan.backend, url=item.url, metrics_url=(
         f"http://127.0.0.1:{item.metrics_port}/metrics" if item.metrics_port else None))
     front = Front(item.config, backend, tokenizer=Tokenizer(None), route=item.plan.route, stats_interval=0)
@@ -125,9 +134,14 @@ async def through_the_front(item: Running) -> tuple[dict, list]:
         async with client.get(f"{url}/health") as resp:
             assert resp.status == 200, await resp.text()
         request = {"prompt": "Hello there", "max_tokens": MAX_TOKENS}
-        async with client.post(f"{url}/v1/completions", json=request) as resp:
-            assert resp.status == 200, await resp.text()
-            body = await resp.json()
+        for _ in range(requests):
+            async with client.post(f"{url}/v1/completions", json=request) as resp:
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+        if front.capture is not None:
+            async with client.get(f"{url}/metrics") as resp:
+                stats = parse_prometheus(await resp.text())
+            return body, stats
         stats_url = backend.metrics_url or f"{item.url}/metrics"
         async with client.get(stats_url) as resp:
             stats = await resp.json() if item.metrics_port is None else (await resp.text()).splitlines()
@@ -150,7 +164,7 @@ def test_the_examples_take_every_route():
     assert routes == {"triton", "trtllm-serve-engine", "trtllm-serve-pytorch"}
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(n for n, c in CONFIGS.items() if not saves_states(c)))
 def test_answers_health_and_a_completion_through_the_front(running, name):
     item = running[name]
     wait_healthy(item)
@@ -165,9 +179,28 @@ def test_answers_health_and_a_completion_through_the_front(running, name):
         assert any(line.startswith(f'nv_inference_exec_count{{model="{triton.DRAFT_MODEL}"') and
                    line.endswith(f" {steps}") for line in stats), stats
     else:
-        (entry,) = stats
-        spec = entry["specDecodingStats"]
-        assert spec["numDraftTokens"] == spec["numAcceptedTokens"] == k * -(-MAX_TOKENS // (k + 1))
+        # One statistic per iteration (step), every draft accepted: each step yields k + 1 tokens.
+        assert len(stats) == -(-MAX_TOKENS // (k + 1))
+        assert sum(e["specDecodingStats"]["numDraftTokens"] for e in stats) == k * len(stats)
+        assert sum(e["specDecodingStats"]["numAcceptedTokens"] for e in stats) == k * len(stats)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CONFIGS.items() if saves_states(c)))
+def test_save_state_answers_one_token_and_the_front_counts_the_files_it_writes(running, name):
+    """As TensorRT-LLM's SaveHiddenStatesDrafter: one token per request, a file every write_interval requests."""
+    item = running[name]
+    wait_healthy(item)
+    speculative = item.config.speculative_config
+    interval = speculative["write_interval"]
+    body, metrics = asyncio.run(asyncio.wait_for(through_the_front(item, requests=interval + 1), 30))
+    assert body["choices"][0]["text"] == " sim"
+    (written,) = Path(speculative["output_directory"]).iterdir()
+    assert written.name == f"{speculative['file_prefix']}_{interval}.pt"
+    assert metrics["specdec_capture_files"] == 1 and metrics["specdec_capture_bytes"] == written.stat().st_size
+    # "Hello there": two token ids a request; the request after the write waits for the next one.
+    assert metrics["specdec_capture_requests"] == interval and metrics["specdec_capture_tokens"] == 2 * interval
+    assert metrics["specdec_capture_unreadable_files"] == 0
+    assert metrics["specdec_capture_last_write_timestamp_seconds"] == pytest.approx(written.stat().st_mtime)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

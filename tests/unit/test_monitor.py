@@ -84,13 +84,14 @@ def _free_port(hosts: list[str]) -> int:
     raise RuntimeError("no free port on every host")
 
 
-def sd(name: str = "llama", draft_len: int | str = "auto", generation: int = 1, port: int = 8000) -> dict:
+def sd(name: str = "llama", draft_len: int | str = "auto", generation: int = 1, port: int = 8000,
+       backend: str = "tensorrt") -> dict:
     block = {"draft": {"model": DRAFT}, "draftLen": draft_len}
     if draft_len == "auto":
         block["maxDraftLen"] = 8
     return {"kind": "SpeculativeDeployment",
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": generation},
-            "spec": {"target": {"model": TARGET}, "runtime": {"port": port},
+            "spec": {"backend": backend, "target": {"model": TARGET}, "runtime": {"port": port},
                      "speculation": {"mode": "draftTarget", "draftTarget": block}}}
 
 
@@ -204,6 +205,41 @@ def test_autopilot_chooses_and_says_why(rig):
     assert choice is not None and 4 < choice <= 8
     assert [reason for reason, _ in events] == ["DraftLenChanged"]
     assert events[0][1].startswith(f"draftLen 4 -> {choice}: ") and "estimated speedup" in events[0][1]
+
+
+def test_autopilot_on_trtllm_serve_waits_longer_and_says_it_rolls_the_pods(rig):
+    """Backend pytorch: a change is a rollout, so it takes a third confirming window, a gain of 5 % and the
+    rollout interval since the last rollout (here 150 s: 10 windows of 15 s)."""
+    store, (a, _), monitor, events, _, port = rig
+    monitor.autopilot.rollout_seconds = 150.0
+    store.put(sd(draft_len="auto", port=port, backend="pytorch"))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    monitor.run_once(now=0.0)
+    counters = {"draft": 0, "accepted": 0, "steps": 0, "draft_s": 0.0, "target_s": 0.0}
+    decided_at = []
+
+    def window(n: int, k: int, accepted: int = 99) -> None:  # per 100 drafted; the draft is cheap
+        counters.update(draft=counters["draft"] + 100 * k, accepted=counters["accepted"] + accepted * k,
+                        steps=counters["steps"] + 100, draft_s=counters["draft_s"] + 0.1 * k,
+                        target_s=counters["target_s"] + 5.0)
+        a.text = metrics_text(counters["draft"], counters["accepted"], counters["steps"], draft_len=k,
+                              draft_s=counters["draft_s"], target_s=counters["target_s"])
+        before = monitor.draft_len_choice("ns", "llama")
+        monitor.run_once(now=15.0 * n)
+        if monitor.draft_len_choice("ns", "llama") != before:
+            decided_at.append(n)
+
+    for n in range(1, 4):
+        window(n, 4)
+    assert decided_at == [3]  # the Triton route's policy would have decided at the second window
+    choice = monitor.draft_len_choice("ns", "llama")
+    assert 4 < choice <= 8
+    assert [reason for reason, _ in events] == ["DraftLenChanged"]
+    assert events[0][1].endswith("rolling the pods (a new pod ready before an old one goes)")
+    for n in range(4, 17):  # the pods run the choice, and acceptance drops: a shorter length waits out the interval
+        window(n, monitor.draft_len_choice("ns", "llama"), accepted=5)
+    assert len(decided_at) == 2 and decided_at[1] - decided_at[0] >= 10, decided_at
+    assert monitor.draft_len_choice("ns", "llama") < choice
 
 
 def test_forgets_deleted_deployments(rig):

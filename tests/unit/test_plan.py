@@ -320,3 +320,38 @@ def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
     # the chosen length is not in the pod template: changing it restarts no pod
     template = build_deployment(p, "uid", SETTINGS)["spec"]["template"]
     assert "draft_len" not in str(template)
+
+
+def test_auto_draft_len_on_trtllm_serve_is_in_the_runtime_config_so_a_change_rolls_the_pods():
+    from specdec.builders.common import ANNOTATION_CONFIG_HASH
+    from specdec.builders.serving import build_config_map, served_plan
+
+    p = make_plan(spec(backend="pytorch", speculation=draft_target(draftLen="auto", maxDraftLen=8)))
+    assert p.runtime.speculative_config["max_draft_len"] == 4  # where auto starts
+    chosen = served_plan(p, 6)
+    assert chosen.runtime.speculative_config == {**p.runtime.speculative_config, "max_draft_len": 6}
+    assert chosen.runtime.draft_target.draft_len == 6 and chosen.runtime.draft_target.max_draft_len == 8
+    assert served_plan(p, 12).runtime.speculative_config["max_draft_len"] == 8  # within 1..maxDraftLen
+    assert served_plan(p, None).runtime == p.runtime
+    assert build_config_map(chosen, "uid", 6)["data"]["draft_len"] == "6"  # what the pods were told, for a restart
+
+    def rollout_hash(plan):
+        return build_deployment(plan, "uid", SETTINGS)["spec"]["template"]["metadata"]["annotations"][
+            ANNOTATION_CONFIG_HASH]
+
+    assert rollout_hash(chosen) != rollout_hash(p) and rollout_hash(served_plan(p, 4)) == rollout_hash(p)
+    # The Triton route and a fixed draftLen are left as they are.
+    triton = make_plan(spec(speculation=draft_target(draftLen="auto", maxDraftLen=8)))
+    assert served_plan(triton, 6) == triton
+    fixed = make_plan(spec(backend="pytorch", speculation=draft_target(draftLen=4)))
+    assert served_plan(fixed, 6) == fixed
+
+
+def test_runtime_pods_serve_through_their_pre_stop_sleep():
+    from specdec.builders.serving import PRE_STOP_SLEEP_SECONDS, TERMINATION_GRACE_SECONDS
+
+    pod = build_deployment(make_plan(base()), "uid", SETTINGS)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}}
+    # preStop, then the front's requests (25 s at most), then the server's stop (25 s at most)
+    assert pod["terminationGracePeriodSeconds"] == TERMINATION_GRACE_SECONDS
+    assert TERMINATION_GRACE_SECONDS >= PRE_STOP_SLEEP_SECONDS + 50

@@ -175,7 +175,7 @@ namespaces it is given and the resources served at start-up, and logs a warning)
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # The shared engine-cache claim: cached from a label-selected watch, created once if missing; never
-# changed or deleted by the operator.
+# changed or deleted by the operator. `get`: the capacity of a saveState deployment's capture claim.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "list", "watch", "create"]

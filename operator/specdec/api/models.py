@@ -20,6 +20,7 @@ from specdec.schema import k8s
 from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
                               NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
 from specdec.schema.base import validations as _validations
+from specdec.api.capture import CaptureStatus
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
 from specdec.modes.pytorch import PYTORCH_FP8
@@ -188,11 +189,9 @@ class FetchSpec(ApiModel):
 
 
 class CacheSpec(ApiModel):
-    model_config = _validations(
-        cel("!(has(self.claimName) && has(self.storageClassName))",
-            "set claimName (an existing claim) or storageClassName (a claim the operator creates), not both",
-            ".claimName"),
-    )
+    model_config = _validations(cel(
+        "!(has(self.claimName) && has(self.storageClassName))",
+        "set claimName (an existing claim) or storageClassName (a claim the operator creates), not both", ".claimName"))
 
     claim_name: str | None = Field(None, min_length=1, max_length=253, pattern=k8s.DNS_SUBDOMAIN,
                                    description="An existing ReadWriteMany claim holding the engine cache.")
@@ -266,9 +265,10 @@ class SpeculationStatus(ApiModel):
         "the model names), DraftHead (1/32: one decoder layer), NoDraftModel (a lookup, as NGram's) or Assumed (0.1)."))
     recommended_draft_len: int | None = Field(None, description="The draft length with the best estimated speedup.")
     break_even: int | None = Field(None, description=(
-        "Triton route: requests in flight per pod from which no draft length up to draftLen pays, from the "
-        "measured step time under load (specdec.load_model); from there the runtime sends no draft tokens, and "
-        "below it the best length for the load."))
+        "Requests in flight per pod from which no draft length up to draftLen pays, from the measured step time "
+        "under load (specdec.load_model). Triton route: from there the runtime sends no draft tokens, and below "
+        "it the best length for the load. trtllm-serve: with draftLen: auto the lengths by load are rolled out as "
+        "a draft_len_schedule when that pays; otherwise reported only."))
     draft_tokens: int | None = Field(None, description="Draft tokens the window counted.")
     pods: int | None = Field(None, description="Runtime pods scraped.")
     window_seconds: float | None = Field(None, description="Length of the window measured.")
@@ -284,6 +284,7 @@ class SpeculativeDeploymentStatus(StatusBase):
     endpoint: str | None = Field(None, description="In-cluster URL of the OpenAI-compatible API.")
     speculation: SpeculationStatus | None = Field(None, description="Is speculation paying off? (runtime metrics)")
     rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
+    capture: CaptureStatus | None = Field(None, description="Mode saveState: what the capture directory holds.")
 
 
 # --- EngineBuild ---------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ BREAK_EVEN_KEY = "speculation_break_even"
 # Below it, the best draft length for the requests in flight (specdec.load_model.format_schedule: "1:4 6:2 14:1
 # 47:0", from n in flight on, length k), capped by draft_len; live too.
 SCHEDULE_KEY = "speculation_draft_lens"
+# trtllm-serve with draftLen: auto: the draft_len_schedule the pods were started with (JSON, {"largest batch
+# size": draft length}), a record for the operator after a restart; the pods read it from runtime.json.
+DRAFT_LEN_SCHEDULE_KEY = "draft_len_schedule"
 RUNTIME_CONFIG_DIR = "/etc/specdec"
 CACHE_MOUNT = "/cache"
 MODELS_MOUNT = "/models"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
-from specdec.api.runtime_config import CACHE_MOUNT, DRAFT_LEN_KEY, RUNTIME_CONFIG_DIR, RUNTIME_CONFIG_KEY
-from specdec import modes
+from specdec.api.runtime_config import (CACHE_MOUNT, DRAFT_LEN_KEY, DRAFT_LEN_SCHEDULE_KEY, RUNTIME_CONFIG_DIR,
+                                        RUNTIME_CONFIG_KEY)
+from specdec import modes, trtllm_schedule
 from specdec.builders import common
 from specdec.gpu_nodes import node_selector
 from specdec.plan import Plan, content_hash
@@ -15,7 +17,11 @@ from specdec.settings import GPU_RESOURCE, Settings
 # Bump when the pod template's shape changes in a way that must restart pods; anything else that
 # changes (e.g. a new operator version with the same template) leaves running pods alone.
 POD_TEMPLATE_VERSION = 1
-TERMINATION_GRACE_SECONDS = 40
+# A pod being deleted keeps serving PRE_STOP_SLEEP_SECONDS (its Service stops sending it requests meanwhile),
+# then specdec-runtime lets the front's requests finish (up to its --grace-seconds, 25) before it stops the
+# server (25 more at most); the kubelet's kill comes after all of that.
+PRE_STOP_SLEEP_SECONDS = 5
+TERMINATION_GRACE_SECONDS = 60
 
 
 def runtime_name(plan: Plan) -> str:
@@ -23,7 +29,21 @@ def runtime_name(plan: Plan) -> str:
 
 
 def config_map_name(plan: Plan) -> str:
-    return f"{plan.name}-runtime"
+    return runtime_config_map_name(plan.name)
+
+
+def runtime_config_map_name(deployment: str) -> str:
+    return f"{deployment}-runtime"
+
+
+def told_schedule(config_map: dict[str, Any] | None) -> trtllm_schedule.Schedule | None:
+    """The draft_len_schedule the runtime ConfigMap records (build_config_map), if any."""
+    text = ((config_map or {}).get("data") or {}).get(DRAFT_LEN_SCHEDULE_KEY)
+    try:
+        found = json.loads(text) if text else None
+        return {int(n): int(k) for n, k in found.items()} if isinstance(found, dict) and found else None
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def selector_labels(plan: Plan) -> dict[str, str]:
@@ -52,6 +72,28 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
     return min(max(chosen or mode.draft_len(block), lo), hi)
 
 
+def served_plan(plan: Plan, chosen_draft_len: int | None,
+                schedule: trtllm_schedule.Schedule | None = None) -> Plan:
+    """The plan the pods run, given draftLen: auto's choices. trtllm-serve takes its draft length and its
+    draft_len_schedule at start, so there they go into the runtime config itself (speculative_config): a new
+    one is a new config, and the Deployment rolls its pods by surge (a new pod ready before an old one
+    goes). On the Triton route the length is a ConfigMap key of its own that the front re-reads: the
+    runtime config keeps where auto starts, and nothing restarts."""
+    draft_len = live_draft_len(plan, chosen_draft_len)
+    runtime = plan.runtime
+    if draft_len is None or runtime.speculative_config is None:
+        return plan
+    speculative = {**runtime.speculative_config, "max_draft_len": draft_len}
+    schedule = trtllm_schedule.clamped(schedule, draft_len)
+    if schedule:
+        speculative["draft_len_schedule"] = schedule
+    update: dict[str, Any] = {"speculative_config": speculative}
+    if "draft_len" in type(runtime.speculation).model_fields:
+        update["draft_len"] = draft_len
+    speculation = runtime.speculation.model_copy(update=update)
+    return dataclasses.replace(plan, runtime=runtime.model_copy(update={"speculation": speculation}))
+
+
 def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None,
                      load_keys: dict[str, str] | None = None) -> dict[str, Any]:
     """The draft length (live_draft_len) and the load model's keys (specdec.load_schedules.LoadSchedules.config_map_keys: the
@@ -60,6 +102,9 @@ def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = 
     draft_len = live_draft_len(plan, chosen_draft_len)
     if draft_len is not None:
         data[DRAFT_LEN_KEY] = str(draft_len)
+    schedule = (plan.runtime.speculative_config or {}).get("draft_len_schedule") if draft_len is not None else None
+    if schedule:  # served_plan's: a record of what the pods were started with
+        data[DRAFT_LEN_SCHEDULE_KEY] = json.dumps({str(n): k for n, k in schedule.items()}, sort_keys=True)
     data.update(load_keys or {})
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"), "data": data}
@@ -108,13 +153,14 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         # Loading engines takes minutes; the startup probe keeps liveness from killing a slow start.
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
                          "periodSeconds": 10, "failureThreshold": 180},
+        # Endpoints drop a terminating pod asynchronously: serve on until they have, so no request is refused.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         "resources": common.resources(runtime.resources, plan.gpus, GPU_RESOURCE),
         "volumeMounts": mounts,
         "securityContext": common.container_security_context(),
     }
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
-        # specdec-runtime gives the server 25 s to drain after SIGTERM; keep the kubelet's kill later.
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": common.pod_security_context(),
         **common.image_pull_secrets(settings.image_pull_secrets),

@@ -3,10 +3,14 @@ would run, as servers in this process on the pod's IP (a loopback address: specd
 
 - the kubelet's part: the pod's ConfigMap volume ("config") as files under <cluster dir>/pods/<namespace>/
   <pod>/config/, rewritten when the ConfigMap changes, so a key changed live (draft_len) shows up in place;
+  a claim it writes (saveState's capture directory, TensorRT-LLM's output_directory) as the directory
+  <cluster dir>/claims/<namespace>/<claim>/<subPath>, which outlives the pod as the claim's files do;
 - the container's: the production front (specdec.runtime.front.Front, as `specdec-runtime` builds it from
   the same runtime.json) on podIP:<runtime port>, before a simulated backend (specdec.dev.simulator) on the
   ports the real one uses;
-- its clients': simulated load (specdec.dev.simulated_clients).
+- its clients': simulated load (specdec.dev.simulated_clients);
+- the kubelet's stop: a pod being deleted keeps serving for its preStop sleep (the Service has dropped it
+  by then), then its front lets the requests in flight finish.
 
 So whatever scrapes http://<podIP>:<port "http">/metrics gets the front's own metrics, from simulated
 speculation. The acceptance profile (<cluster dir>/simulator.json, specdec.dev.simulation_profile) is
@@ -14,9 +18,6 @@ re-read when it changes and applies to running pods at once. One asyncio loop se
 threads watch Pods and ConfigMaps (the kubernetes client blocks).
 
     python -m specdec.dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
-
-In a process that drives the pods itself (the cluster tests, bench/breakeven_cluster.py), `in_thread` runs a
-runner on an event loop of its own, on which the caller's coroutines can run too.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERV
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
 from specdec.dev import simulated_clients, simulation_profile
+from specdec.dev.hidden_state_writer import HiddenStateCapture, captured_into
 from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
+from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
@@ -159,8 +162,10 @@ def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: 
     if launch_plan.backend.kind == "triton":
         triton = SimulatedTriton(profile)
         return triton, [(triton.app(), TRITON_HTTP_PORT), (triton.metrics_app(), TRITON_METRICS_PORT)]
-    draft_len, draft_costs = serve_drafts(config)
-    serve = SimulatedTrtllmServe(profile, config.served_model_name, draft_len, draft_costs)
+    serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config))
+    speculative = config.speculative_config or {}
+    if speculative.get("decoding_type") == SAVE_STATE:
+        serve.capture = HiddenStateCapture.from_config(speculative).request
     return serve, [(serve.app(), TRTLLM_SERVE_PORT)]
 
 
@@ -171,6 +176,7 @@ class RunningPod:
     backend: SimulatedTriton | SimulatedTrtllmServe
     servers: list[web.AppRunner]
     clients: asyncio.Task
+    pre_stop_seconds: float  # the container's preStop sleep
 
     async def stop(self) -> None:
         self.clients.cancel()
@@ -186,6 +192,7 @@ class PodRunner:
     def __init__(self, kubeconfig: Path, cluster_dir: Path, namespace: str | None = None):
         self.kubeconfig, self.namespace = kubeconfig, namespace
         self.pods_dir = cluster_dir / "pods"
+        self.claims_dir = cluster_dir / "claims"
         self.profile_path = cluster_dir / simulation_profile.FILE_NAME
         self.running: dict[Key, RunningPod] = {}
         self._projected: dict[Key, str] = {}  # pod -> resourceVersion of the ConfigMap its files show
@@ -194,6 +201,7 @@ class PodRunner:
         self._profiles_mtime: float | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        self._terminating: set[asyncio.Task] = set()  # pods deleted, still serving through their preStop sleep
 
     def stop(self) -> None:
         """Ask `run` to stop every pod's servers and return (call it on the runner's loop)."""
@@ -224,6 +232,9 @@ class PodRunner:
         finally:
             for informer in (self.pods, self.config_maps):
                 informer.stop()
+            for task in self._terminating:
+                task.cancel()
+            await asyncio.gather(*self._terminating, return_exceptions=True)
             for key in list(self.running):
                 await self._forget(key)
             await self.session.close()
@@ -236,7 +247,9 @@ class PodRunner:
         live = {key: pod for key, pod in self.pods.objects.items() if _serving(pod)}
         for key in {*self.running, *self._projected, *self._problems}:
             running = self.running.get(key)
-            if key not in live or (running and running.uid != live[key]["metadata"]["uid"]):
+            if key not in live and running and running.pre_stop_seconds > 0:
+                self._terminate(key, running)
+            elif key not in live or (running and running.uid != live[key]["metadata"]["uid"]):
                 await self._forget(key)
         for key, pod in live.items():
             config_dir = self._project(key, pod)
@@ -245,12 +258,32 @@ class PodRunner:
 
     async def _forget(self, key: Key) -> None:
         running = self.running.pop(key, None)
-        if running:
-            await running.stop()
-            log.info("stopped pod %s/%s", *key)
         self._projected.pop(key, None)
         self._problems.pop(key, None)
-        shutil.rmtree(self.pods_dir / key[0] / key[1], ignore_errors=True)
+        await self._stop(key, running)
+
+    async def _stop(self, key: Key, running: RunningPod | None) -> None:
+        try:
+            if running:
+                await running.stop()
+                log.info("stopped pod %s/%s", *key)
+        finally:
+            shutil.rmtree(self.pods_dir / key[0] / key[1], ignore_errors=True)
+
+    def _terminate(self, key: Key, running: RunningPod) -> None:
+        """A deleted pod: served on through its preStop sleep, as the kubelet runs it, then stopped."""
+        self.running.pop(key)
+        self._projected.pop(key, None)
+
+        async def after_pre_stop() -> None:
+            try:
+                await asyncio.sleep(running.pre_stop_seconds)
+            finally:  # cancelled: the runner stops, so does the pod
+                await self._stop(key, running)
+
+        task = asyncio.get_running_loop().create_task(after_pre_stop())
+        self._terminating.add(task)
+        task.add_done_callback(self._terminating.discard)
 
     def _problem(self, key: Key, message: str) -> None:
         if self._problems.get(key) != message:
@@ -279,7 +312,7 @@ class PodRunner:
         ip = pod["status"]["podIP"]
         deployment = f"{key[0]}/{pod['metadata'].get('labels', {}).get(common.LABEL_INSTANCE, key[1])}"
         try:
-            config = cfg.load(config_dir / RUNTIME_CONFIG_KEY)
+            config = self._claims_written(key, pod, cfg.load(config_dir / RUNTIME_CONFIG_KEY))
             launch_plan = launch.plan_launch(config, str(config_dir.parent / "work"), read_engines=False)
         except cfg.ConfigError as error:
             self._problem(key, str(error))
@@ -303,10 +336,24 @@ class PodRunner:
         url = f"http://{ip}:{config.port}/v1/completions"
         clients = asyncio.create_task(simulated_clients.open_loop(self.session, url, lambda: backend.profile,
                                                                   random.Random()))
-        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, servers, clients)
+        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, servers, clients,
+                                       _pre_stop_seconds(pod))
         self._problems.pop(key, None)
         log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port,
                  launch_plan.route)
+
+    def _claims_written(self, key: Key, pod: dict[str, Any], config: RuntimeConfig) -> RuntimeConfig:
+        """The configuration with saveState's output_directory (a claim's subPath mounted in the pod) at the
+        directory standing for it here."""
+        speculative = config.speculative_config or {}
+        mount_path = speculative.get("output_directory")
+        container = pod["spec"]["containers"][0]
+        mount = next((m for m in container.get("volumeMounts") or [] if m["mountPath"] == mount_path), None)
+        volume = next((v for v in pod["spec"].get("volumes") or [] if mount and v["name"] == mount["name"]), {})
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            return config
+        return captured_into(config, self.claims_dir / key[0] / claim / mount.get("subPath", ""))
 
     def _reload_profiles(self) -> None:
         try:
@@ -326,33 +373,13 @@ class PodRunner:
         log.info("profiles from %s applied", self.profile_path)
 
 
-@dataclasses.dataclass(frozen=True)
-class Threaded:
-    """A PodRunner serving on `loop`, in a thread of this process."""
-
-    runner: PodRunner
-    loop: asyncio.AbstractEventLoop
-
-    def run(self, coroutine, timeout: float | None = None):
-        """Run a coroutine on the runner's loop (beside the pods' servers, as one process runs them: no second
-        loop contends with them for the GIL) and return its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
-
-
-@contextlib.contextmanager
-def in_thread(kubeconfig: Path, cluster_dir: Path, namespace: str | None = None):
-    """Serve the runtime pods (of `namespace`) from a thread until the block ends; yields a Threaded."""
-    runner = PodRunner(kubeconfig, cluster_dir, namespace)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(runner.run(),), daemon=True,
-                              name="specdec-pod-runner")
-    thread.start()
-    try:
-        yield Threaded(runner, loop)
-    finally:
-        loop.call_soon_threadsafe(runner.stop)
-        thread.join(30)
-        loop.close()
+def _pre_stop_seconds(pod: dict[str, Any]) -> float:
+    """The runtime container's preStop sleep (0 without one)."""
+    for container in pod["spec"].get("containers") or []:
+        sleep = ((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        if isinstance(sleep.get("seconds"), int):
+            return float(sleep["seconds"])
+    return 0.0
 
 
 def _serving(pod: dict[str, Any]) -> bool:

@@ -8,18 +8,17 @@ The acceptance model (per request, a `simulation_profile.Profile`):
   target's own (the bonus token), so a step yields E(k) = (1 - a^(k+1)) / (1 - a) tokens on average
   (specdec.speculation.tokens_per_step) and the acceptance rate the servers report (accepted / drafted
   tokens) is (E(k) - 1) / k;
-- on trtllm-serve a target step costs `targetStepSeconds`, each draft token `costRatio * targetStepSeconds`, and
-  a request for n tokens runs steps until it has n and is answered after the simulated time (one sleep per
-  request: simulated time costs no CPU);
-- on Triton the requests in flight are batched and a step's time depends on the batch's tokens
-  (`stepSecondsPerToken`, see SimulatedTriton), so speculation stops paying above a concurrency;
+- both servers batch the requests in flight and a step's time depends on the batch's tokens
+  (`targetStepSeconds`, `stepSecondsPerToken`, `costRatio`: see _Batching), so speculation stops paying above
+  a concurrency; a request is answered once its steps have produced its tokens (one sleep per step of the
+  whole batch: simulated time costs no CPU);
 - `noise` moves the acceptance of each request by a uniform amount in [-noise, noise] (clipped to [0, 1]);
 - `drafting` false: no draft tokens at all (k = 0), whatever is configured; one token per target step (a server
   whose speculation did not load, or that stopped speculating).
 
 k is the request's `num_draft_tokens` on Triton (the front sends the draft length in effect), and the
-configured max_draft_len (default 4) on trtllm-serve, where NGram's drafts cost nothing (a lookup, no
-model) and mode none drafts nothing. `profile` may be replaced while serving; the next request uses it.
+configured max_draft_len (default 4) on trtllm-serve, by the step's batch size under a draft_len_schedule or
+max_concurrency, where NGram's drafts cost nothing (a lookup, no model) and mode none drafts nothing. `profile` may be replaced while serving; the next request uses it.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
@@ -88,49 +87,37 @@ class _Simulated:
         self.profile = profile
         self.rng = random.Random(seed)
 
-    async def _run(self, tokens: int, draft_len: int, draft_costs: bool = True) -> Steps:
-        """One request's steps, slept through; `draft_len` is what is configured."""
-        steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
-        await asyncio.sleep(steps.seconds)
-        return steps
-
 
 @dataclass(eq=False)
 class _Sequence:
-    """A request in the simulated Triton's batch."""
+    """A request in a simulated server's batch."""
 
     remaining: int
-    draft_len: int
+    draft_len: int  # what the request or the configuration asks for
     acceptance: float
     done: asyncio.Future
+    steps: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
 
 
-class SimulatedTriton(_Simulated, TritonContract):
-    """Triton with the target (`tensorrt_llm`) and draft (`tensorrt_llm_draft`) models behind the BLS, batching
-    the requests in flight as TensorRT-LLM's inflight batcher does: one loop steps every sequence together. A
-    step of n sequences with draft lengths k_i costs max(k_i) * costRatio * t(n) (the draft passes over the
-    batch) plus t(sum(k_i + 1)) (the target verifies every sequence's drafts and its own token), with
-    t(T) = targetStepSeconds + stepSecondsPerToken * T (specdec.load_model). A sequence joins at the next step."""
+class _Batching(_Simulated):
+    """In-flight batching as TensorRT-LLM's: one loop steps every request in flight together. A step of n
+    sequences drafting k_i tokens each costs max(k_i) * costRatio * t(n) (the draft passes over the batch) plus
+    t(sum(k_i + 1)) (the target verifies every sequence's drafts and its own token), with t(T) =
+    targetStepSeconds + stepSecondsPerToken * T (specdec.load_model). A sequence joins at the next step."""
 
     def __init__(self, profile: Profile, seed: int | None = None):
         super().__init__(profile, seed)
-        # Triton's own counters, from which the draft's cost can be read.
-        self.compute_us = {triton.TARGET_MODEL: 0.0, triton.DRAFT_MODEL: 0.0}
-        self.executions = {triton.TARGET_MODEL: 0, triton.DRAFT_MODEL: 0}
-        # The TensorRT-LLM backend's gauges of the target model's latest iteration.
-        self.iterations, self.iteration_us, self.generation_requests = 0, 0.0, 0
         self.tokens_out = 0  # tokens generated, the bench's goodput
         self._batch: list[_Sequence] = []
         self._stepping: asyncio.Task | None = None
 
-    async def generate(self, body: dict[str, Any]) -> Generation:
-        tokens = max(int(body["max_tokens"]), 1)
-        draft_len = int(body.get("num_draft_tokens") or 0) if self.profile.drafting else 0
+    async def _join(self, tokens: int, draft_len: int) -> _Sequence:
+        """Generate `tokens` tokens in the batch; the sequence once done."""
         noise = self.profile.noise
         acceptance = min(1.0, max(0.0, self.profile.acceptance + self.rng.uniform(-noise, noise)))
-        sequence = _Sequence(tokens, draft_len, acceptance, asyncio.get_running_loop().create_future())
+        sequence = _Sequence(max(tokens, 1), draft_len, acceptance, asyncio.get_running_loop().create_future())
         self._batch.append(sequence)
         if self._stepping is None or self._stepping.done():
             self._stepping = asyncio.get_running_loop().create_task(self._step_all())
@@ -139,35 +126,71 @@ class SimulatedTriton(_Simulated, TritonContract):
         finally:
             if sequence in self._batch:  # cancelled: it leaves the batch
                 self._batch.remove(sequence)
-        return Generation(TOKEN * tokens, sequence.draft_tokens, sequence.accepted_tokens)
+        return sequence
+
+    def _drafts(self, batch: list[_Sequence]) -> list[int]:
+        """Draft tokens of each sequence in this step."""
+        return [s.draft_len if self.profile.drafting else 0 for s in batch]
+
+    def _draft_seconds(self, drafts: list[int], at_batch: float) -> float:
+        return max(drafts) * self.profile.cost_ratio * at_batch
+
+    def _stepped(self, batch: list[_Sequence], drafts: list[int], accepted: list[int], draft_seconds: float,
+                 verify_seconds: float, at_batch: float) -> None:
+        """What the server counts of a step."""
 
     async def _step_all(self) -> None:
         while self._batch:
             batch, p = list(self._batch), self.profile
-            n = len(batch)
-            at_batch = p.target_step_seconds + p.step_seconds_per_token * n  # t(n)
-            verify = p.target_step_seconds + p.step_seconds_per_token * sum(s.draft_len + 1 for s in batch)
-            await asyncio.sleep(max(s.draft_len for s in batch) * p.cost_ratio * at_batch + verify)
-            self.iterations += 1
-            self.iteration_us, self.generation_requests = time.time() * 1e6, n
-            for s in batch:
-                # Triton's compute time by model is request time: each request counts its step's. With
-                # stepSecondsPerToken 0, draft_us / (k * target_us) = costRatio, the cost the operator measures
-                # (specdec.speculation.measure); under load it is costRatio * t(n) / t(T).
-                prefix = accepted_prefix(s.draft_len, s.acceptance, self.rng)
+            drafts = self._drafts(batch)
+            at_batch = p.target_step_seconds + p.step_seconds_per_token * len(batch)  # t(n)
+            verify = p.target_step_seconds + p.step_seconds_per_token * sum(k + 1 for k in drafts)
+            draft_seconds = self._draft_seconds(drafts, at_batch)
+            await asyncio.sleep(draft_seconds + verify)
+            accepted = [accepted_prefix(k, s.acceptance, self.rng) for s, k in zip(batch, drafts)]
+            self._stepped(batch, drafts, accepted, draft_seconds, verify, at_batch)
+            for s, k, prefix in zip(batch, drafts, accepted):
                 self.tokens_out += min(prefix + 1, s.remaining)
                 s.remaining -= prefix + 1
-                s.draft_tokens += s.draft_len
+                s.steps += 1
+                s.draft_tokens += k
                 s.accepted_tokens += prefix
-                self.compute_us[triton.TARGET_MODEL] += verify * 1e6
-                self.executions[triton.TARGET_MODEL] += 1
-                if s.draft_len:
-                    self.compute_us[triton.DRAFT_MODEL] += s.draft_len * p.cost_ratio * at_batch * 1e6
-                    self.executions[triton.DRAFT_MODEL] += 1
                 if s.remaining <= 0 and s in self._batch:
                     self._batch.remove(s)
                     if not s.done.done():
                         s.done.set_result(None)
+
+
+class SimulatedTriton(_Batching, TritonContract):
+    """Triton with the target (`tensorrt_llm`) and draft (`tensorrt_llm_draft`) models behind the BLS, batching
+    the requests in flight (_Batching); each request drafts its `num_draft_tokens`."""
+
+    def __init__(self, profile: Profile, seed: int | None = None):
+        super().__init__(profile, seed)
+        # Triton's own counters, from which the draft's cost can be read.
+        self.compute_us = {triton.TARGET_MODEL: 0.0, triton.DRAFT_MODEL: 0.0}
+        self.executions = {triton.TARGET_MODEL: 0, triton.DRAFT_MODEL: 0}
+        # The TensorRT-LLM backend's gauges of the target model's latest iteration.
+        self.iterations, self.iteration_us, self.generation_requests = 0, 0.0, 0
+
+    async def generate(self, body: dict[str, Any]) -> Generation:
+        tokens = max(int(body["max_tokens"]), 1)
+        sequence = await self._join(tokens, int(body.get("num_draft_tokens") or 0))
+        return Generation(TOKEN * tokens, sequence.draft_tokens, sequence.accepted_tokens)
+
+    def _stepped(self, batch, drafts, accepted, draft_seconds, verify_seconds, at_batch) -> None:
+        self.iterations += 1
+        self.iteration_us, self.generation_requests = time.time() * 1e6, len(batch)
+        p = self.profile
+        for k in drafts:
+            # Triton's compute time by model is request time: each request counts its step's. With
+            # stepSecondsPerToken 0, draft_us / (k * target_us) = costRatio, the cost the operator measures
+            # (specdec.speculation.measure); under load it is costRatio * t(n) / t(T).
+            self.compute_us[triton.TARGET_MODEL] += verify_seconds * 1e6
+            self.executions[triton.TARGET_MODEL] += 1
+            if k:
+                self.compute_us[triton.DRAFT_MODEL] += k * p.cost_ratio * at_batch * 1e6
+                self.executions[triton.DRAFT_MODEL] += 1
 
     def counters(self) -> dict[str, dict[str, float]]:
         return {"nv_inference_compute_infer_duration_us": self.compute_us, "nv_inference_exec_count": self.executions}
@@ -180,12 +203,32 @@ class SimulatedTriton(_Simulated, TritonContract):
                  {"inflight_batcher_specific_metric": "generation_requests", **target}, self.generation_requests)]
 
 
-def serve_drafts(config: RuntimeConfig) -> tuple[int, bool]:
-    """On trtllm-serve: draft tokens per step, and whether they cost draft-model time."""
-    if config.mode == "none":
-        return 0, False
+def draft_len_schedule(speculative: dict[str, Any], draft_len: int) -> dict[int, int] | None:
+    """Draft length by batch size as TensorRT-LLM applies it (DecodingBaseConfig): draft_len_schedule's keys
+    are the largest batch size of their tier, batch sizes above the largest draft nothing; max_concurrency
+    is the schedule {max_concurrency: max_draft_len}. None: draft_len at every batch size."""
+    schedule = speculative.get("draft_len_schedule")
+    if isinstance(schedule, dict) and schedule:
+        return {int(k): int(v) for k, v in sorted(schedule.items(), key=lambda kv: int(kv[0]))}
+    if speculative.get("max_concurrency"):
+        return {int(speculative["max_concurrency"]): draft_len}
+    return None
+
+
+def scheduled(schedule: dict[int, int] | None, draft_len: int, batch: int) -> int:
+    if schedule is None:
+        return draft_len
+    return next((k for largest, k in schedule.items() if batch <= largest), 0)
+
+
+def serve_drafts(config: RuntimeConfig) -> tuple[int, bool, dict[int, int] | None]:
+    """On trtllm-serve: draft tokens per step, whether they cost draft-model time, and the draft length by
+    batch size (draft_len_schedule)."""
+    if not MODES[config.mode].speculates:  # none, saveState
+        return 0, False, None
     speculative = config.speculative_config or {}
-    return int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN), MODES[config.mode].drafter != "lookup"
+    draft_len = int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN)
+    return draft_len, MODES[config.mode].drafter != "lookup", draft_len_schedule(speculative, draft_len)
 
 
 def _prompt_words(body: dict[str, Any]) -> int:
@@ -195,30 +238,55 @@ def _prompt_words(body: dict[str, Any]) -> int:
     return len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
 
 
-class SimulatedTrtllmServe(_Simulated, TrtllmServeContract):
-    """trtllm-serve with one iteration-statistics entry per request, covering all its steps (a real server
-    has one per engine iteration, a step of every request in its batch), so the totals add up the same."""
+class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
+    """trtllm-serve batching the requests in flight (_Batching), every sequence of a step drafting the
+    configured length for the step's batch size (draft_len_schedule, max_concurrency), with one iteration
+    statistic per step as TensorRT-LLM's IterationStats."""
 
-    def __init__(self, profile: Profile, served_as: str, draft_len: int, draft_costs: bool, seed: int | None = None):
+    def __init__(self, profile: Profile, served_as: str, draft_len: int, draft_costs: bool,
+                 schedule: dict[int, int] | None = None, seed: int | None = None):
         super().__init__(profile, seed)
         self.served_as = served_as
-        self.draft_len, self.draft_costs = draft_len, draft_costs
+        self.draft_len, self.draft_costs, self.schedule = draft_len, draft_costs, schedule
         self.stats: deque[dict[str, Any]] = deque(maxlen=ITERATION_STATS_KEPT)
         self.iterations = 0
+        # SaveState (specdec.dev.hidden_state_writer): each request's prefill is captured, and TensorRT-LLM's
+        # SaveHiddenStatesDrafter sets every new request's max new tokens to 1 (prepare_draft_tokens).
+        self.capture: Callable[[int], Any] | None = None
 
     async def complete(self, body: dict[str, Any], chat: bool) -> Completion:
         asked = body.get("max_tokens") or body.get("max_completion_tokens") or COMPLETIONS_DEFAULT_MAX_TOKENS
-        tokens = max(int(asked), 1)
-        steps = await self._run(tokens, self.draft_len, self.draft_costs)
-        self.iterations += 1
-        # As TensorRT-LLM's IterationStats: iterLatencyMS the whole time, specDecodingStats.iterLatencyMS the
-        # drafter's (0 where no drafter is timed, as NGram's), numRequestsWithDraftTokens one per target step.
-        self.stats.append({"iter": self.iterations, "iterLatencyMS": steps.seconds * 1000, "specDecodingStats": {
-            "numDraftTokens": steps.draft_tokens, "numAcceptedTokens": steps.accepted_tokens,
-            "numRequestsWithDraftTokens": steps.steps if steps.draft_tokens else 0,
-            "acceptanceLength": (steps.accepted_tokens + steps.steps) / steps.steps,
-            "iterLatencyMS": steps.draft_seconds * 1000, "draftOverhead": steps.draft_seconds / steps.seconds}})
+        tokens = max(int(asked), 1) if self.capture is None else 1
+        if self.capture is not None:
+            self.capture(_prompt_words(body))
+        await self._run(tokens, self.draft_len, self.draft_costs)
         return Completion((TOKEN,) * tokens, _prompt_words(body), tokens, finish_reason="length")
+
+    async def _run(self, tokens: int, draft_len: int, draft_costs: bool = True) -> None:
+        """The request's steps in the batch."""
+        await self._join(tokens, draft_len)
+
+    def _drafts(self, batch: list[_Sequence]) -> list[int]:
+        k = scheduled(self.schedule, self.draft_len, len(batch)) if self.profile.drafting else 0
+        return [k] * len(batch)
+
+    def _draft_seconds(self, drafts: list[int], at_batch: float) -> float:
+        return super()._draft_seconds(drafts, at_batch) if self.draft_costs else 0.0
+
+    def _stepped(self, batch, drafts, accepted, draft_seconds, verify_seconds, at_batch) -> None:
+        # As TensorRT-LLM's IterationStats: iterLatencyMS the whole step, specDecodingStats.iterLatencyMS the
+        # drafter's (0 where no drafter is timed, as NGram's), numRequestsWithDraftTokens the sequences that
+        # carried drafts, inflightBatchingStats.numGenRequests the batch.
+        self.iterations += 1
+        seconds = draft_seconds + verify_seconds
+        self.stats.append({
+            "iter": self.iterations, "iterLatencyMS": seconds * 1000, "numActiveRequests": len(batch),
+            "inflightBatchingStats": {"numGenRequests": len(batch), "numContextRequests": 0},
+            "specDecodingStats": {
+                "numDraftTokens": sum(drafts), "numAcceptedTokens": sum(accepted),
+                "numRequestsWithDraftTokens": sum(1 for k in drafts if k),
+                "acceptanceLength": (sum(accepted) + len(batch)) / len(batch),
+                "iterLatencyMS": draft_seconds * 1000, "draftOverhead": draft_seconds / seconds}})
 
     def iteration_stats(self) -> list[Any]:
         stats = list(self.stats)

@@ -14,7 +14,8 @@ runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each sta
   default 4; none for SaveState) and whether drafts cost draft-model time (not for decoding_type NGram, a lookup). On
   `--backend tensorrt` there is no speculative_config: an engine's draft length is build_config.max_draft_len
   of MODEL/config.json, when there is one. Serves SimulatedTrtllmServe on --host:--port, the model named
-  after MODEL's directory, as trtllm-serve names it.
+  after MODEL's directory, as trtllm-serve names it. With decoding_type SaveState it answers one token per
+  request and writes the capture files as TensorRT-LLM does (specdec.dev.hidden_state_writer).
 - tritonserver: Triton's options (src/command_line_parser.cc, and launch_triton_server.py's
   --enable-peer-access). The --model-repository must hold every model of the runtime's repository
   (specdec.runtime.triton.MODELS) with its config.pbtxt and version 1, else it exits as Triton does when a
@@ -47,7 +48,8 @@ PACED_ENV = "SPECDEC_STANDIN_PACED"
 DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec.dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
 # Drafts that cost no draft-model time: the modes whose drafter is a lookup (specdec.modes; AUTO becomes NGram).
 LOOKUP_DECODING_TYPES = {"NGram", "SA", "AUTO"}
-NO_DRAFT_DECODING_TYPES = {"SaveState"}  # captures hidden states, proposes no token
+SAVE_STATE = "SaveState"  # captures hidden states (specdec.dev.hidden_state_writer), proposes no token
+NO_DRAFT_DECODING_TYPES = {SAVE_STATE}
 
 # trtllm-serve's `serve` options (tests/runtime/data/trtllm_serve.json keeps where they were read): name -> type;
 # None for a flag without a value.
@@ -185,17 +187,20 @@ def engine_draft_len(engine_dir: str) -> int:
         return 0
 
 
-def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool]:
-    """Draft tokens per step, and whether they cost draft-model time."""
+def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool, dict[int, int] | None]:
+    """Draft tokens per step, whether they cost draft-model time, and the draft length by batch size."""
+    from specdec.dev.simulator import draft_len_schedule
+
     speculative = options.get("speculative_config")
     if speculative and speculative.get("decoding_type") in NO_DRAFT_DECODING_TYPES:
-        return 0, False
+        return 0, False, None
     if speculative:
         costs = speculative.get("decoding_type") not in LOOKUP_DECODING_TYPES
-        return int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN), costs
+        draft_len = int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN)
+        return draft_len, costs, draft_len_schedule(speculative, draft_len)
     if backend in ("tensorrt", "trt"):
-        return engine_draft_len(model), True
-    return 0, False
+        return engine_draft_len(model), True, None
+    return 0, False, None
 
 
 def served_name(model: str) -> str:
@@ -210,7 +215,7 @@ def trtllm_serve(argv: list[str]) -> int:
     args = trtllm_serve_parser().parse_args(argv)
     options = read_extra_options(args.extra_llm_api_options)
     backend = args.backend or "pytorch"
-    draft_len, draft_costs = trtllm_drafts(backend, args.model, options)
+    draft_len, draft_costs, schedule = trtllm_drafts(backend, args.model, options)
     profile = profile_from_env()
 
     import asyncio
@@ -218,7 +223,12 @@ def trtllm_serve(argv: list[str]) -> int:
     from specdec.dev.simulator import SimulatedTrtllmServe
 
     kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
-    server = kind(profile, served_name(args.model), draft_len, draft_costs)
+    server = kind(profile, served_name(args.model), draft_len, draft_costs, schedule)
+    speculative = options.get("speculative_config") or {}
+    if speculative.get("decoding_type") == SAVE_STATE:
+        from specdec.dev.hidden_state_writer import HiddenStateCapture
+
+        server.capture = HiddenStateCapture.from_config(speculative).request
     host = args.host or "localhost"
     port = args.port if args.port is not None else 8000
     what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"

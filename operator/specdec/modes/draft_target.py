@@ -40,8 +40,11 @@ class DraftTargetSpec(ApiModel):
     draft: ModelSource = Field(description="The draft model (same fields as target).")
     draft_len: DraftLen = Field(description=(
         "Tokens the draft proposes per iteration (typically 4-10), or auto: the operator measures acceptance "
-        "and moves it, within 1..maxDraftLen, to the length with the best estimated speedup (backend tensorrt; "
-        "changed live, without restarting pods; every change is an Event)."))
+        "and moves it, within 1..maxDraftLen, to the length with the best estimated speedup; every change is an "
+        "Event. Backend tensorrt: changed live, without restarting pods. Backend pytorch: trtllm-serve takes it "
+        "at start, so a change is a surge rollout (a new pod ready before an old one goes), made only for a "
+        "predicted gain of 5 % or more and at most once per the operator's draftLenRolloutSeconds (default 15 "
+        "minutes)."))
     max_draft_len: int | None = Field(
         None, ge=1, le=64, description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.")
     acceptance: Literal["tokens", "logits"] = Field(
@@ -97,9 +100,6 @@ MODE = Mode(
         Rule("self.runtime.kvCache.enableBlockReuse",
              "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
              ".runtime.kvCache.enableBlockReuse"),
-        Rule("self.backend != 'pytorch' || type(self.speculation.draftTarget.draftLen) == int",
-             "draftLen: auto needs backend tensorrt, where the draft length changes per request; trtllm-serve "
-             "would restart its pods for every change", ".speculation.draftTarget.draftLen"),
         Rule("self.backend != 'pytorch' || !has(self.speculation.draftTarget.maxDraftLen) || "
              "type(self.speculation.draftTarget.draftLen) == string || "
              "self.speculation.draftTarget.maxDraftLen == self.speculation.draftTarget.draftLen",

@@ -22,12 +22,13 @@ from pydantic import Field
 
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Mode, Rule
 
 
 DECODING_TYPE = "SaveState"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 CAPTURE_MOUNT = "/captures"  # in the runtime pod: output_directory
 CAPTURE_VOLUME = "captures"
+FILE_PREFIX = "data"  # file_prefix's default
 POST_NORM = -1  # eagle3_layers_to_capture: the final post-norm hidden state
 RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"  # no '..', no leading '/'
 
@@ -60,7 +61,7 @@ class SaveStateSpec(ApiModel):
     output: CaptureOutput = Field(default_factory=CaptureOutput, description="Where the files go.")
     write_interval: int = Field(20, ge=1, le=100000, description="Requests between two writes of the "
                                                                  "accumulated hidden states (write_interval).")
-    file_prefix: str = Field("data", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    file_prefix: str = Field(FILE_PREFIX, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                              description="File names are <filePrefix>_<iteration>.pt (file_prefix).")
     eagle3_layers_to_capture: list[CapturedLayer] | None = Field(
         None, min_length=1, max_length=64,
@@ -77,11 +78,15 @@ def _speculative_config(block: SaveStateSpec, checkpoint: Callable[[str], str]) 
     return config
 
 
+def capture_place(block: SaveStateSpec, deployment: str, cache_claim: str) -> tuple[str, str]:
+    """(claim, directory inside it) the hidden states are written to."""
+    return block.output.claim_name or cache_claim, block.output.path or f"hidden-states/{deployment}"
+
+
 def capture_volume(block: SaveStateSpec, deployment: str,
                    cache_claim: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The runtime pod's writable volume and mount of the capture directory (only that directory of the claim)."""
-    claim = block.output.claim_name or cache_claim
-    path = block.output.path or f"hidden-states/{deployment}"
+    claim, path = capture_place(block, deployment, cache_claim)
     return [({"name": CAPTURE_VOLUME, "persistentVolumeClaim": {"claimName": claim}},
              {"name": CAPTURE_VOLUME, "mountPath": CAPTURE_MOUNT, "subPath": path})]
 
@@ -89,5 +94,8 @@ def capture_volume(block: SaveStateSpec, deployment: str,
 # drafter "lookup": nothing drafts, so no draft-model time; draft_len None: no draft tokens.
 MODE = Mode("saveState", "no speculation: the target writes its hidden states to files, the training data of an "
                          "EAGLE-3 head", SaveStateSpec,
-            backends=("pytorch",), speculative_config=_speculative_config, drafter="lookup",
+            backends=("pytorch",),
+            rules=(Rule("!has(self.runtime) || !has(self.runtime.replicas) || self.runtime.replicas <= 1",
+                        "saveState serves one runtime replica: every server numbers its files from 1 in the one "
+                        "capture directory, so a second would write over the first's", ".runtime.replicas"),), speculative_config=_speculative_config, drafter="lookup",
             writable_volumes=capture_volume, speculates=False)

@@ -9,8 +9,10 @@ from kubernetes.client.rest import ApiException
 from specdec import conditions, modes
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
+from specdec.modes import save_state
 from specdec.plan import Plan, Problem
 from specdec.reconcile.state.pacing import WritePacing, status_changed
+from specdec.status.capture import CAPTURE_SPACE
 from specdec.status.speculation import ACTIVE_NO_TRAFFIC, NO_TRAFFIC, SPECULATION_ACTIVE, SPECULATION_EFFECTIVE
 
 FAILED_PHASES = ("Failed", "Invalid")
@@ -36,12 +38,14 @@ def progress_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
 
 class DeploymentStatusWriter:
     """`published(namespace, name, generation)`: what the speculation monitor measured for that generation
-    (.status, .condition), or None."""
+    (.status, .condition), or None; `captured(...)` the same for a saveState capture (specdec.capture_watch)."""
 
-    def __init__(self, kube: Kube, pacing: WritePacing, published: Callable[[str, str, Any], Any]):
+    def __init__(self, kube: Kube, pacing: WritePacing, published: Callable[[str, str, Any], Any],
+                 captured: Callable[[str, str, Any], Any] = lambda namespace, name, generation: None):
         self.kube = kube
         self.pacing = pacing
         self.published = published
+        self.captured = captured
 
     def write(self, sd: dict[str, Any], result: Plan | Problem, phase: str, conds: list[conditions.Cond],
               deployment: dict[str, Any] | None, in_use: list[str]) -> None:
@@ -59,10 +63,13 @@ class DeploymentStatusWriter:
             desired.update(
                 replicas=dstatus.get("replicas", 0), readyReplicas=dstatus.get("readyReplicas", 0),
                 selector=",".join(f"{k}={v}" for k, v in selector_labels(result).items()),
-                endpoint=endpoint(result), speculation=None, rearm=None)
+                endpoint=endpoint(result), speculation=None, rearm=None, capture=None)
             if modes.MODES[result.spec.speculation.mode].speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
+            if result.spec.speculation.mode == save_state.MODE.name:
+                desired["capture"], space = self._capture_status(sd, status)
+                conds = [*conds, space] if space else conds
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
             return
@@ -97,3 +104,16 @@ class DeploymentStatusWriter:
         if SPECULATION_EFFECTIVE in said and status.get("speculation"):
             return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
         return None, NO_TRAFFIC, active, rearm
+
+    def _capture_status(self, sd: dict[str, Any], status: dict[str, Any]
+                        ) -> tuple[dict | None, conditions.Cond | None]:
+        """status.capture and CaptureSpace: what the monitor published for this generation; else what status says
+        (a new leader has not scraped yet); else nothing (not capturing, or nothing counted yet)."""
+        meta = sd["metadata"]
+        captured = self.captured(meta["namespace"], meta["name"], meta.get("generation"))
+        if captured:
+            return captured.status, captured.condition
+        said = {c.get("type"): c for c in status.get("conditions") or []}
+        if status.get("capture") and CAPTURE_SPACE in said:
+            return status["capture"], conditions.Cond.from_dict(said[CAPTURE_SPACE])
+        return None, None

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from kubernetes.client.rest import ApiException
 
 from specdec import metrics
+from specdec.builders.serving import runtime_config_map_name, told_schedule
 from specdec.gpu_nodes import GpuNodeInventory
 from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
@@ -67,7 +68,11 @@ class Reconciler:
                                           settings.read_gpu_nodes)  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
             kube.store, kube.event, lambda namespace, name: self.enqueue("SpeculativeDeployment", namespace, name),
-            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active)
+            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active,
+            rollout_seconds=settings.draft_len_rollout_seconds,
+            told_schedule=lambda namespace, name: told_schedule(kube.store.get("ConfigMap", namespace,
+                                                                              runtime_config_map_name(name))),
+            read_claim=lambda namespace, name: kube.get_live("PersistentVolumeClaim", namespace, name))
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()
@@ -83,8 +88,8 @@ class Reconciler:
         self.deployments = DeploymentController(
             kube, self.plans, self.inputs,
             RuntimeApplier(kube, settings, children, self.service_failures, self.speculation.draft_len_choice,
-                           self.enqueue, self.speculation.load.config_map_keys),
-            DeploymentStatusWriter(kube, self.pacing, self.speculation.published),
+                           self.enqueue, self.speculation.load.config_map_keys, self.speculation.schedule_choice),
+            DeploymentStatusWriter(kube, self.pacing, self.speculation.published, self.speculation.capture.published),
             self.service_failures, self.backoff, self.locks, self.forget, active)
         self.services = ServiceLane(kube, self.plans, children, self.service_failures, self.backoff, self.enqueue,
                                     active)

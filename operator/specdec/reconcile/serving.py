@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY
-from specdec.builders.serving import build_config_map, build_deployment, build_service, config_map_name, runtime_name
+from specdec.builders.serving import (build_config_map, build_deployment, build_service, config_map_name,
+                                      runtime_name, served_plan, told_schedule)
 from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
@@ -32,16 +33,19 @@ def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
 
 class RuntimeApplier:
     """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None;
+    `schedule_choice(namespace, name)`: its draft_len_schedule for trtllm-serve, or None;
     `load_keys(namespace, name)`: its ConfigMap keys of the load model (break-even, draft lengths by load)."""
 
     def __init__(self, kube: Kube, settings: Settings, children: Children, service_failures: ServiceFailures,
                  draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None],
-                 load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {}):
+                 load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {},
+                 schedule_choice: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None):
         self.kube = kube
         self.settings = settings
         self.children = children
         self.service_failures = service_failures
         self.draft_len_choice = draft_len_choice
+        self.schedule_choice = schedule_choice
         self.load_keys = load_keys
         self.enqueue = enqueue
 
@@ -62,9 +66,14 @@ class RuntimeApplier:
         # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
         config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p), uid)
-        self.children.write(build_config_map(p, uid, self._chosen_draft_len(p, config_map),
-                                             self.load_keys(p.namespace, p.name)), config_map, uid)
-        deployment, written = self.children.write(rearmed(build_deployment(p, uid, self.settings), sd), existing, uid)
+        chosen = self._chosen_draft_len(p, config_map)
+        schedule = self.schedule_choice(p.namespace, p.name) or told_schedule(config_map)
+        served = served_plan(p, chosen, schedule)
+        # The load model's keys are for the Triton route's front, which re-reads them; trtllm-serve has no use.
+        load_keys = self.load_keys(p.namespace, p.name) if p.spec.backend == "tensorrt" else {}
+        self.children.write(build_config_map(served, uid, chosen, load_keys), config_map, uid)
+        deployment, written = self.children.write(rearmed(build_deployment(served, uid, self.settings), sd),
+                                                  existing, uid)
         if written:
             self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
                             f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")

@@ -8,6 +8,8 @@
   specDecodingStats.iterLatencyMS is the draft model's time only (tensorrt_llm/_torch/speculative/
   model_drafter.py, last_draft_latency_ms), 0 in the one-model modes (eagle3 one-model, MTP) and ngram,
   where no drafter is timed; draftOverhead is that time over the whole iteration's iterLatencyMS.
+  inflightBatchingStats.numGenRequests is the iteration's generation requests (its batch of sequences in
+  decode), the batch the load model (specdec.load_model) prices an iteration's time at.
 - Triton's Prometheus metrics: nv_inference_compute_infer_duration_us per model. The TensorRT-LLM backend
   reports each request's compute time from enqueue to its final response
   (triton_backend/inflight_batcher_llm/src/model_instance_state.cc, reportBaseMetrics), so concurrent
@@ -42,6 +44,15 @@ class IterationSpeculation:
     target_seconds: float | None
 
 
+@dataclass(frozen=True)
+class IterationLoad:
+    """One target iteration: its time, the sequences it stepped and their draft tokens (mean per sequence)."""
+
+    seconds: float
+    sequences: float
+    draft_tokens: float
+
+
 def _number(value: Any) -> float:
     """A finite number, else 0 (JSON may say NaN or Infinity, which no counter can take)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -67,6 +78,26 @@ def iteration_speculation(item: Any) -> IterationSpeculation | None:
         draft=int(_number(spec.get("numDraftTokens"))), accepted=int(_number(spec.get("numAcceptedTokens"))),
         steps=steps, draft_seconds=draft_ms / 1000 if timed else None,
         target_seconds=(iteration_ms - draft_ms) / 1000 if timed else None)
+
+
+def iteration_load(item: Any) -> IterationLoad | None:
+    """A trtllm-serve iteration statistic (as iteration_speculation reads it) as a window of the load model;
+    None when the iteration stepped no generation request or was not timed."""
+    if isinstance(item, str):
+        try:
+            item = json.loads(item)
+        except ValueError:
+            return None
+    if not isinstance(item, dict):
+        return None
+    batching = item.get("inflightBatchingStats")
+    sequences = _number(batching.get("numGenRequests")) if isinstance(batching, dict) else 0.0
+    seconds = _number(item.get("iterLatencyMS")) / 1000
+    if sequences <= 0 or seconds <= 0:
+        return None
+    spec = item.get("specDecodingStats")
+    draft = _number(spec.get("numDraftTokens")) if isinstance(spec, dict) else 0.0
+    return IterationLoad(seconds, sequences, draft / sequences)
 
 
 def triton_compute_us(text: str) -> dict[str, float]:

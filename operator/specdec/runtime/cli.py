@@ -46,7 +46,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"where rendered files go (default {launch.DEFAULT_WORKDIR})")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--grace-seconds", type=float, default=25.0,
-                   help="how long the server gets to stop after SIGTERM before SIGKILL (default 25)")
+                   help="after SIGTERM: how long the front's requests in flight may take to finish, then how long "
+                        "the server gets to stop before SIGKILL (default 25 each)")
     p.add_argument("--request-timeout", type=float, default=600.0,
                    help="seconds a backend request may take (default 600)")
     # For tests and debugging: run another command as the backend, or talk to a backend elsewhere.
@@ -85,7 +86,7 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     front = Front(config, backend, supervisor=supervisor, tokenizer=tokenizer, route=plan.route,
                   request_timeout=args.request_timeout, stats_interval=args.stats_interval,
                   draft_len_file=launch.draft_len_file(args.config))
-    runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None, shutdown_timeout=args.grace_seconds)
     await runner.setup()
     try:
         await web.TCPSite(runner, args.host, config.port, backlog=LISTEN_BACKLOG).start()
@@ -110,15 +111,17 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     exit_wait = loop.create_task(supervisor.wait())
     await asyncio.wait({stop_wait, exit_wait}, return_when=asyncio.FIRST_COMPLETED)
     if stop.is_set():
-        log.info("stop requested: stopping the server")
+        # The front first: it stops listening and lets its requests in flight finish on the running server.
+        log.info("stop requested: finishing the requests in flight, then stopping the server")
+        await runner.cleanup()
         code = await supervisor.stop()
         status = 0 if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else exit_status(code)
     else:
+        await runner.cleanup()
         code = supervisor.returncode or 0
         status = exit_status(code) or 1  # a server that stops by itself is a failure, even with status 0
     for task in (progress, stop_wait, exit_wait):
         task.cancel()
-    await runner.cleanup()
     log.info("exiting with status %d", status)
     return status
 

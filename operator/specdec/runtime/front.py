@@ -25,6 +25,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from specdec.api.runtime_config import RuntimeConfig
+from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE, FILE_PREFIX
+from specdec.runtime.capture import CaptureDirectory
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
@@ -48,6 +50,14 @@ def make_route(config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics,
     return OpenAIRelay(config, backend, metrics, request_timeout=request_timeout)
 
 
+def capture_directory(config: RuntimeConfig) -> CaptureDirectory | None:
+    """Mode saveState: where TensorRT-LLM writes the hidden states (speculative_config.output_directory)."""
+    speculative = config.speculative_config or {}
+    if speculative.get("decoding_type") != SAVE_STATE or not speculative.get("output_directory"):
+        return None
+    return CaptureDirectory(speculative["output_directory"], str(speculative.get("file_prefix") or FILE_PREFIX))
+
+
 class Front:
     def __init__(self, config: RuntimeConfig, backend: Backend, *, supervisor=None, tokenizer: Tokenizer | None = None,
                  request_timeout: float = 600.0, health_timeout: float = 3.0, stats_interval: float = 5.0,
@@ -61,6 +71,7 @@ class Front:
                                       route=route or backend.kind)
         self.route = make_route(config, backend, self.metrics, request_timeout=request_timeout,
                                 tokenizer=tokenizer or Tokenizer(None), draft_len_file=draft_len_file)
+        self.capture = capture_directory(config)
         known = self.route.known_draft_len()
         if known is not None:
             self.metrics.draft_length(known)
@@ -140,6 +151,8 @@ class Front:
         return json_response({"status": "unavailable", "detail": detail}, status=503)
 
     async def prometheus(self, _request: web.Request) -> web.Response:
+        if self.capture is not None:
+            self.metrics.capture(await self.capture.current())
         return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _model_card(self) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
+from specdec.runtime.capture import CaptureTotals
+
 LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TOKEN_TIME_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
 RATE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -52,16 +54,18 @@ class RuntimeMetrics:
                                   "by reason: load (at the break-even) or opt_out (the request asked).",
                                   ["reason"], registry=r)
         self._break_even: Gauge | None = None  # registered once the operator has written one
-        # The target model's iterations as Triton's TensorRT-LLM backend reports them (its gauges, polled): the
-        # operator fits the step time t(T) = a + b*T from these (specdec.load_model).
+        self._capture: dict[str, Gauge] | None = None  # registered in mode saveState only
+        # The target model's iterations as the backend reports them (Triton's TensorRT-LLM backend: its gauges,
+        # polled; trtllm-serve: its iteration statistics): the operator fits the step time t(T) = a + b*T from
+        # these (specdec.load_model).
         self._iterations = Counter("specdec_target_iterations_total", "Iterations of the target model.", registry=r)
         self._iteration_seconds = Counter("specdec_target_iteration_seconds_total",
                                           "Time between the target model's iterations, summed.", registry=r)
         self._batch_sequences = Counter("specdec_target_batch_sequences_total",
                                         "Sequences in the target's batch, summed over its iterations.", registry=r)
         self._batch_draft_tokens = Counter("specdec_target_batch_draft_tokens_total",
-                                           "Draft tokens the front sent per sequence, summed over the target's "
-                                           "batch and iterations.", registry=r)
+                                           "Draft tokens per sequence, summed over the target's batch and "
+                                           "iterations.", registry=r)
         self._latency = Histogram("specdec_request_duration_seconds",
                                   "Time from request to the last byte of the response, by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
@@ -147,3 +151,22 @@ class RuntimeMetrics:
         self._iteration_seconds.inc(seconds)
         self._batch_sequences.inc(iterations * max(sequences, 0.0))
         self._batch_draft_tokens.inc(iterations * max(sequences, 0.0) * max(draft_tokens, 0.0))
+
+    def capture(self, totals: CaptureTotals) -> None:
+        """What the capture directory holds (mode saveState): gauges, for a person may move files away."""
+        if self._capture is None:
+            r = self.registry
+            self._capture = {
+                "files": Gauge("specdec_capture_files", "Hidden-state files (<file_prefix>_<n>.pt) in the capture "
+                               "directory.", registry=r),
+                "bytes": Gauge("specdec_capture_bytes", "Bytes of those files.", registry=r),
+                "requests": Gauge("specdec_capture_requests", "Requests whose hidden states those files hold.",
+                                  registry=r),
+                "tokens": Gauge("specdec_capture_tokens", "Token ids (input_ids) in those files.", registry=r),
+                "unreadable": Gauge("specdec_capture_unreadable_files", "Files not counted in requests and tokens: "
+                                    "being written, or not of TensorRT-LLM's layout.", registry=r),
+                "last_write": Gauge("specdec_capture_last_write_timestamp_seconds", "Modification time of the "
+                                    "newest file (Unix seconds; 0: none yet).", registry=r)}
+        for name, gauge in self._capture.items():
+            value = getattr(totals, name)
+            gauge.set(value or 0)

@@ -21,7 +21,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from specdec.runtime.backend_stats import iteration_speculation
+from specdec.runtime.backend_stats import iteration_load, iteration_speculation
 from specdec.runtime.openai_request import backend_client_error, error_body
 from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, ClientGone, FrontError, Route, StreamBroken,
                                    backend_errors, json_response, write)
@@ -180,6 +180,9 @@ class OpenAIRelay(Route):
         except ValueError:
             return
         for item in stats if isinstance(stats, list) else []:
+            load = iteration_load(item)
+            if load is not None:  # the target's iterations under load, for the load model
+                self.metrics.target_iterations(1, load.seconds, load.sequences, load.draft_tokens)
             it = iteration_speculation(item)
             if it is None:
                 continue
