@@ -44,6 +44,21 @@ class Pod:
                             target_s=s["target_s"]) + load_text(self.load)
 
 
+FITTED = {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}
+
+
+def windows_at(rig, loads: tuple[int, ...]) -> Pod:  # noqa: F811
+    """One deployment's pod, its baseline window, then a window at each load, 15 s apart."""
+    store, (a, _), monitor, _, _, port = rig
+    store.put(sd(draft_len=K, port=port))
+    store.put(pod("llama-a", "llama", "127.0.0.1"))
+    counted = Pod()
+    for i, n in enumerate((1, *loads)):
+        a.text = counted.window(n)
+        monitor.run_once(now=15.0 * i)
+    return counted
+
+
 def test_parse_sample_reads_the_iteration_counters():
     sample = parse_sample(Pod().window(8))
     assert sample.counters["iterations"] == 100 and sample.counters["batch_sequences"] == 800
@@ -80,43 +95,28 @@ def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(
     """The route's times price the draft against the target at the window's batch. A window without its own times
     (the monitor falls back on the cost of an earlier window, measured at another batch) or whose batch the front
     did not count (Triton idled, as under light load) must not move the fit."""
-    store, (a, _), monitor, events, enqueued, port = rig
-    store.put(sd(draft_len=K, port=port))
-    store.put(pod("llama-a", "llama", "127.0.0.1"))
-    counted = Pod()
-    a.text = counted.window(1)
-    monitor.run_once(now=0.0)
-    for i, n in enumerate((1, 4, 2, 16)):
-        a.text = counted.window(n)
-        monitor.run_once(now=15.0 * (i + 1))
-    assert monitor.load.break_even("ns", "llama") == 47
+    _, (a, _), monitor, _, _, _ = rig
+    counted = windows_at(rig, (1, 4, 2, 16))
+    assert monitor.load.config_map_keys("ns", "llama") == FITTED
     for i, (timed, counted_batch) in enumerate(((False, False), (True, False), (False, True))):
         a.text = counted.window(1, timed=timed, counted=counted_batch)
         monitor.run_once(now=75.0 + 15.0 * i)
-        assert monitor.load.config_map_keys("ns", "llama") == {BREAK_EVEN_KEY: "47",
-                                                               SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}, (timed, counted_batch)
+        assert monitor.load.config_map_keys("ns", "llama") == FITTED, (timed, counted_batch)
 
 
 def test_no_break_even_from_a_measured_cost_whose_batch_is_not_known(rig):  # noqa: F811
     """Enough windows for a fit, but the latest without its own times: the monitor's cost is that of an earlier
     window, at its batch, before the load model could bring any to the target's batch. Nothing is written until
     a window timed at a counted batch gives the cost."""
-    store, (a, _), monitor, events, enqueued, port = rig
-    store.put(sd(draft_len=K, port=port))
-    store.put(pod("llama-a", "llama", "127.0.0.1"))
-    counted = Pod()
-    a.text = counted.window(1)
-    monitor.run_once(now=0.0)
-    for i, n in enumerate((1, 4, 2)):
-        a.text = counted.window(n)
-        monitor.run_once(now=15.0 * (i + 1))
+    _, (a, _), monitor, _, _, _ = rig
+    counted = windows_at(rig, (1, 4, 2))
     a.text = counted.window(16, timed=False)
     monitor.run_once(now=60.0)
     assert monitor.published("ns", "llama", 1).status["costRatioSource"] == "Measured"  # of the window at 2
     assert monitor.load.config_map_keys("ns", "llama") == {}
     a.text = counted.window(16)
     monitor.run_once(now=75.0)
-    assert monitor.load.config_map_keys("ns", "llama") == {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}
+    assert monitor.load.config_map_keys("ns", "llama") == FITTED
 
 
 def test_the_config_map_carries_the_break_even_beside_the_draft_length():
