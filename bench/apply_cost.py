@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from bench.run import cluster_cpu
+from bench.processes import cluster_cpu
 from specdec.builders.serving import build_config_map, build_deployment, build_service
 from specdec.kube.client import Kube
 from specdec.plan import Plan, plan
