@@ -10,8 +10,8 @@ so hold the machine's cluster lock while it runs), installs the CRDs, and in a f
 runs the operator as a process watching it and applies bench/breakeven_sweep.py's deployment (the Triton route,
 draftTarget, draft length 4). Its runtime pod is served by the pod runner in this process
 (specdec.dev.pod_runner_thread: the production front before the simulated Triton, on the pod's IP, the
-ConfigMap's keys as files), with the sweep's profile and no simulated clients of its own; the sweep's closed-loop clients run on
-the pod runner's event loop and send to the pod's front. Policies:
+ConfigMap's keys as files), with the sweep's profile and no simulated clients of its own; the sweep's
+closed-loop clients run on the pod runner's event loop and send to the pod's front. Policies:
 - on: the operator stopped (the pod keeps serving), so no break-even and no draft lengths by load are fitted or
   written: the front drafts 4 tokens at every load;
 - off: every request opts out (header X-Specdec-Speculation: off): the front sends no draft tokens; measured
