@@ -15,7 +15,7 @@ would run, as servers in this process on the pod's IP (a loopback address: specd
 So whatever scrapes http://<podIP>:<port "http">/metrics gets the front's own metrics, from simulated
 speculation. The acceptance profile (<cluster dir>/simulator.json, specdec.dev.simulation_profile) is
 re-read when it changes and applies to running pods at once. One asyncio loop serves every pod; two
-threads watch Pods and ConfigMaps (the kubernetes client blocks).
+threads watch Pods and ConfigMaps (specdec.dev.informer).
 
     python -m specdec.dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
 """
@@ -27,28 +27,25 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import random
 import shutil
 import signal
 import sys
-import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-import urllib3
 from aiohttp import web
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client, config
 
 from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
 from specdec.dev import simulated_clients, simulation_profile
+from specdec.dev.informer import Informer, Key
 from specdec.dev.hidden_state_writer import HiddenStateCapture, captured_into
 from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
 from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
@@ -64,70 +61,7 @@ POD_SELECTOR = f"{common.LABEL_COMPONENT}=runtime,{common.LABEL_MANAGED_BY}={com
 CONFIG_MAP_SELECTOR = f"{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_VOLUME = "config"
 REFRESH_SECONDS = 2.0
-WATCH_SECONDS = 30  # watches end and start again this often, so the threads of a stopped runner end too
 SHUTDOWN_SECONDS = 1.0  # a stopping pod's requests in flight get this long
-
-Key = tuple[str, str]  # namespace, name
-
-
-def _key(obj: dict[str, Any]) -> Key:
-    return obj["metadata"]["namespace"], obj["metadata"]["name"]
-
-
-class Informer:
-    """One kind's objects, kept current by list and watch on a thread of its own; the thread hands every
-    change to the event loop, which alone touches `objects`."""
-
-    def __init__(self, list_objects: Callable, selector: str, loop: asyncio.AbstractEventLoop,
-                 changed: Callable[[], None]):
-        self.objects: dict[Key, dict[str, Any]] = {}
-        self._list, self._selector, self._loop, self._changed = list_objects, selector, loop, changed
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch {selector}")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def _post(self, fn: Callable, *args: Any) -> None:
-        if not self._stopped.is_set():
-            with contextlib.suppress(RuntimeError):  # the loop has closed: the runner stopped
-                self._loop.call_soon_threadsafe(fn, *args)
-
-    def _replace(self, items: list[dict[str, Any]]) -> None:
-        self.objects = {_key(o): o for o in items}
-        self._changed()
-
-    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self.objects.pop(_key(obj), None)
-        else:
-            self.objects[_key(obj)] = obj
-        self._changed()
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                listing = json.loads(self._list(label_selector=self._selector, _preload_content=False).data)
-                self._post(self._replace, listing["items"])
-                version = listing["metadata"]["resourceVersion"]
-                while not self._stopped.is_set():
-                    for event in watch.Watch().stream(self._list, label_selector=self._selector,
-                                                      resource_version=version, timeout_seconds=WATCH_SECONDS,
-                                                      allow_watch_bookmarks=True):
-                        obj = event["raw_object"]
-                        version = obj["metadata"]["resourceVersion"]
-                        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                            self._post(self._apply, event["type"], obj)
-            except ApiException as error:
-                if error.status != 410:  # 410: the version expired; list again at once
-                    log.warning("watching %s: %s", self._selector, error.reason)
-                    self._stopped.wait(REFRESH_SECONDS)
-            except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-                log.warning("watching %s: %s", self._selector, error)
-                self._stopped.wait(REFRESH_SECONDS)
 
 
 def write_volume(directory: Path, data: dict[str, str]) -> None:
