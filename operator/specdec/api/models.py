@@ -265,10 +265,9 @@ class SpeculationStatus(ApiModel):
         "the model names), DraftHead (1/32: one decoder layer), NoDraftModel (a lookup, as NGram's) or Assumed (0.1)."))
     recommended_draft_len: int | None = Field(None, description="The draft length with the best estimated speedup.")
     break_even: int | None = Field(None, description=(
-        "Requests in flight per pod from which no draft length up to draftLen pays, from the measured step time "
-        "under load (specdec.load_model). Triton route: from there the runtime sends no draft tokens, and below "
-        "it the best length for the load. trtllm-serve: with draftLen: auto the lengths by load are rolled out as "
-        "a draft_len_schedule when that pays; otherwise reported only."))
+        "Requests in flight per pod from which no draft length up to draftLen pays (measured step time under load). "
+        "Triton route: from there no draft tokens are sent, below it the best length for the load. trtllm-serve: "
+        "with draftLen: auto the lengths by load are rolled out as a draft_len_schedule when that pays."))
     draft_tokens: int | None = Field(None, description="Draft tokens the window counted.")
     pods: int | None = Field(None, description="Runtime pods scraped.")
     window_seconds: float | None = Field(None, description="Length of the window measured.")
