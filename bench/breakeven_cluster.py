@@ -2,11 +2,11 @@
 SpeculativeDeployment's runtime pod, with the break-even and the draft lengths by load that the operator itself
 fits and writes.
 
-    flock /tmp/specdec-cluster.lock env PYTHONPATH=operator:. .venv/bin/python bench/breakeven_cluster.py
+    PYTHONPATH=operator:. .venv/bin/python bench/breakeven_cluster.py
     ... bench/breakeven_cluster.py --levels 1,16,64,256 --seconds 2                       # quicker
 
-Brings up the local cluster the cluster tests use (`specdec-test`, as tests/conftest.py does; left running,
-so hold the machine's cluster lock while it runs), installs the CRDs, and in a fresh namespace (deleted after)
+Brings up the local cluster the cluster tests use (`specdec-test`, as tests/conftest.py does; left running:
+do not run the cluster tests at the same time), installs the CRDs, and in a fresh namespace (deleted after)
 runs the operator as a process watching it and applies bench/breakeven_sweep.py's deployment (the Triton route,
 draftTarget, draft length 4). Its runtime pod is served by the pod runner in this process
 (specdec.dev.pod_runner_thread: the production front before the simulated Triton, on the pod's IP, the
