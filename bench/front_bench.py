@@ -170,7 +170,9 @@ class Stack:
 
     async def start(self) -> None:
         py, d = sys.executable, self.ports["direct"]
-        profile = json.dumps({"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000})
+        # One token per step, every step --token-ms whatever the batch (stepSecondsPerToken 0): the pace is fixed.
+        profile = json.dumps({"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000,
+                              "stepSecondsPerToken": 0})
         env = {"SPECDEC_SIMULATION_PROFILE": profile, "SPECDEC_STANDIN_PACED": "1"}
         if self.route == "openai":
             argv = ["trtllm-serve", str(self.tmp), "--host", "127.0.0.1", "--port", str(d)]
