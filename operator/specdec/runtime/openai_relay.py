@@ -126,7 +126,7 @@ class OpenAIRelay(Route):
                             started: float) -> web.StreamResponse:
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        await response.write(b"")  # the head now: aiohttp holds it back for the first body bytes, written past it
+        await response.write(b"")  # the head now, if aiohttp held it back (a web.Response's would be)
         rewriter = ChunkRewriter(self.model, client_usage)
         first_token: float | None = None
 
