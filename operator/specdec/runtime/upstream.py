@@ -200,12 +200,8 @@ class Response:
             self._connection.transport.resume_reading()
 
     def close(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
-        self.ended = True
-        connection, self._connection = self._connection, None
+        connection = self._detach()
         if connection is not None:
-            connection.response = None
             connection.transport.close()
 
     def fail(self, error: UpstreamError) -> None:
@@ -271,15 +267,21 @@ class Response:
         elif not self.ended:
             self._end(None if self._body.eof() else Disconnected("the connection closed in the answer's body"))
 
-    def _end(self, error: Exception | None) -> None:
-        if self.ended:
-            return
+    def _detach(self) -> Connection | None:
+        """The response is over: its connection, when it still has one, is the caller's to keep or close."""
         if self._watch is not None:
             self._watch.stop()
         self.ended = True
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.response = None
+        return connection
+
+    def _end(self, error: Exception | None) -> None:
+        if self.ended:
+            return
+        connection = self._detach()
+        if connection is not None:
             if error is None and not connection.closed and keeps_alive(self.headers):
                 if self.paused:
                     connection.transport.resume_reading()
