@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import socket
 
@@ -304,8 +305,9 @@ def test_a_client_slow_to_read_holds_the_backend_back_and_gets_every_byte(monkey
     assert "".join(e["choices"][0]["text"] for e in events[:-1]) == "".join(pieces) and events[-1] == "[DONE]"
 
 
-def test_the_front_streams_on_the_runtimes_event_loop():
-    """specdec-runtime serves on uvloop's loop when it is installed (specdec.runtime.event_loop)."""
+def test_the_front_streams_on_the_runtimes_event_loop(monkeypatch):
+    """specdec-runtime serves on uvloop's loop when it is installed (specdec.runtime.event_loop), on asyncio's
+    when it is not or SPECDEC_RUNTIME_LOOP says asyncio."""
     from specdec.runtime import event_loop
 
     state = OpenAIState()
@@ -316,9 +318,7 @@ def test_the_front_streams_on_the_runtimes_event_loop():
                 return type(asyncio.get_running_loop()).__module__, data_lines((await resp.read()).decode())
 
     module, events = event_loop.run(asyncio.wait_for(scenario(), 20))
-    try:
-        import uvloop  # noqa: F401
-        assert module.startswith("uvloop")
-    except ImportError:
-        assert module.startswith("asyncio")
+    assert module.startswith("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
     assert [e["choices"][0]["text"] for e in events[:-1]] == ["Hello", ",", " world"] and events[-1] == "[DONE]"
+    monkeypatch.setenv(event_loop.LOOP_ENV, "asyncio")
+    assert event_loop.loop_factory() is None
