@@ -91,6 +91,7 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
     """The front as specdec-runtime builds it, on a backend already running (the --serve-front mode)."""
     from aiohttp import web
 
+    from specdec.runtime import event_loop
     from specdec.runtime.front import LISTEN_BACKLOG, Front
     from specdec.runtime.launch import Backend
 
@@ -102,8 +103,9 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
     else:
         backend = Backend("openai", backend_url, "/health")
     front = Front(config, backend, route=route)
-    web.run_app(front.app, host="127.0.0.1", port=port, access_log=None, handler_cancellation=True,
-                backlog=LISTEN_BACKLOG, print=None)
+    factory = event_loop.loop_factory()  # as specdec-runtime's: uvloop's when installed
+    web.run_app(front.app, loop=factory() if factory else None, host="127.0.0.1", port=port, access_log=None,
+                handler_cancellation=True, backlog=LISTEN_BACKLOG, print=None)
 
 
 def triton_repository(where: Path) -> Path:
@@ -168,7 +170,9 @@ class Stack:
 
     async def start(self) -> None:
         py, d = sys.executable, self.ports["direct"]
-        profile = json.dumps({"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000})
+        # One token per step, every step --token-ms whatever the batch (stepSecondsPerToken 0): the pace is fixed.
+        profile = json.dumps({"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000,
+                              "stepSecondsPerToken": 0})
         env = {"SPECDEC_SIMULATION_PROFILE": profile, "SPECDEC_STANDIN_PACED": "1"}
         if self.route == "openai":
             argv = ["trtllm-serve", str(self.tmp), "--host", "127.0.0.1", "--port", str(d)]
@@ -334,10 +338,13 @@ async def main(args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"front-{stamp}.json"
     settings = {k: v for k, v in vars(args).items() if k != "serve_front"}
-    out.write_text(json.dumps({"commit": commit(), "date": stamp, "cpus": os.cpu_count(), "settings": settings,
-                               "rows": rows}, indent=1) + "\n")
+    from specdec.runtime import event_loop
+
+    loop = "uvloop" if event_loop.loop_factory() else "asyncio"
+    out.write_text(json.dumps({"commit": commit(), "date": stamp, "cpus": os.cpu_count(), "front_loop": loop,
+                               "settings": settings, "rows": rows}, indent=1) + "\n")
     print("* direct below 80 % of the paced rate: the backend and the load generator's core are the limit")
-    print(f"results: {out.relative_to(ROOT)}")
+    print(f"front event loop: {loop}; results: {out.relative_to(ROOT)}")
 
 
 def parse_args(argv=None):

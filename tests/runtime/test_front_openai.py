@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import json
+import socket
 
 import aiohttp
 import pytest
@@ -287,3 +289,59 @@ def test_the_draft_len_gauge_is_there_only_when_the_configuration_says():
         front = Front(CONFIGS[name], launch.plan_launch(CONFIGS[name]).backend)
         shown[name] = front.metrics.registry.get_sample_value("specdec_draft_len")
     assert shown == {"qwen2.5-7b-ngram": 4, "vicuna-7b-redrafter": None, "pytorch-none-tp2": None}
+
+
+def test_a_client_slow_to_read_holds_the_backend_back_and_gets_every_byte(monkeypatch):
+    from specdec.runtime.http1 import Chunked
+    from specdec.runtime.upstream import Response
+
+    pieces = tuple(f"{i:04d}" + "x" * 4000 for i in range(2000))  # 8 MB: past the sockets' buffers (4 MB at most)
+    state = OpenAIState(pieces=pieces)
+    pauses = []
+    pause = Response.pause
+    monkeypatch.setattr(Response, "pause", lambda self: (pauses.append(1), pause(self)))
+
+    async def scenario():
+        async with stack(state) as (front, url, _client):
+            host, port = url.removeprefix("http://").split(":")
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            body = json.dumps({"prompt": "Hi", "stream": True}).encode()
+            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            head = await reader.readuntil(b"\r\n\r\n")
+            await asyncio.sleep(0.5)  # the client reads nothing for a while
+            sent_while_waiting = state.chunks_sent
+            chunked, received = Chunked(), []
+            while not chunked.done:
+                received.append(chunked.feed(await reader.read(4096)))
+                await asyncio.sleep(0.0005)
+            writer.close()
+            return head, sent_while_waiting, b"".join(received).decode()
+
+    head, sent_while_waiting, text = run(scenario())
+    assert b"Transfer-Encoding: chunked" in head
+    assert pauses and sent_while_waiting < len(pieces)  # the relay stopped reading trtllm-serve meanwhile
+    events = data_lines(text)
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == "".join(pieces) and events[-1] == "[DONE]"
+
+
+def test_the_front_streams_on_the_runtimes_event_loop(monkeypatch):
+    """specdec-runtime serves on uvloop's loop when it is installed (specdec.runtime.event_loop), on asyncio's
+    when it is not or SPECDEC_RUNTIME_LOOP says asyncio."""
+    from specdec.runtime import event_loop
+
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state) as (front, url, client):
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "stream": True}) as resp:
+                return type(asyncio.get_running_loop()).__module__, data_lines((await resp.read()).decode())
+
+    module, events = event_loop.run(asyncio.wait_for(scenario(), 20))
+    assert module.startswith("uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
+    assert [e["choices"][0]["text"] for e in events[:-1]] == ["Hello", ",", " world"] and events[-1] == "[DONE]"
+    monkeypatch.setenv(event_loop.LOOP_ENV, "asyncio")
+    assert event_loop.loop_factory() is None

@@ -22,7 +22,7 @@ import time
 from aiohttp import web
 
 from specdec.runtime import config as cfg
-from specdec.runtime import launch
+from specdec.runtime import event_loop, launch
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import LISTEN_BACKLOG, Front
 from specdec.runtime.launch import LaunchPlan
@@ -94,7 +94,8 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
         log.error("cannot listen on %s:%d: %s", args.host, config.port, error.strerror or error)
         await runner.cleanup()
         return 1
-    log.info("front listening on %s:%d (backend %s at %s)", args.host, config.port, backend.kind, backend.url)
+    log.info("front listening on %s:%d (backend %s at %s, event loop %s)", args.host, config.port, backend.kind,
+             backend.url, type(asyncio.get_running_loop()).__module__.partition(".")[0])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         except (cfg.ConfigError, OSError) as error:
             print(f"specdec-runtime: cannot prepare the server: {error}", file=sys.stderr)
             return 2
-    return asyncio.run(serve(config, plan, args))
+    return event_loop.run(serve(config, plan, args))
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ class Front:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.route.stop()
         if self.session:
             await self.session.close()
 

@@ -19,6 +19,7 @@ from specdec.api.runtime_config import RuntimeConfig
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import APIError
+from specdec.runtime.upstream import Unreachable, UpstreamError
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -63,11 +64,11 @@ def backend_errors(server: str, timeout: float) -> Iterator[None]:
     """What reaching the server can go wrong with, as the front's 503/504/502 answers."""
     try:
         yield
-    except aiohttp.ClientConnectorError:
+    except (aiohttp.ClientConnectorError, Unreachable):
         raise FrontError(503, f"{server} is not reachable (starting or stopped)", "backend_unavailable") from None
     except asyncio.TimeoutError:
         raise FrontError(504, f"{server} did not answer within {timeout:g}s", "backend_timeout") from None
-    except aiohttp.ClientError as error:
+    except (aiohttp.ClientError, UpstreamError) as error:
         raise FrontError(502, f"the connection to {server} failed: {type(error).__name__}: {error}") from None
 
 
@@ -89,6 +90,9 @@ class Route:
 
     def start(self) -> None:
         """Anything to do once, before the first request."""
+
+    def stop(self) -> None:
+        """Anything to let go of when the front stops."""
 
     def polls(self) -> list[Callable[[], Awaitable[None]]]:
         """What to poll every stats interval (backend statistics, live settings)."""
