@@ -193,6 +193,17 @@ def test_a_client_that_leaves_mid_stream_stops_the_backend_stream():
     assert sent < 10 and closed == 1
 
 
+def metrics_once_read(state: OpenAIState, counter: str, value: float) -> dict[str, float]:
+    """The front's /metrics once its `counter` shows the stand-in's iteration statistics read."""
+    async def scenario():
+        async with stack(state, stats_interval=0.05) as (front, url, client):
+            await eventually(lambda: metric(front, counter) == value, "the iteration stats to be read")
+            async with client.get(f"{url}/metrics") as resp:
+                return parse_prometheus(await resp.text())
+
+    return run(scenario())
+
+
 def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
     state = OpenAIState(stats=[
         # Two-model: the drafter took 10 of the iteration's 40 ms (draftOverhead 0.25).
@@ -209,14 +220,7 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
         {"iter": 4, "iterLatencyMS": 3.0},
     ])
 
-    async def scenario():
-        async with stack(state, stats_interval=0.05) as (front, url, client):
-            await eventually(lambda: metric(front, "specdec_speculative_steps_total") == 3,
-                             "the iteration stats to be read")
-            async with client.get(f"{url}/metrics") as resp:
-                return parse_prometheus(await resp.text())
-
-    metrics = run(scenario())
+    metrics = metrics_once_read(state, "specdec_speculative_steps_total", 3)
     assert metrics["specdec_draft_tokens_total"] == 12 and metrics["specdec_accepted_draft_tokens_total"] == 7
     assert metrics["specdec_draft_seconds_total"] == pytest.approx(0.010)
     assert metrics["specdec_target_seconds_total"] == pytest.approx(0.030)
@@ -235,14 +239,7 @@ def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stat
         {"iter": 4, "iterLatencyMS": 3.0},
     ])
 
-    async def scenario():
-        async with stack(state, stats_interval=0.05) as (front, url, client):
-            await eventually(lambda: metric(front, "specdec_target_iterations_total") == 2,
-                             "the iteration stats to be read")
-            async with client.get(f"{url}/metrics") as resp:
-                return parse_prometheus(await resp.text())
-
-    metrics = run(scenario())
+    metrics = metrics_once_read(state, "specdec_target_iterations_total", 2)
     assert metrics["specdec_target_iteration_seconds_total"] == pytest.approx(0.050)
     assert metrics["specdec_target_batch_sequences_total"] == 6
     assert metrics["specdec_target_batch_draft_tokens_total"] == 16  # 4 sequences with 4 draft tokens each
