@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from specdec import speculation, trtllm_schedule
 from specdec.load_model import Window
+from specdec.forget import forget_absent
 from specdec.load_schedules import LoadSchedules
 
 Key = tuple[str, str]
@@ -113,9 +114,5 @@ class Autopilot:
 
     def forget_gone(self, present: set[Key]) -> None:
         with self._lock:
-            for table in (self._draft_lens, self._schedules):
-                for key in [k for k in table if k not in present]:
-                    del table[key]
-        for table in (self._states, self._rolled_at):
-            for key in [k for k in table if k not in present]:
-                del table[key]
+            forget_absent(present, self._draft_lens, self._schedules)
+        forget_absent(present, self._states, self._rolled_at)

@@ -20,6 +20,7 @@ from specdec.modes import save_state
 from specdec.plan import cache_claim_name
 from specdec.schema.k8s import QUANTITY, parse_quantity
 from specdec.schema.openapi import matches
+from specdec.forget import forget_absent
 from specdec.status.capture import CAPTURE_SPACE, CapturePlace, CaptureSample, capture_condition, capture_status
 
 log = logging.getLogger("specdec.monitor")
@@ -137,7 +138,6 @@ class CaptureWatch:
 
     def forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for key in [k for k in self._published if k not in present]:
-                del self._published[key]
+            forget_absent(present, self._published)
         namespaces = {namespace for namespace, _ in present}
         self._capacity = {k: v for k, v in self._capacity.items() if k[0] in namespaces}

@@ -11,6 +11,7 @@ from collections import deque
 
 from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
+from specdec.forget import forget_absent
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -102,6 +103,4 @@ class LoadSchedules:
 
     def forget_gone(self, present: set[Key]) -> None:
         with self._lock:
-            for table in (self._windows, self._schedules, self._fits, self._costs):
-                for key in [k for k in table if k not in present]:
-                    del table[key]
+            forget_absent(present, self._windows, self._schedules, self._fits, self._costs)

@@ -35,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec import conditions, load_model, modes, speculation, speculation_guard
 from specdec.autopilot import Autopilot
 from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
+from specdec.forget import forget_absent
 from specdec.load_schedules import LoadSchedules
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
@@ -375,13 +376,9 @@ class SpeculationMonitor:
 
     def _forget_gone(self, present: set[tuple[str, str]]) -> None:
         with self._guard:
-            for table in (self._published,):
-                for key in [k for k in table if k not in present]:
-                    del table[key]
+            forget_absent(present, self._published)
         self.rearm.forget_gone(present)
         self.autopilot.forget_gone(present)
         self.capture.forget_gone(present)
         self.load.forget_gone(present)
-        for table in (self._measured_cost, self._settling, self._facts, self._activity):
-            for key in [k for k in table if k not in present]:
-                del table[key]
+        forget_absent(present, self._measured_cost, self._settling, self._facts, self._activity)

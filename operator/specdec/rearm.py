@@ -14,6 +14,7 @@ import datetime
 from typing import Any, Callable
 
 from specdec import conditions, speculation_guard
+from specdec.forget import forget_absent
 
 Key = tuple[str, str]
 
@@ -57,6 +58,4 @@ class Rearm:
         return now - (self.wall_clock() - at.timestamp()), record
 
     def forget_gone(self, present: set[Key]) -> None:
-        for table in (self._since, self._last):
-            for key in [k for k in table if k not in present]:
-                del table[key]
+        forget_absent(present, self._since, self._last)
