@@ -68,10 +68,6 @@ class LoadSchedules:
                load: load_model.Window | None) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
         schedule moved enough to tell the pods."""
-        # The measurement priced acceptance and cost at the mean draft length sent (a schedule sends less than
-        # draft_len), which the measured cost's batch needs too.
-        steps = window.get("steps", 0.0)
-        sent = min(window.get("draft", 0.0) / steps, m.draft_len) if steps > 0 else m.draft_len
         # The route's times price the draft against the target at the batch they were measured at: only a window
         # that timed both at a batch it knows gives the draft's cost at the target's batch. Any other window
         # keeps the cost found so; before there is one, an estimate (already that cost) is taken as it is, and
@@ -88,7 +84,9 @@ class LoadSchedules:
             cost, measured_at = m.cost_ratio, None
         else:
             return False
-        fitted = load_model.measured_fit(windows, cost, measured_at, sent)
+        # The measurement priced acceptance and cost at the mean draft length sent (a schedule sends less than
+        # draft_len), which the measured cost's batch needs too.
+        fitted = load_model.measured_fit(windows, cost, measured_at, m.sent)
         if fitted is None:
             return False
         alpha = m.alpha

@@ -116,6 +116,7 @@ class Measurement:
     acceptance_rate: float
     tokens_per_step: float
     draft_len: int
+    sent: float  # the mean draft length sent per step, at most draft_len (less under a schedule by load)
     alpha: float
     cost_ratio: float
     cost_source: str  # Measured, ParameterCounts, DraftHead, NoDraftModel, Assumed
@@ -145,7 +146,8 @@ def measure(window: dict[str, float], draft_len: int, pods: int, max_draft_len: 
         cost, source = estimated_cost
     alpha = alpha_from_tokens_per_step(tokens, sent)
     best = best_draft_len(alpha, cost, 1, max(max_draft_len, draft_len))
-    return Measurement(acceptance_rate=accepted / draft, tokens_per_step=tokens, draft_len=draft_len, alpha=alpha,
+    return Measurement(acceptance_rate=accepted / draft, tokens_per_step=tokens, draft_len=draft_len, sent=sent,
+                       alpha=alpha,
                        cost_ratio=cost, cost_source=source, speedup=tokens / (1.0 + sent * cost),
                        best_draft_len=best, best_speedup=speedup(alpha, best, cost), draft_tokens=int(draft),
                        pods=pods)
