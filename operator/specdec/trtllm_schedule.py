@@ -54,10 +54,7 @@ def clamped(schedule: Schedule | None, draft_len: int) -> Schedule | None:
     if not schedule:
         return None
     items = sorted(schedule.items())
-    out = {n: (draft_len if i == 0 else min(k, draft_len)) for i, (n, k) in enumerate(items)}
-    merged: Schedule = {}
-    for n, k in out.items():  # adjacent tiers of one length are one tier (the larger key)
-        if merged and list(merged.values())[-1] == k:
-            del merged[list(merged)[-1]]
-        merged[n] = k
-    return None if list(merged.items()) == [(LAST_BATCH, draft_len)] else merged
+    entries = [(1, items[0][1])] + [(largest + 1, k) for (largest, _), (_, k) in zip(items, items[1:])]
+    if items[-1][0] != LAST_BATCH:  # above the largest key, nothing is drafted
+        entries.append((items[-1][0] + 1, 0))
+    return from_load_schedule(entries, draft_len, floor=0)
