@@ -17,8 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec.dev import simulated_clients, simulation_profile
 from specdec.dev.podrunner import write_volume
 from specdec.dev.simulation_profile import Profile, ProfileError
-from specdec.dev.simulator import (SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, scheduled, serve_drafts,
+from specdec.dev.simulator import (SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, serve_drafts,
                                    speculate)
+from specdec.trtllm_schedule import draft_len_at
 from specdec import speculation
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
@@ -241,9 +242,9 @@ def test_trtllm_serve_drafts_by_batch_size_as_tensorrt_llm_applies_its_schedule(
     max_concurrency is {max_concurrency: max_draft_len}."""
     schedule = draft_len_schedule({"max_draft_len": 4, "draft_len_schedule": {"8": 2, "2": 4, "32": 1}}, 4)
     assert schedule == {2: 4, 8: 2, 32: 1}
-    assert [scheduled(schedule, 4, n) for n in (1, 2, 3, 8, 9, 32, 33)] == [4, 4, 2, 2, 1, 1, 0]
+    assert [draft_len_at(schedule, 4, n) for n in (1, 2, 3, 8, 9, 32, 33)] == [4, 4, 2, 2, 1, 1, 0]
     assert draft_len_schedule({"max_draft_len": 3, "max_concurrency": 16}, 3) == {16: 3}
-    assert draft_len_schedule({"max_draft_len": 3}, 3) is None and scheduled(None, 3, 1000) == 3
+    assert draft_len_schedule({"max_draft_len": 3}, 3) is None and draft_len_at(None, 3, 1000) == 3
 
 
 def test_simulated_trtllm_serve_batches_and_drafts_by_the_schedule():

@@ -5,7 +5,6 @@ from __future__ import annotations
 from specdec import load_model, speculation
 from specdec.autopilot import Autopilot
 from specdec.builders.serving import build_config_map, served_plan, told_schedule
-from specdec.dev.simulator import scheduled
 from specdec.load_model import StepTime, Window
 from specdec.load_schedules import LoadSchedules
 from specdec.trtllm_schedule import LAST_BATCH, clamped, draft_len_at, from_load_schedule, predicted_gain
@@ -21,11 +20,10 @@ def test_tiers_are_keyed_by_their_largest_batch_and_never_draft_zero_on_a_one_en
     # a server at draftLen 2: the first tier is max_draft_len (TensorRT-LLM's rule), longer tiers are capped
     assert from_load_schedule(ENTRIES, 2, floor=1) == {18: 2, LAST_BATCH: 1}
     assert from_load_schedule([(1, 4)], 4, floor=1) is None  # draftLen at every load: no schedule
-    # what the simulated trtllm-serve (as TensorRT-LLM) then drafts, batch by batch
+    # what TensorRT-LLM (and the simulated trtllm-serve) then drafts, batch by batch
     schedule = from_load_schedule(ENTRIES, 4, floor=1)
     for n in (1, 3, 4, 7, 8, 18, 19, 60, 61, 5000):
-        assert draft_len_at(schedule, 4, n) == scheduled(schedule, 4, n) == max(load_model.scheduled_draft_len(
-            ENTRIES, n), 1)
+        assert draft_len_at(schedule, 4, n) == max(load_model.scheduled_draft_len(ENTRIES, n), 1)
 
 
 def test_a_schedule_follows_the_draft_length_it_is_served_with():

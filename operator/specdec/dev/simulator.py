@@ -36,6 +36,7 @@ from specdec.dev.backend_contracts import Completion, Generation, TritonContract
 from specdec.dev.simulation_profile import Profile
 from specdec.modes import MODES
 from specdec.runtime import triton
+from specdec.trtllm_schedule import draft_len_at
 
 DEFAULT_DRAFT_LEN = 4
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # trtllm-serve's default, as OpenAI's
@@ -215,12 +216,6 @@ def draft_len_schedule(speculative: dict[str, Any], draft_len: int) -> dict[int,
     return None
 
 
-def scheduled(schedule: dict[int, int] | None, draft_len: int, batch: int) -> int:
-    if schedule is None:
-        return draft_len
-    return next((k for largest, k in schedule.items() if batch <= largest), 0)
-
-
 def serve_drafts(config: RuntimeConfig) -> tuple[int, bool, dict[int, int] | None]:
     """On trtllm-serve: draft tokens per step, whether they cost draft-model time, and the draft length by
     batch size (draft_len_schedule)."""
@@ -267,7 +262,7 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
         await self._join(tokens, draft_len)
 
     def _drafts(self, batch: list[_Sequence]) -> list[int]:
-        k = scheduled(self.schedule, self.draft_len, len(batch)) if self.profile.drafting else 0
+        k = draft_len_at(self.schedule, self.draft_len, len(batch)) if self.profile.drafting else 0
         return [k] * len(batch)
 
     def _draft_seconds(self, drafts: list[int], at_batch: float) -> float:
