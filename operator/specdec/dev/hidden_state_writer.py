@@ -18,9 +18,10 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from specdec.api.runtime_config import RuntimeConfig
+from specdec.modes.save_state import DECODING_TYPE
 
 HIDDEN_SIZE = 64  # the stand-in target's; a real one's is thousands
 DEFAULT_LAYERS = 4  # EAGLE-3's three layers and the post-norm state (eagle3_layers_to_capture None)
@@ -137,6 +138,14 @@ class HiddenStateCapture:
         self._iter += 1
         return written
 
+
+
+def capture_hook(speculative: dict[str, Any]) -> Callable[[int], Path | None] | None:
+    """A simulated trtllm-serve's capture of each request's prefill, for a SaveState speculative_config (None
+    for any other)."""
+    if speculative.get("decoding_type") != DECODING_TYPE:
+        return None
+    return HiddenStateCapture.from_config(speculative).request
 
 
 def captured_into(config: RuntimeConfig, directory: Path) -> RuntimeConfig:

@@ -46,9 +46,8 @@ from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, Runtim
 from specdec.builders import common
 from specdec.dev import simulated_clients, simulation_profile
 from specdec.dev.informer import Informer, Key
-from specdec.dev.hidden_state_writer import HiddenStateCapture, captured_into
+from specdec.dev.hidden_state_writer import capture_hook, captured_into
 from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
-from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
@@ -97,9 +96,7 @@ def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: 
         triton = SimulatedTriton(profile)
         return triton, [(triton.app(), TRITON_HTTP_PORT), (triton.metrics_app(), TRITON_METRICS_PORT)]
     serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config))
-    speculative = config.speculative_config or {}
-    if speculative.get("decoding_type") == SAVE_STATE:
-        serve.capture = HiddenStateCapture.from_config(speculative).request
+    serve.capture = capture_hook(config.speculative_config or {})
     return serve, [(serve.app(), TRTLLM_SERVE_PORT)]
 
 

@@ -224,11 +224,9 @@ def trtllm_serve(argv: list[str]) -> int:
 
     kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
     server = kind(profile, served_name(args.model), draft_len, draft_costs, schedule)
-    speculative = options.get("speculative_config") or {}
-    if speculative.get("decoding_type") == SAVE_STATE:
-        from specdec.dev.hidden_state_writer import HiddenStateCapture
+    from specdec.dev.hidden_state_writer import capture_hook
 
-        server.capture = HiddenStateCapture.from_config(speculative).request
+    server.capture = capture_hook(options.get("speculative_config") or {})
     host = args.host or "localhost"
     port = args.port if args.port is not None else 8000
     what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
