@@ -453,7 +453,8 @@ def test_the_operator_log_check_flags_every_refusal(tmp_path):
         "ERROR specdec: resync pass failed\n"
         "kubernetes.client.exceptions.ForbiddenException: (403)\n"
         'HTTP response body: {"message":"configmaps is forbidden: cannot list resource \\"configmaps\\""}\n'
-        "INFO kopf.objects: Handler 'engine_build_event' succeeded.\n")
+        "INFO kopf.objects: Handler 'engine_build_event' succeeded.\n"
+        "2026-11-26 04:48:13,403 INFO specdec.kube.leader: released Lease ops/up-specdec-operator\n")
     runner = ChartOperator.__new__(ChartOperator)
     runner.log_path = log
     assert runner.forbidden() == [
