@@ -14,7 +14,7 @@ Backends are the project's stand-ins (specdec.dev.standin_servers, the real serv
   translation of it into one SSE chunk.
 Each cell (route, path direct|front|nginx, streamed or not, N streams) runs N clients that each send
 --rounds requests of --tokens tokens back to back (more rounds when that is under --min-tokens in all, so
-that the CPU figures, counted in clock ticks, rest on enough ticks), on one aiohttp session. Output tokens
+that the CPU figures, counted in clock ticks, rest on enough ticks), on keep-alive connections. Output tokens
 are counted in what the client received (the stand-in's token " sim"), TTFT is the time to the first
 received token (the whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to
 direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
@@ -47,6 +47,8 @@ from pathlib import Path
 
 import aiohttp
 import yaml
+
+from specdec.runtime.upstream import Upstream
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -226,29 +228,44 @@ def request(route: str, path: str, stream: bool, tokens: int, served: str) -> tu
         "num_draft_tokens": config.draft_target.draft_len, "use_draft_logits": config.draft_target.use_logits}
 
 
-async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> tuple[float, int]:
+async def one(pool: Upstream, path: str, body: bytes) -> tuple[float, int]:
     """(seconds to the first token, tokens received) of one request."""
-    started, first, received = time.monotonic(), None, bytearray()
-    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
-        if resp.status != 200:
-            raise RuntimeError(f"{url}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
-        async for piece in resp.content.iter_any():
-            received += piece
-            if first is None and TOKEN in received:
-                first = time.monotonic() - started
-    return (first if first is not None else time.monotonic() - started), received.count(TOKEN)
+    started, first, received, tail = time.monotonic(), None, 0, b""
+    done = asyncio.get_running_loop().create_future()
+    response = await pool.request("POST", path, body, {"Content-Type": "application/json"})
+
+    def on_data(piece: bytes) -> None:
+        nonlocal first, received, tail
+        seen = tail + piece  # with the end of the last piece, less than a token: one split over two is seen
+        count, tail = seen.count(TOKEN), seen[1 - len(TOKEN):]
+        if count and first is None:
+            first = time.monotonic() - started
+        received += count
+
+    def on_end(error: Exception | None) -> None:
+        done.set_exception(error) if error else done.set_result(None)
+
+    if response.status != 200:
+        raise RuntimeError(f"{pool.url}{path}: HTTP {response.status}: {(await response.read())[:300]!r}")
+    response.stream(on_data, on_end)
+    await done
+    return (first if first is not None else time.monotonic() - started), received
 
 
-async def cell(url: str, body: bytes, streams: int, rounds: int) -> dict:
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as session:
+async def cell(url: str, path: str, body: bytes, streams: int, rounds: int) -> dict:
+    # The runtime's own HTTP/1.1 client (asyncio protocols, keep-alive): the load generator shares a core with
+    # the backend, and aiohttp's client spent about twice its CPU a token there, taken from the backend.
+    pool = Upstream(url, max_idle=streams + 1)
+    try:
         async def client() -> list[tuple[float, int]]:
-            return [await one(session, url, body) for _ in range(rounds)]
+            return [await one(pool, path, body) for _ in range(rounds)]
 
-        await one(session, url, body)  # a connection and a warm path before the clock starts
+        await one(pool, path, body)  # a connection and a warm path before the clock starts
         started = time.monotonic()
         results = [r for rs in await asyncio.gather(*(client() for _ in range(streams))) for r in rs]
         seconds = time.monotonic() - started
+    finally:
+        pool.close()
     tokens = sum(n for _, n in results)
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
             "ttft_p50": statistics.median(t for t, _ in results)}
@@ -283,7 +300,7 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     pids = stack.pids(path)
                     ttft_before = await front_ttft(stack.url(path)) if path == "front" else None
                     before = cpu_seconds(pids)
-                    result = await cell(stack.url(path) + suffix, json.dumps(body).encode(), streams, rounds)
+                    result = await cell(stack.url(path), suffix, json.dumps(body).encode(), streams, rounds)
                     expected = args.tokens * streams * rounds
                     if result["tokens"] != expected:
                         raise RuntimeError(f"{route} {path}: {result['tokens']} tokens received, {expected} asked")
@@ -372,4 +389,6 @@ if __name__ == "__main__":
         route, port, url, metrics = ARGS.serve_front
         serve_front(route, int(port), url, metrics)
     else:
-        asyncio.run(main(ARGS))
+        from specdec.runtime import event_loop  # the load generator on uvloop too, so it spends less of its core
+
+        event_loop.run(main(ARGS))

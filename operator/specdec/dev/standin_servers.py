@@ -218,9 +218,8 @@ def trtllm_serve(argv: list[str]) -> int:
     draft_len, draft_costs, schedule = trtllm_drafts(backend, args.model, options)
     profile = profile_from_env()
 
-    import asyncio
-
     from specdec.dev.simulator import SimulatedTrtllmServe
+    from specdec.runtime import event_loop  # uvloop when installed, as trtllm-serve's uvicorn picks it
 
     kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
     server = kind(profile, served_name(args.model), draft_len, draft_costs, schedule)
@@ -231,7 +230,7 @@ def trtllm_serve(argv: list[str]) -> int:
     port = args.port if args.port is not None else 8000
     what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
             f"{'' if draft_costs or not draft_len else ' (lookup drafts)'}, acceptance {profile.acceptance}")
-    asyncio.run(_serve("trtllm-serve", [(server.app(), host, port)], what))
+    event_loop.run(_serve("trtllm-serve", [(server.app(), host, port)], what))
     return 0
 
 
@@ -321,18 +320,16 @@ def tritonserver(argv: list[str]) -> int:
     repo = check_repository(args.model_repository + args.model_store)
     profile = profile_from_env()
 
-    import asyncio
-
     from specdec.dev.simulator import SimulatedTriton
-    from specdec.runtime import triton
+    from specdec.runtime import event_loop, triton
 
     server = SimulatedTriton(profile)
     server.declared_inputs = declared_inputs((repo / triton.BLS_MODEL / "config.pbtxt").read_text()) or None
     http_host = args.http_address or "0.0.0.0"
     metrics_host = args.metrics_address or http_host
     what = f"simulating {triton.BLS_MODEL} from {repo}, acceptance {profile.acceptance}"
-    asyncio.run(_serve("tritonserver", [(server.app(), http_host, args.http_port),
-                                        (server.metrics_app(), metrics_host, args.metrics_port)], what))
+    event_loop.run(_serve("tritonserver", [(server.app(), http_host, args.http_port),
+                                           (server.metrics_app(), metrics_host, args.metrics_port)], what))
     return 0
 
 
