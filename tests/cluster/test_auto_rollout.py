@@ -129,16 +129,27 @@ def test_auto_draft_len_on_trtllm_serve_converges_with_one_surge_rollout(kube: K
     simulation_profile.update(tmp_path / simulation_profile.FILE_NAME, f"{namespace}/{sd.name}",
                               {**FAST_PROFILE, "acceptance": ALPHA, "costRatio": COST, "noise": 0.05})
     apps = kube.apps
+    phases = []  # the SpeculativeDeployment's, at every look: the old pod serves during the rollout
+
+    def chosen():
+        status = sd.get().get("status") or {}
+        phases.append(status.get("phase"))
+        return (status.get("speculation") or {}).get("draftLen") == optimum and status["speculation"]
+
+    def rolled_out():
+        phases.append((sd.get().get("status") or {}).get("phase"))
+        d = apps.read_namespaced_deployment(sd.name, namespace)
+        return d.status.updated_replicas == 1 and d.status.replicas == 1 and d.status.ready_replicas == 1
+
     with pod_runner(kubeconfig, tmp_path, namespace), ServiceClients(kube, namespace, sd.name) as clients:
-        status = wait_for(lambda: (s := (sd.get().get("status") or {}).get("speculation") or {})
-                          .get("draftLen") == optimum and s, f"status.speculation.draftLen {optimum}", timeout=150)
-        wait_for(lambda: (d := apps.read_namespaced_deployment(sd.name, namespace)).status.updated_replicas == 1
-                 and d.status.replicas == 1 and d.status.ready_replicas == 1, "the rollout to finish", timeout=60)
+        status = wait_for(chosen, f"status.speculation.draftLen {optimum}", timeout=150)
+        wait_for(rolled_out, "the rollout to finish", timeout=60)
         time.sleep(4 * SCRAPE_SECONDS)  # it holds: no second rollout
         print(f"requests: {clients.ok} answered, {len(clients.failures)} failed, {clients.skipped} skipped "
               f"(endpoint not served yet); status {status}")
     assert clients.failures == [], clients.failures[:10]
     assert clients.ok > 100
+    assert set(phases) == {"Ready"}, phases
     deployment = apps.read_namespaced_deployment(sd.name, namespace)
     assert deployment.metadata.annotations["deployment.kubernetes.io/revision"] == "2"  # one rollout
     config = json.loads(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])

@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
 from specdec import conditions
 from specdec.conditions import Cond
 from specdec.model_catalog import catalog_facts, config_excerpt
 from specdec.model_facts import ModelFacts
-from specdec.status.deployment import DeploymentInput, deployment_conditions, runtime_pod_blocked
+from specdec.status.deployment import (DeploymentInput, deployment_conditions, runtime_pod_blocked,
+                                      served_this_generation)
 from specdec.status.shared import FETCH, BuildState, evaluate_build, fetched_status, step_failure
 from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
 from tests.unit.invalid_specs import spec
@@ -285,6 +288,51 @@ def test_rolling_out_when_engines_are_built():
     assert phase == "RollingOut"
     assert by_type(conds)["EnginesReady"].status
     assert by_type(conds)["Ready"].reason == "RollingOut"
+
+
+def surging(replicas: int = 1, ready: int | None = None, seen: bool = True) -> dict:
+    """A runtime Deployment rolling out a new template: none of its pods updated yet, the old ones ready."""
+    d = available_deployment(replicas)
+    d["status"].update(updatedReplicas=0, replicas=replicas + 1,
+                       readyReplicas=replicas if ready is None else ready)
+    if not seen:
+        d["metadata"]["generation"] = 3
+    return d
+
+
+@pytest.mark.parametrize("seen", [True, False])
+def test_a_rollout_the_operator_started_keeps_the_runtime_available_while_its_pods_serve(seen):
+    p = plan13b()
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), surging(1, seen=seen), True, "http://x/v1",
+                                                         served_before=True))
+    c = by_type(conds)
+    assert phase == "Ready" and c["Ready"].status
+    assert (c["RuntimeAvailable"].status, c["RuntimeAvailable"].reason) == (True, "Available")
+    assert c["RuntimeAvailable"].message == ("1/1 pods ready; rolling out a change the operator made: "
+                                             "0/1 pods updated")
+
+
+def test_a_rollout_of_the_users_change_or_short_of_pods_is_not_available():
+    p = plan13b()
+    unavailable = surging(1)
+    unavailable["status"]["conditions"] = []  # the Deployment controller says it is not Available
+    for served_before, deployment in ((False, surging(1)), (True, surging(1, ready=0)), (True, unavailable)):
+        phase, conds = deployment_conditions(DeploymentInput(p, built(p), deployment, True, "http://x/v1",
+                                                             served_before=served_before))
+        c = by_type(conds)
+        assert phase == "RollingOut" and not c["Ready"].status, (served_before, deployment)
+        assert (c["RuntimeAvailable"].status, c["RuntimeAvailable"].reason) == (False, "RollingOut")
+
+
+def test_served_this_generation_reads_runtime_available_at_the_objects_generation():
+    def sd(status: str, generation: int) -> dict:
+        return {"metadata": {"generation": 4}, "status": {"conditions": [
+            {"type": "RuntimeAvailable", "status": status, "observedGeneration": generation}]}}
+
+    assert served_this_generation(sd("True", 4))
+    assert not served_this_generation(sd("True", 3))  # the user changed the spec since
+    assert not served_this_generation(sd("False", 4))
+    assert not served_this_generation({"metadata": {"generation": 1}})
 
 
 def test_invalid_spec_is_reported_in_ready():

@@ -20,7 +20,7 @@ from specdec.reconcile.plans import PlanMemo
 from specdec.reconcile.serving import RuntimeApplier
 from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
-from specdec.status.deployment import DeploymentInput, deployment_conditions
+from specdec.status.deployment import DeploymentInput, deployment_conditions, served_this_generation
 from specdec.status.shared import BuildState
 
 
@@ -92,6 +92,7 @@ class DeploymentController:
             failure = failure_condition(service_failure[1])
         phase, conds = deployment_conditions(DeploymentInput(
             result, states, deployment, current, endpoint(result) if isinstance(result, Plan) else None,
-            failure=failure, pods=pods, caches=caches, service_current=service_current))
+            failure=failure, pods=pods, caches=caches, service_current=service_current,
+            served_before=served_this_generation(sd)))
         self.status.write(sd, result, phase, conds, deployment, in_use)
         return failed

@@ -30,10 +30,11 @@ import orjson
 from aiohttp import web
 
 from specdec import load_model
-from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY, RuntimeConfig
+from specdec.api.runtime_config import BREAK_EVEN_KEY, DRAFT_LEN_KEY, SCHEDULE_KEY, RuntimeConfig
 from specdec.runtime import triton
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
+from specdec.runtime.config_map_key import ConfigMapKey
 from specdec.runtime.in_flight import InFlight
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
@@ -83,14 +84,14 @@ class TritonRoute(Route):
         super().__init__(config, backend, metrics, request_timeout=request_timeout)
         self.tokenizer = tokenizer
         self.draft_len = backend.draft_len  # num_draft_tokens for the next requests
-        self.draft_len_file = draft_len_file
-        self._draft_len_text: str | None = None  # the file's content last applied (None: no file)
         self._compute_us = Increases()
-        self.break_even_file = draft_len_file.with_name(BREAK_EVEN_KEY) if draft_len_file else None
         self.break_even: int | None = None  # None: speculate at any load
-        self._break_even_text: str | None = None
         self.schedule: list[tuple[int, int]] | None = None  # None: draft_len below the break-even
-        self._schedule_text: str | None = None
+        # What the operator writes for this pod, beside the draft length's key (none without it).
+        self.operator_keys = [ConfigMapKey(draft_len_file, self._apply_draft_len),
+                              ConfigMapKey(draft_len_file.with_name(BREAK_EVEN_KEY), self._apply_break_even),
+                              ConfigMapKey(draft_len_file.with_name(SCHEDULE_KEY), self._apply_schedule),
+                              ] if draft_len_file else []
         self._gate = load_model.Gate()
         self.load = InFlight()  # requests at Triton: the sequences of its batch
         self._iteration: dict[str, float] = {}  # the target model's latest iteration gauges
@@ -103,14 +104,11 @@ class TritonRoute(Route):
         return self.backend.draft_len
 
     def start(self) -> None:
-        if self.draft_len_file:
-            self._read_draft_len()  # before the first request
-            self._read_break_even()
-            self._read_schedule()
+        self._read_operator_keys()  # before the first request
 
     def polls(self):
         polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
-        return polls + ([self._poll_draft_len] if self.draft_len_file else [])
+        return polls + ([self._poll_operator_keys] if self.operator_keys else [])
 
     async def completions(self, request, body, started):
         return await self._triton_completions(request, body, started)
@@ -130,36 +128,27 @@ class TritonRoute(Route):
         if text:
             self._count_iterations(text)
 
-    async def _poll_draft_len(self) -> None:
-        self._read_draft_len()
-        self._read_break_even()
-        self._read_schedule()
+    async def _poll_operator_keys(self) -> None:
+        self._read_operator_keys()
 
-    def _read_break_even(self) -> None:
-        """The operator's break-even: a whole number of requests in flight (1 or more), or no file (none)."""
-        assert self.break_even_file is not None
-        text = _read_stripped(self.break_even_file)
-        if text == self._break_even_text:
-            return
-        self._break_even_text = text
+    def _read_operator_keys(self) -> None:
+        for key in self.operator_keys:
+            key.poll()
+
+    def _apply_break_even(self, text: str | None) -> None:
+        """The operator's break-even: a whole number of requests in flight (1 or more), or no key (none)."""
         value = int(text) if text and text.isascii() and text.isdigit() and int(text) >= 1 else None
         if text and value is None:
-            log.warning("ignoring %s: %r is not a number of requests (1 or more)", self.break_even_file, text)
+            log.warning("ignoring %s: %r is not a number of requests (1 or more)", BREAK_EVEN_KEY, text)
         log.info("speculation break-even %s -> %s", self.break_even, value)
         self.break_even = value
         self.metrics.break_even(value)
 
-    def _read_schedule(self) -> None:
-        """The operator's best draft length by load (specdec.load_model.format_schedule), or no file (none)."""
-        assert self.draft_len_file is not None
-        path = self.draft_len_file.with_name(SCHEDULE_KEY)
-        text = _read_stripped(path)
-        if text == self._schedule_text:
-            return
-        self._schedule_text = text
+    def _apply_schedule(self, text: str | None) -> None:
+        """The operator's best draft length by load (specdec.load_model.format_schedule), or no key (none)."""
         self.schedule = load_model.parse_schedule(text) if text else None
         if text and self.schedule is None:
-            log.warning("ignoring %s: %r is not a schedule of n:k from n = 1", path, text)
+            log.warning("ignoring %s: %r is not a schedule of n:k from n = 1", SCHEDULE_KEY, text)
         log.info("draft lengths by load: %s", text if self.schedule else "none")
 
     def _draft_len_now(self, opted_out: bool) -> int:
@@ -187,22 +176,18 @@ class TritonRoute(Route):
         seconds = (now["timestamp_us"] - before["timestamp_us"]) / 1e6
         self.metrics.target_iterations(iterations, seconds, now.get("generation_requests", 0.0), draft_len)
 
-    def _read_draft_len(self) -> None:
-        """The operator's live draft length: the file's value when it is one, the configured length without
-        the file. A value out of 1..max_draft_len is logged once and ignored."""
-        assert self.draft_len_file is not None and self.config.draft_target is not None
-        text = _read_stripped(self.draft_len_file)  # None: the operator has not set one, the configured length
-        if text == self._draft_len_text:
-            return
-        self._draft_len_text = text
+    def _apply_draft_len(self, text: str | None) -> None:
+        """The operator's live draft length: the key's value when it is one, the configured length without
+        the key. A value out of 1..max_draft_len is logged once and ignored."""
+        assert self.config.draft_target is not None
         limit = self.config.draft_target.max_draft_len
         value = self.backend.draft_len if text is None else _parse_draft_len(text, limit)
         if value is None:
-            log.warning("ignoring %s: %r is not a draft length in 1..%d", self.draft_len_file, text, limit)
+            log.warning("ignoring %s: %r is not a draft length in 1..%d", DRAFT_LEN_KEY, text, limit)
             return
         if value != self.draft_len:
             log.info("draft length %s -> %d (%s)", self.draft_len, value,
-                     self.draft_len_file if text is not None else "configured")
+                     DRAFT_LEN_KEY if text is not None else "configured")
             self.draft_len = value
             self.metrics.draft_length(value)
 
@@ -339,14 +324,6 @@ class TritonRoute(Route):
         await write(response, b"data: [DONE]\n\n")
         await response.write_eof()
         return response
-
-
-def _read_stripped(path: Path) -> str | None:
-    """A ConfigMap key's file, stripped; None when there is none."""
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def _opted_out(request: web.Request) -> bool:

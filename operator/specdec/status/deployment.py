@@ -108,7 +108,7 @@ def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:
 
 
 def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: bool,
-                       pods: list[dict[str, Any]], caches: dict[str, BuildState]) -> Cond:
+                       pods: list[dict[str, Any]], caches: dict[str, BuildState], served_before: bool) -> Cond:
     if not current and not runtime_inputs_fetched(plan, caches):
         fetching: dict[str, None] = {}
         blocked = _inputs_condition(plan.runtime_inputs, caches, fetching, "RuntimeAvailable")
@@ -128,12 +128,18 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
     if not current:
         return Cond("RuntimeAvailable", False, "UpdatePending",
                     f"{ready} pod(s) of the previous version keep serving until the new engines are built")
-    if (deployment.get("metadata") or {}).get("generation") != status.get("observedGeneration"):
-        return Cond("RuntimeAvailable", False, "RollingOut", "the Deployment controller has not seen the change yet")
-    if want == 0:
+    seen = (deployment.get("metadata") or {}).get("generation") == status.get("observedGeneration")
+    if seen and want == 0:
         return Cond("RuntimeAvailable", True, "ScaledToZero", "replicas is 0")
-    if updated == want and ready >= want and total == want and condition_true(deployment, "Available"):
+    if seen and updated == want and ready >= want and total == want and condition_true(deployment, "Available"):
         return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready")
+    if served_before and want and ready >= want and condition_true(deployment, "Available"):
+        # A rollout the operator started on its own (a draft length the autopilot chose, a re-arm, a new
+        # operator version) while this generation is served: the pods that serve keep the runtime available.
+        return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready; rolling out a change the "
+                    f"operator made: {updated if seen else 0}/{want} pods updated")
+    if not seen:
+        return Cond("RuntimeAvailable", False, "RollingOut", "the Deployment controller has not seen the change yet")
     blocked = _runtime_blocked(deployment, pods)
     if blocked:
         return blocked
@@ -157,6 +163,16 @@ class DeploymentInput:
     pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the runtime's
     caches: dict[str, BuildState] = dataclasses.field(default_factory=dict)  # the ModelCaches' states, by name
     service_current: bool = True  # the runtime's Service is applied (nothing is served at the endpoint before)
+    # RuntimeAvailable was True at this generation: what the user asked for was served, so a rollout now is the
+    # operator's own, and the runtime stays available while enough pods are ready.
+    served_before: bool = False
+
+
+def served_this_generation(sd: dict[str, Any]) -> bool:
+    """Whether the SpeculativeDeployment's status already says RuntimeAvailable True for its spec as it is."""
+    generation = (sd.get("metadata") or {}).get("generation")
+    return any(c.get("type") == "RuntimeAvailable" and c.get("status") == "True"
+               and c.get("observedGeneration") == generation for c in (sd.get("status") or {}).get("conditions") or [])
 
 
 def deployment_conditions(seen: DeploymentInput) -> tuple[str, list[Cond]]:
@@ -170,7 +186,8 @@ def deployment_conditions(seen: DeploymentInput) -> tuple[str, list[Cond]]:
     parts = [Cond("SpecValid", True, "Valid", plan.spec_valid_message)]
     if plan.engines:
         parts.append(_engines_condition(plan, states, seen.caches))
-    parts.append(_runtime_condition(plan, seen.deployment, seen.runtime_current, seen.pods, seen.caches))
+    parts.append(_runtime_condition(plan, seen.deployment, seen.runtime_current, seen.pods, seen.caches,
+                                    seen.served_before))
     ready = aggregate_ready(parts, f"serving at {endpoint}")
     if ready.status and not seen.service_current:
         ready = Cond("Ready", False, "ServicePending", f"the runtime is available; the Service behind {endpoint} is "
