@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 from typing import Any, Callable
 
 import urllib3
 from kubernetes.client.rest import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, modes
 from specdec.modes import save_state
@@ -21,6 +19,7 @@ from specdec.plan import cache_claim_name
 from specdec.schema.k8s import QUANTITY, parse_quantity
 from specdec.schema.openapi import matches
 from specdec.forget import forget_absent
+from specdec.metric_text import metric_values
 from specdec.status.capture import CAPTURE_SPACE, CapturePlace, CaptureSample, capture_condition, capture_status
 
 log = logging.getLogger("specdec.monitor")
@@ -59,12 +58,7 @@ def capture_facts_of(sd: dict[str, Any], spec: Any) -> CaptureFacts | None:
 
 def parse_capture(text: str) -> CaptureSample | None:
     """A pod's capture gauges; None without them (not a saveState runtime front)."""
-    lines = "\n".join(line for line in text.splitlines() if line.startswith(PREFIX)) + "\n"
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(lines):
-        for sample in family.samples:
-            if math.isfinite(sample.value) and sample.value >= 0:
-                values[sample.name] = sample.value
+    values = metric_values(text, (PREFIX,))
     if GAUGES["files"] not in values:
         return None
     counts = {key: int(values.get(name, 0)) for key, name in GAUGES.items() if key != "last_write"}

@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import conditions, load_model, modes, speculation, speculation_guard
 from specdec.autopilot import Autopilot
 from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.forget import forget_absent
 from specdec.load_schedules import LoadSchedules
+from specdec.metric_text import metric_values
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
 from specdec.rearm import Rearm
@@ -103,15 +102,9 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
 
 
 def parse_sample(text: str) -> speculation.Sample | None:
-    """Only the lines we read go through the (pure-Python) parser: the rest of a pod's metrics
-    (histograms, per-endpoint counters) would cost most of the time. None: not a runtime front's metrics
-    (its counters are there from the start, at 0)."""
-    lines = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED)) + "\n"
-    values: dict[str, float] = {}
-    for family in text_string_to_metric_families(lines):
-        for sample in family.samples:
-            if math.isfinite(sample.value) and sample.value >= 0:  # NaN would end up in status (invalid JSON)
-                values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    """A pod's speculation counters; None: not a runtime front's metrics (its counters are there from the
+    start, at 0)."""
+    values = metric_values(text, _WANTED)
     counters = {key: values[name] for key, name in _COUNTERS.items() if name in values}
     if "draft" not in counters:
         return None
