@@ -6,6 +6,7 @@ and status; thread-safe, since the two run on different threads."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections import deque
 
@@ -14,6 +15,9 @@ from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.forget import forget_absent
 
 Key = tuple[str, str]  # (namespace, name)
+# A published schedule is replaced no sooner than this after the last change: each change is a write of the
+# runtime ConfigMap and of status, and a fit moves with the load it has seen so far.
+CHANGE_SECONDS = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +35,7 @@ class LoadSchedules:
         self._schedules: dict[Key, list[tuple[int, int]]] = {}
         self._fits: dict[Key, Fit] = {}
         self._costs: dict[Key, float] = {}  # the draft's cost at the target's batch, as last measured
+        self._changed_at: dict[Key, float] = {}  # when the schedule last changed (monotonic seconds)
         self._lock = threading.Lock()
 
     def schedule(self, namespace: str, name: str) -> tuple[list[tuple[int, int]], Fit] | None:
@@ -65,9 +70,9 @@ class LoadSchedules:
         return found
 
     def update(self, key: Key, m: speculation.Measurement, window: dict[str, float],
-               load: load_model.Window | None) -> bool:
+               load: load_model.Window | None, now: float) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
-        schedule moved enough to tell the pods."""
+        schedule moved enough to tell the pods, CHANGE_SECONDS or more after it last did."""
         # The route's times price the draft against the target at the batch they were measured at: only a window
         # that timed both at a batch it knows gives the draft's cost at the target's batch. Any other window
         # keeps the cost found so; before there is one, an estimate (already that cost) is taken as it is, and
@@ -96,9 +101,12 @@ class LoadSchedules:
                 self._costs[key] = fitted[1]
             if not load_model.schedule_moved(self._schedules.get(key), found):
                 return False
+            if now - self._changed_at.get(key, -math.inf) < CHANGE_SECONDS:
+                return False
             self._schedules[key], self._fits[key] = found, Fit(fitted[0], alpha, fitted[1])
+            self._changed_at[key] = now
         return True
 
     def forget_gone(self, present: set[Key]) -> None:
         with self._lock:
-            forget_absent(present, self._windows, self._schedules, self._fits, self._costs)
+            forget_absent(present, self._windows, self._schedules, self._fits, self._costs, self._changed_at)

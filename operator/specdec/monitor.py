@@ -326,7 +326,7 @@ class SpeculationMonitor:
             self._measured_cost[key] = (m.cost_ratio, m.cost_source)
         decide = facts.auto and not settling
         changed = decide and self.autopilot.draft_len(sd, key, m, lo, hi, facts.restarts, now)
-        fitted = self.load.update(key, m, window, load)
+        fitted = self.load.update(key, m, window, load, now)
         if decide and facts.restarts and not changed:  # the Triton route's front applies the fit live
             changed = self.autopilot.schedule(sd, key, m.draft_len, load, self.load, now)
         return m, fitted or changed

@@ -168,6 +168,13 @@ def front_metrics(pod_ip: str, port: int) -> dict[str, float]:
             if not s.labels}
 
 
+def served_metrics(pod_ip: str, port: int) -> dict[str, float] | None:
+    try:
+        return front_metrics(pod_ip, port)
+    except OSError:  # URLError included: not served yet
+        return None
+
+
 def test_auto_on_trtllm_serve_rolls_out_draft_lengths_by_load_once_they_pay(kube: Kube, kubeconfig: Path,
                                                                            namespace: str, operator, tmp_path: Path):
     """A load that grows from a couple of sequences in flight to 64: the operator fits the step time from
@@ -198,7 +205,8 @@ def test_auto_on_trtllm_serve_rolls_out_draft_lengths_by_load_once_they_pay(kube
                  and d.metadata.annotations.get("deployment.kubernetes.io/revision") == "2",
                  "the rollout to finish", timeout=60)
         (pod,) = wait_for(lambda: len(p := runtime_pods()) == 1 and p, "one runtime pod")
-        before = wait_for(lambda: front_metrics(pod.status.pod_ip, port), "the new pod's front")
+        # kwok marks the pod Ready before the pod runner serves it (see the module's doc): wait for its front
+        before = wait_for(lambda: served_metrics(pod.status.pod_ip, port), "the new pod's front")
         time.sleep(3 * SCRAPE_SECONDS)
         after = front_metrics(pod.status.pod_ip, port)
         print(f"{changed.message}; requests: {clients.ok} answered, {len(clients.failures)} failed")

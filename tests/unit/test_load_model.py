@@ -96,9 +96,11 @@ def test_a_schedule_round_trips_and_nonsense_is_refused():
         assert lm.parse_schedule(text) is None, text
 
 
-def test_only_a_schedule_that_moved_by_a_tenth_is_worth_telling_the_pods():
+def test_only_a_schedule_that_moved_by_a_fifth_is_worth_telling_the_pods():
     before = [(1, 4), (14, 1), (47, 0)]
-    assert not lm.schedule_moved(before, [(1, 4), (14, 1), (50, 0)])
-    assert lm.schedule_moved(before, [(1, 4), (14, 1), (53, 0)])
+    assert not lm.schedule_moved(before, [(1, 4), (14, 1), (56, 0)])
+    assert not lm.schedule_moved(before, [(1, 4), (12, 1), (38, 0)])
+    assert lm.schedule_moved(before, [(1, 4), (14, 1), (57, 0)])
+    assert lm.schedule_moved(before, [(1, 4), (11, 1), (47, 0)])
     assert lm.schedule_moved(before, [(1, 4), (14, 2), (47, 0)])
     assert lm.schedule_moved(None, before)

@@ -6,7 +6,7 @@ from specdec import load_model, speculation
 from specdec.autopilot import Autopilot
 from specdec.builders.serving import build_config_map, served_plan, told_schedule
 from specdec.load_model import StepTime, Window
-from specdec.load_schedules import LoadSchedules
+from specdec.load_schedules import CHANGE_SECONDS, LoadSchedules
 from specdec.trtllm_schedule import LAST_BATCH, clamped, draft_len_at, from_load_schedule, predicted_gain
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import draft_target, spec
@@ -54,8 +54,27 @@ def fitted_schedules() -> LoadSchedules:
                            "iteration_seconds": 100 * seconds})
     tokens = speculation.tokens_per_step(0.7, k)
     m = speculation.measure({"draft": 400, "accepted": (tokens - 1) * 100, "steps": 100}, k, 1, k, (cost, "Assumed"))
-    assert fits.update(key, m, {"draft": 400, "steps": 100}, None)
+    assert fits.update(key, m, {"draft": 400, "steps": 100}, None, now=0.0)
     return fits
+
+
+def test_a_published_schedule_changes_at_most_once_a_minute():
+    fits, key = fitted_schedules(), ("ns", "llama")
+    first = fits.schedule(*key)[0]
+    k, cost = 4, 0.05
+    step = StepTime(0.005, 0.0004)  # the target twice as slow per token: the change points move by half
+    for batch in (1, 4, 16, 64):  # the model's memory is long: it takes many windows to move the fit
+        for _ in range(40):
+            seconds = k * cost * step(batch) + step(batch * (k + 1))
+            fits.observe(key, {"iterations": 100, "batch_sequences": 100 * batch,
+                               "batch_draft_tokens": 100 * batch * k, "iteration_seconds": 100 * seconds})
+    m = speculation.measure({"draft": 400, "accepted": (speculation.tokens_per_step(0.7, k) - 1) * 100,
+                             "steps": 100}, k, 1, k, (cost, "Assumed"))
+    assert not fits.update(key, m, {"draft": 400, "steps": 100}, None, now=CHANGE_SECONDS - 1)
+    assert fits.schedule(*key)[0] == first
+    assert fits.update(key, m, {"draft": 400, "steps": 100}, None, now=CHANGE_SECONDS)
+    moved = fits.schedule(*key)[0]
+    assert moved != first and fits.break_even(*key) < first[-1][0]
 
 
 def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured_and_not_too_often():
