@@ -12,6 +12,7 @@ import sys
 import types
 import zipfile
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +77,23 @@ def test_reads_the_pickle_pythons_pickler_makes_for_torch(fake_torch, tmp_path):
         out.writestr("data_3/byteorder", "little")
         out.writestr("data_3/version", "3\n")
     assert captured_tokens(path) == (3, 23)
+
+
+TORCH_WRITTEN = sorted((Path(__file__).parent / "data" / "capture").glob("torch-*/cap_3.pt"))
+
+
+@pytest.mark.parametrize("path", TORCH_WRITTEN, ids=lambda p: p.parent.name)
+def test_reads_a_file_real_torch_wrote_as_tensorrt_llm_does(path):
+    """A capture file made by torch.save itself (data/capture/make_capture_file.py: TensorRT-LLM's records of
+    three requests of 5, 7 and 3 tokens, bfloat16 states of three layers): counted by the directory scan."""
+    assert captured_tokens(path) == (3, 15)
+    totals = CaptureDirectory(path.parent, "cap").scan()
+    assert (totals.files, totals.bytes, totals.requests, totals.tokens, totals.unreadable) == (
+        1, path.stat().st_size, 3, 15, 0)
+
+
+def test_a_file_real_torch_wrote_is_kept_for_the_reader():
+    assert TORCH_WRITTEN, "tests/runtime/data/capture/torch-*/cap_3.pt: see make_capture_file.py"
 
 
 def test_the_stand_in_writes_what_tensorrt_llm_does(tmp_path):

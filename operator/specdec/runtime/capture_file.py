@@ -11,6 +11,7 @@ torch.<Type>Storage, key, location, numel)`; the storages themselves are `<archi
 
 Only data.pkl is read (a few KiB, whatever the hidden states weigh), by an unpickler that builds tensor
 shapes and nothing else: any other global refuses the file, so reading a capture file never runs code it names.
+tests/runtime/data/capture holds a file torch itself wrote so (and the script that wrote it).
 """
 
 from __future__ import annotations
