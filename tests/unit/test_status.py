@@ -324,6 +324,20 @@ def test_a_rollout_of_the_users_change_or_short_of_pods_is_not_available():
         assert (c["RuntimeAvailable"].status, c["RuntimeAvailable"].reason) == (False, "RollingOut")
 
 
+def test_a_new_pod_that_cannot_start_shows_although_the_old_ones_serve():
+    p = plan13b()
+    crashing = runtime_pod(rt_waiting("CrashLoopBackOff", "back-off 10s"), restarts=1, last=rt_exit(1, "Error"))
+    phase, conds = deployment_conditions(DeploymentInput(p, built(p), surging(1), True, "http://x/v1",
+                                                         pods=[crashing], served_before=True))
+    c = by_type(conds)["RuntimeAvailable"]
+    assert phase == "RollingOut" and (c.status, c.reason) == (False, "CrashLoopBackOff") and RT_POD in c.message
+    stalled = surging(1)
+    stalled["status"]["conditions"].append(cond("Progressing", "False", "ProgressDeadlineExceeded", "timed out"))
+    _, conds = deployment_conditions(DeploymentInput(p, built(p), stalled, True, "http://x/v1", served_before=True))
+    assert (by_type(conds)["RuntimeAvailable"].reason, by_type(conds)["RuntimeAvailable"].message) == (
+        "ProgressDeadlineExceeded", "timed out")
+
+
 def test_served_this_generation_reads_runtime_available_at_the_objects_generation():
     def sd(status: str, generation: int) -> dict:
         return {"metadata": {"generation": 4}, "status": {"conditions": [

@@ -69,6 +69,17 @@ def _runtime_blocked(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> 
     return None
 
 
+def _rollout_stuck(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> Cond | None:
+    """A blocked rollout (_runtime_blocked), or one past the Deployment's own progress deadline."""
+    blocked = _runtime_blocked(deployment, pods)
+    if blocked:
+        return blocked
+    progressing = condition(deployment, "Progressing") or {}
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Cond("RuntimeAvailable", False, "ProgressDeadlineExceeded", progressing.get("message", ""))
+    return None
+
+
 def runtime_pod_blocked(pod: dict[str, Any] | None) -> Cond | None:
     """Why a runtime pod will not become ready without a change: no node can take it (PodsUnschedulable), or a
     container of it will not start (stuck_container's reasons); None for any other pod. All a deployment's
@@ -135,19 +146,15 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
         return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready")
     if served_before and want and ready >= want and condition_true(deployment, "Available"):
         # A rollout the operator started on its own (a draft length the autopilot chose, a re-arm, a new
-        # operator version) while this generation is served: the pods that serve keep the runtime available.
-        return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready; rolling out a change the "
-                    f"operator made: {updated if seen else 0}/{want} pods updated")
+        # operator version) while this generation is served: the pods that serve keep the runtime available,
+        # unless the new pods cannot come up (a failure to show, although the old ones serve meanwhile).
+        return _rollout_stuck(deployment, pods) or Cond(
+            "RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready; rolling out a change the operator "
+            f"made: {updated if seen else 0}/{want} pods updated")
     if not seen:
         return Cond("RuntimeAvailable", False, "RollingOut", "the Deployment controller has not seen the change yet")
-    blocked = _runtime_blocked(deployment, pods)
-    if blocked:
-        return blocked
-    progressing = condition(deployment, "Progressing") or {}
-    if progressing.get("reason") == "ProgressDeadlineExceeded":
-        return Cond("RuntimeAvailable", False, "ProgressDeadlineExceeded", progressing.get("message", ""))
-    return Cond("RuntimeAvailable", False, "RollingOut",
-                f"{updated}/{want} pods updated, {ready} ready")
+    return _rollout_stuck(deployment, pods) or Cond("RuntimeAvailable", False, "RollingOut",
+                                                    f"{updated}/{want} pods updated, {ready} ready")
 
 
 @dataclasses.dataclass(frozen=True)
