@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, TypeVar
 
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
 
@@ -73,6 +75,22 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, in
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The unlabelled samples of a Prometheus text page (a runtime front's /metrics), by name."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if not s.labels}
+
+
+def scrape_if_served(url: str) -> dict[str, float] | None:
+    """scrape, or None while nothing answers there (kwok marks a pod Ready before the pod runner serves it)."""
+    try:
+        return scrape(url)
+    except OSError:  # URLError included
+        return None
 
 
 def condition(obj, kind: str) -> str | None:

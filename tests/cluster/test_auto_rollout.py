@@ -21,13 +21,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import speculation
 from specdec.dev import simulation_profile
 from specdec.dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
-from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
+from tests.kube_helpers import FAST_PROFILE, Kube, scrape, scrape_if_served, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -161,20 +160,6 @@ def test_auto_draft_len_on_trtllm_serve_converges_with_one_surge_rollout(kube: K
     assert (sd.get()["status"]["speculation"]["draftLen"]) == optimum
 
 
-def front_metrics(pod_ip: str, port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{pod_ip}:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
-            if not s.labels}
-
-
-def served_metrics(pod_ip: str, port: int) -> dict[str, float] | None:
-    try:
-        return front_metrics(pod_ip, port)
-    except OSError:  # URLError included: not served yet
-        return None
-
-
 def test_auto_on_trtllm_serve_rolls_out_draft_lengths_by_load_once_they_pay(kube: Kube, kubeconfig: Path,
                                                                            namespace: str, operator, tmp_path: Path):
     """A load that grows from a couple of sequences in flight to 64: the operator fits the step time from
@@ -205,10 +190,10 @@ def test_auto_on_trtllm_serve_rolls_out_draft_lengths_by_load_once_they_pay(kube
                  and d.metadata.annotations.get("deployment.kubernetes.io/revision") == "2",
                  "the rollout to finish", timeout=60)
         (pod,) = wait_for(lambda: len(p := runtime_pods()) == 1 and p, "one runtime pod")
-        # kwok marks the pod Ready before the pod runner serves it (see the module's doc): wait for its front
-        before = wait_for(lambda: served_metrics(pod.status.pod_ip, port), "the new pod's front")
+        metrics = f"http://{pod.status.pod_ip}:{port}/metrics"
+        before = wait_for(lambda: scrape_if_served(metrics), "the new pod's front")
         time.sleep(3 * SCRAPE_SECONDS)
-        after = front_metrics(pod.status.pod_ip, port)
+        after = scrape(metrics)
         print(f"{changed.message}; requests: {clients.ok} answered, {len(clients.failures)} failed")
     sequences = after["specdec_target_batch_sequences_total"] - before["specdec_target_batch_sequences_total"]
     drafts = after["specdec_target_batch_draft_tokens_total"] - before["specdec_target_batch_draft_tokens_total"]

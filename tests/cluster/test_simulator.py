@@ -5,11 +5,9 @@ the operator scrapes it, counts simulated speculation that follows the acceptanc
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import speculation
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
@@ -17,24 +15,14 @@ from specdec.dev import simulation_profile
 from specdec.dev.pod_runner_thread import in_thread as pod_runner
 from specdec.dev.podrunner import POD_SELECTOR
 from tests.cluster.test_operator import SD, example
-from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
+from tests.kube_helpers import FAST_PROFILE, Kube, scrape, scrape_if_served, wait_for
 
 pytestmark = pytest.mark.cluster
 
 
-def scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
-            if not s.labels}
-
-
 def scrape_or_none(url: str) -> dict[str, float] | None:
-    try:
-        metrics = scrape(url)
-    except OSError:
-        return None
-    return metrics if metrics.get("specdec_draft_tokens_total") else None
+    metrics = scrape_if_served(url)
+    return metrics if metrics and metrics.get("specdec_draft_tokens_total") else None
 
 
 def acceptance_over(url: str, draft_tokens: int) -> float:
