@@ -91,10 +91,9 @@ def runtime_config(route: str):
 
 def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> None:
     """The front as specdec-runtime builds it, on a backend already running (the --serve-front mode)."""
-    from aiohttp import web
-
     from specdec.runtime import event_loop
-    from specdec.runtime.front import LISTEN_BACKLOG, Front
+    from specdec.runtime.front import Front
+    from specdec.runtime.front_server import FrontServer
     from specdec.runtime.launch import Backend
 
     config = runtime_config(route)
@@ -105,9 +104,17 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
     else:
         backend = Backend("openai", backend_url, "/health")
     front = Front(config, backend, route=route)
-    factory = event_loop.loop_factory()  # as specdec-runtime's: uvloop's when installed
-    web.run_app(front.app, loop=factory() if factory else None, host="127.0.0.1", port=port, access_log=None,
-                handler_cancellation=True, backlog=LISTEN_BACKLOG, print=None)
+
+    async def serve() -> None:
+        server = FrontServer(front)
+        await server.start("127.0.0.1", port)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop()
+
+    event_loop.run(serve())  # as specdec-runtime's: uvloop's when installed
 
 
 def triton_repository(where: Path) -> Path:

@@ -86,6 +86,20 @@ async def serving(app: web.Application, *, handler_cancellation: bool = False):
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def serving_front(front):
+    """Serve a Front as specdec-runtime does (specdec.runtime.front_server) on a free loopback port; yields its
+    base URL."""
+    from specdec.runtime.front_server import FrontServer
+
+    server = FrontServer(front, shutdown_timeout=1.0)
+    await server.start("127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.stop()
+
+
 async def eventually(predicate, what: str, timeout: float = 5.0, interval: float = 0.02):
     deadline = time.monotonic() + timeout
     while True:

@@ -15,7 +15,7 @@ from specdec.dev.simulator import SimulatedTriton
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
-from tests.runtime.helpers import eventually, metric, serving
+from tests.runtime.helpers import eventually, metric, serving, serving_front
 from tests.runtime.standins import TritonState
 from tests.runtime.test_front_triton import CONFIG, bls_inputs, run, stack
 
@@ -105,7 +105,7 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
             backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
                                           metrics_url=f"{metrics_url}/metrics")
             front = Front(CONFIG, backend, stats_interval=0.02)
-            async with serving(front.app) as url, aiohttp.ClientSession() as client:
+            async with serving_front(front) as url, aiohttp.ClientSession() as client:
                 async def one(headers):
                     async with client.post(f"{url}/v1/completions", headers=headers,
                                            json={"prompt": "Hi", "max_tokens": 20}) as r:

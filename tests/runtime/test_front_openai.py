@@ -14,7 +14,8 @@ import pytest
 
 from specdec.runtime import launch
 from specdec.runtime.front import Front
-from tests.runtime.helpers import eventually, free_port, metric, parse_prometheus, scenario_configs, serving
+from tests.runtime.helpers import (eventually, free_port, metric, parse_prometheus, scenario_configs, serving,
+                                   serving_front)
 from tests.runtime.standins import OpenAIState
 
 CONFIGS = scenario_configs()
@@ -28,7 +29,7 @@ async def stack(state: OpenAIState, config=PYTORCH, **front_args):
         backend = dataclasses.replace(launch.plan_launch(config).backend, url=backend_url)
         front_args.setdefault("stats_interval", 0)
         front = Front(config, backend, **front_args)
-        async with serving(front.app, handler_cancellation=True) as url:
+        async with serving_front(front) as url:
             async with aiohttp.ClientSession() as client:
                 yield front, url, client
 

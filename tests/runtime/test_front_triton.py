@@ -19,7 +19,8 @@ from tritonclient.grpc import model_config_pb2
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import eventually, free_port, metric, parse_prometheus, scenario_configs, serving
+from tests.runtime.helpers import (eventually, free_port, metric, parse_prometheus, scenario_configs, serving,
+                                   serving_front)
 from tests.runtime.standins import TritonState
 
 CONFIG = scenario_configs()["llama-2-13b-draft-7b-logits"]  # draftLen 4 (maxDraftLen 10), logits acceptance
@@ -51,7 +52,7 @@ async def stack(state: TritonState, tokenizer_dir: str | None, **front_args):
         backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
                                       metrics_url=f"{metrics_url}/metrics")
         front = Front(CONFIG, backend, tokenizer=Tokenizer(tokenizer_dir), **front_args)
-        async with serving(front.app, handler_cancellation=True) as url:
+        async with serving_front(front) as url:
             async with aiohttp.ClientSession() as client:
                 yield front, url, client
 
@@ -273,7 +274,7 @@ def test_an_unreachable_backend_is_503_and_unhealthy():
     async def scenario():
         backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=dead)
         front = Front(CONFIG, backend)
-        async with serving(front.app, handler_cancellation=True) as url, aiohttp.ClientSession() as client:
+        async with serving_front(front) as url, aiohttp.ClientSession() as client:
             started = time.monotonic()
             async with client.post(f"{url}/v1/completions", json={"prompt": "Hello"}) as resp:
                 status, body = resp.status, await resp.json()

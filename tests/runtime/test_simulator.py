@@ -23,7 +23,7 @@ from specdec.trtllm_schedule import draft_len_at
 from specdec import speculation
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
-from tests.runtime.helpers import eventually, metric, scenario_configs, serving
+from tests.runtime.helpers import eventually, metric, scenario_configs, serving, serving_front
 
 CONFIGS = scenario_configs()
 DRAFT_TARGET = CONFIGS["llama-2-13b-draft-7b-logits"]  # Triton route, draftLen 4
@@ -82,7 +82,7 @@ def test_simulated_triton_behind_the_front_counts_triton_metrics_and_follows_its
             backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
                                           metrics_url=f"{metrics_url}/metrics")
             front = Front(DRAFT_TARGET, backend)
-            async with serving(front.app) as url, aiohttp.ClientSession() as client:
+            async with serving_front(front) as url, aiohttp.ClientSession() as client:
                 async def acceptance() -> float:
                     answers = []
                     for _ in range(20):
@@ -161,7 +161,7 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
             backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
                                           metrics_url=f"{metrics_url}/metrics")
             front = Front(DRAFT_TARGET, backend, stats_interval=0.02, draft_len_file=draft_len_file)
-            async with serving(front.app) as url, aiohttp.ClientSession() as client:
+            async with serving_front(front) as url, aiohttp.ClientSession() as client:
                 async def window() -> speculation.Measurement:
                     before = sample(front)
                     for _ in range(20):

@@ -28,7 +28,7 @@ from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving
+from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving_front
 
 CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
 STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]
@@ -130,7 +130,7 @@ async def through_the_front(item: Running, requests: int = 1) -> tuple[dict, Any
     backend = dataclasses.replace(item.plan.backend, url=item.url, metrics_url=(
         f"http://127.0.0.1:{item.metrics_port}/metrics" if item.metrics_port else None))
     front = Front(item.config, backend, tokenizer=Tokenizer(None), route=item.plan.route, stats_interval=0)
-    async with serving(front.app) as url, aiohttp.ClientSession() as client:
+    async with serving_front(front) as url, aiohttp.ClientSession() as client:
         async with client.get(f"{url}/health") as resp:
             assert resp.status == 200, await resp.text()
         request = {"prompt": "Hello there", "max_tokens": MAX_TOKENS}

@@ -34,7 +34,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -52,6 +52,7 @@ from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
+from specdec.runtime.front_server import FrontServer
 from specdec.runtime.launch import LaunchPlan
 
 log = logging.getLogger("specdec.dev.podrunner")
@@ -105,7 +106,7 @@ class RunningPod:
     uid: str
     deployment: str  # namespace/name of its SpeculativeDeployment: the profile's key
     backend: SimulatedTriton | SimulatedTrtllmServe
-    servers: list[web.AppRunner]
+    stops: list[Callable[[], Awaitable[None]]]  # of its servers, the front's first
     clients: asyncio.Task
     pre_stop_seconds: float  # the container's preStop sleep
 
@@ -113,8 +114,8 @@ class RunningPod:
         self.clients.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.clients
-        for server in reversed(self.servers):  # the front first
-            await server.cleanup()
+        for stop in self.stops:
+            await stop()
 
 
 class PodRunner:
@@ -250,24 +251,27 @@ class PodRunner:
             return
         profile = simulation_profile.resolve(self._profiles, deployment)
         backend, apps = _simulated_backend(config, launch_plan, profile)
-        servers: list[web.AppRunner] = []
+        stops: list[Callable[[], Awaitable[None]]] = []
         try:
-            for app, port in [*apps, (_front(config, launch_plan, ip, config_dir).app, config.port)]:
+            for app, port in apps:
                 server = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                        shutdown_timeout=SHUTDOWN_SECONDS)
                 await server.setup()
-                servers.append(server)
+                stops.insert(0, server.cleanup)
                 await web.TCPSite(server, ip, port).start()
+            front = FrontServer(_front(config, launch_plan, ip, config_dir), shutdown_timeout=SHUTDOWN_SECONDS)
+            await front.start(ip, config.port)
+            stops.insert(0, front.stop)
         except OSError as error:
-            for server in reversed(servers):
-                await server.cleanup()
+            for stop in stops:
+                await stop()
             self._problem(key, f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
                                "pod networks of specdec.dev.nodes, or one still in use)")
             return
         url = f"http://{ip}:{config.port}/v1/completions"
         clients = asyncio.create_task(simulated_clients.open_loop(self.session, url, lambda: backend.profile,
                                                                   random.Random()))
-        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, servers, clients,
+        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, stops, clients,
                                        _pre_stop_seconds(pod))
         self._problems.pop(key, None)
         log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port,

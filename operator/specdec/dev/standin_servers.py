@@ -120,7 +120,7 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
 
     from aiohttp import web
 
-    from specdec.runtime.front import LISTEN_BACKLOG  # the front's, so a burst reaches every server alike
+    from specdec.runtime.front_server import LISTEN_BACKLOG  # the front's, so a burst reaches every server alike
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

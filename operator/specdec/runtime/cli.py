@@ -19,12 +19,11 @@ import signal
 import sys
 import time
 
-from aiohttp import web
-
 from specdec.runtime import config as cfg
 from specdec.runtime import event_loop, launch
 from specdec.runtime.chat import Tokenizer
-from specdec.runtime.front import LISTEN_BACKLOG, Front
+from specdec.runtime.front import Front
+from specdec.runtime.front_server import FrontServer
 from specdec.runtime.launch import LaunchPlan
 from specdec.runtime.supervisor import Supervisor, exit_status
 
@@ -86,13 +85,11 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     front = Front(config, backend, supervisor=supervisor, tokenizer=tokenizer, route=plan.route,
                   request_timeout=args.request_timeout, stats_interval=args.stats_interval,
                   draft_len_file=launch.draft_len_file(args.config))
-    runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None, shutdown_timeout=args.grace_seconds)
-    await runner.setup()
+    server = FrontServer(front, shutdown_timeout=args.grace_seconds)
     try:
-        await web.TCPSite(runner, args.host, config.port, backlog=LISTEN_BACKLOG).start()
+        await server.start(args.host, config.port)
     except OSError as error:
         log.error("cannot listen on %s:%d: %s", args.host, config.port, error.strerror or error)
-        await runner.cleanup()
         return 1
     log.info("front listening on %s:%d (backend %s at %s, event loop %s)", args.host, config.port, backend.kind,
              backend.url, type(asyncio.get_running_loop()).__module__.partition(".")[0])
@@ -105,7 +102,7 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
         await supervisor.start()
     except RuntimeError as error:
         log.error("%s", error)
-        await runner.cleanup()
+        await server.stop()
         return 127
     progress = loop.create_task(_report_progress(front, supervisor, args.progress_interval))
     stop_wait = loop.create_task(stop.wait())
@@ -114,11 +111,11 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     if stop.is_set():
         # The front first: it stops listening and lets its requests in flight finish on the running server.
         log.info("stop requested: finishing the requests in flight, then stopping the server")
-        await runner.cleanup()
+        await server.stop()
         code = await supervisor.stop()
         status = 0 if code in (0, -signal.SIGTERM, 128 + signal.SIGTERM) else exit_status(code)
     else:
-        await runner.cleanup()
+        await server.stop()
         code = supervisor.returncode or 0
         status = exit_status(code) or 1  # a server that stops by itself is a failure, even with status 0
     for task in (progress, stop_wait, exit_wait):

@@ -3,6 +3,8 @@
 - triton: Triton's generate endpoint of the tensorrt_llm_bls model, OpenAI requests translated
   (specdec.runtime.triton_route);
 - openai: trtllm-serve's own OpenAI API, relayed (specdec.runtime.openai_relay).
+specdec.runtime.front_server serves it: a relaying route's requests on the connections themselves (generation
+requests in `exchanges`, the GET pages of `page`); the other route's through the aiohttp application (`app`).
 
 Requests are checked before a backend sees them (specdec.runtime.openai_request): an unknown model is 404
 model_not_found, a bad parameter 400 naming it, in OpenAI's error shape. Backend failures become clear 5xx
@@ -17,7 +19,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, NamedTuple
 
 import aiohttp
 import orjson
@@ -29,17 +31,28 @@ from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE, FILE_PREFIX
 from specdec.runtime.capture import CaptureDirectory
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.launch import Backend
-from specdec.runtime.metrics import RuntimeMetrics
+from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
 from specdec.runtime.openai_relay import OpenAIRelay
-from specdec.runtime.openai_request import APIError, check_request, invalid, model_not_found
-from specdec.runtime.route import ClientGone, Route, StreamBroken, json_response
+from specdec.runtime.openai_request import APIError, model_not_found, parse_request
+from specdec.runtime.route import ClientGone, Route, StreamBroken
 from specdec.runtime.triton_route import TritonRoute
 
 log = logging.getLogger("specdec.runtime")
+GENERATION = {"/v1/completions": False, "/v1/chat/completions": True}  # path -> chat
+MODELS_PREFIX = "/v1/models/"
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-# Connections waiting to be accepted: past it, a burst of new clients waits for SYN retransmits (a second and
-# more). aiohttp's default is 128; 2048 is uvicorn's, the server trtllm-serve runs.
-LISTEN_BACKLOG = 2048
+
+class Page(NamedTuple):
+    """A GET's answer."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200) -> Page:
+        return cls(status, orjson.dumps(data))
 
 
 def make_route(config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float,
@@ -79,13 +92,15 @@ class Front:
         self.ready_announced = False
         self.created = int(time.time())
         self._tasks: list[asyncio.Task] = []
-        self.app = web.Application(client_max_size=64 * 1024 * 1024)
-        self.app.router.add_post("/v1/completions", self.completions)
-        self.app.router.add_post("/v1/chat/completions", self.chat_completions)
-        self.app.router.add_get("/v1/models", self.models)
-        self.app.router.add_get("/v1/models/{model:.+}", self.retrieve_model)
-        self.app.router.add_get("/health", self.health)
-        self.app.router.add_get("/metrics", self.prometheus)
+        self.max_request_bytes = MAX_REQUEST_BYTES
+        # path -> the exchange answering it on the client's connection (specdec.runtime.front_server)
+        self.exchanges = {path: self.route.exchange for path in GENERATION} if self.route.relays else {}
+        self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        if not self.route.relays:
+            self.app.router.add_post("/v1/completions", self.completions)
+            self.app.router.add_post("/v1/chat/completions", self.chat_completions)
+        for page in ("/v1/models", MODELS_PREFIX + "{model:.+}", "/health", "/metrics"):
+            self.app.router.add_get(page, self._page)
         self.app.on_startup.append(self._startup)
         self.app.on_cleanup.append(self._cleanup)
 
@@ -143,80 +158,66 @@ class Front:
             since = f" after {time.monotonic() - self.supervisor.started_at:.1f}s" if self.supervisor else ""
             log.info("backend ready%s; serving %r on port %d", since, self.model, self.config.port)
 
-    async def health(self, _request: web.Request) -> web.Response:
-        ok, detail = await self.backend_ready()
-        self.metrics.backend_up.set(1 if ok else 0)
-        if ok:
-            self.mark_ready()
-            return json_response({"status": "ok", "model": self.model})
-        return json_response({"status": "unavailable", "detail": detail}, status=503)
+    async def page(self, path: str) -> Page | None:
+        """The answer to GET `path` (its path decoded), None when there is no such page."""
+        if path == "/health":
+            ok, detail = await self.backend_ready()
+            self.metrics.backend_up.set(1 if ok else 0)
+            if ok:
+                self.mark_ready()
+                return Page.json({"status": "ok", "model": self.model})
+            return Page.json({"status": "unavailable", "detail": detail}, 503)
+        if path == "/metrics":
+            if self.capture is not None:
+                self.metrics.capture(await self.capture.current())
+            return Page(200, self.metrics.render(), CONTENT_TYPE_LATEST)
+        if path == "/v1/models":
+            return Page.json({"object": "list", "data": [self._model_card()]})
+        if path.startswith(MODELS_PREFIX) and len(path) > len(MODELS_PREFIX):  # the openai client's models.retrieve
+            requested = path[len(MODELS_PREFIX):]
+            if requested != self.model:
+                error = model_not_found(requested, self.model)
+                return Page(error.status, error.body())
+            return Page.json(self._model_card())
+        return None
 
-    async def prometheus(self, _request: web.Request) -> web.Response:
-        if self.capture is not None:
-            self.metrics.capture(await self.capture.current())
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def _page(self, request: web.Request) -> web.Response:
+        page = await self.page(request.path)
+        assert page is not None  # the app routes only the pages there are
+        return web.Response(body=page.body, status=page.status, headers={"Content-Type": page.content_type})
 
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.model, "object": "model", "created": self.created, "owned_by": "specdec"}
 
-    async def models(self, _request: web.Request) -> web.Response:
-        return json_response({"object": "list", "data": [self._model_card()]})
-
-    async def retrieve_model(self, request: web.Request) -> web.Response:
-        """GET /v1/models/{model} (the openai client's models.retrieve)."""
-        requested = request.match_info["model"]
-        if requested != self.model:
-            return model_not_found(requested, self.model).response()
-        return json_response(self._model_card())
-
     # --- requests ------------------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request, chat: bool) -> dict[str, Any]:
-        """The request, checked before any backend sees it."""
+    async def _observed(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        record = RequestRecord(self.metrics, endpoint)
+        status = 500
         try:
-            body = orjson.loads(await request.read())
-        except ValueError:
-            raise invalid("The request body is not valid JSON.", None, None) from None
-        if not isinstance(body, dict):
-            raise invalid("The request body must be a JSON object.", None, None)
-        check_request(body, chat=chat, served_model=self.model, triton=self.route.text_prompts_only)
-        return body
-
-    async def _observed(self, request: web.Request, endpoint: str, handler) -> web.StreamResponse:
-        started = time.monotonic()
-        self.metrics.in_flight.inc()
-        status = "500"
-        try:
-            response = await handler(request, started)
-            status = str(response.status)
+            body = parse_request(await request.read(), chat=GENERATION[endpoint], served_model=self.model,
+                                 triton=self.route.text_prompts_only)
+            handler = self.route.chat if GENERATION[endpoint] else self.route.completions
+            response = await handler(request, body, record.started)
+            status = response.status
             return response
         except StreamBroken as broken:
-            status = "502"  # the client saw 200 and then an error event
+            status = 502  # the client saw 200 and then an error event
             return broken.response
         except ClientGone as gone:
-            status = "499"
+            status = 499
             return gone.response
         except APIError as error:
-            status = str(error.status)
-            if error.status >= 500:
-                self.metrics.backend_error(error.kind)
-                log.warning("%s: %s", endpoint, error.message)
+            record.failed(error)
             return error.response()
         except (asyncio.CancelledError, ConnectionResetError):
-            status = "499"  # the client went away; its backend request was cancelled with it
+            status = 499  # the client went away; its backend request was cancelled with it
             raise
         finally:
-            self.metrics.in_flight.dec()
-            self.metrics.request(endpoint, status, time.monotonic() - started)
+            record.end(status)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._observed(request, "/v1/completions", self._completions)
+        return await self._observed(request, "/v1/completions")
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._observed(request, "/v1/chat/completions", self._chat)
-
-    async def _completions(self, request: web.Request, started: float) -> web.StreamResponse:
-        return await self.route.completions(request, await self._body(request, chat=False), started)
-
-    async def _chat(self, request: web.Request, started: float) -> web.StreamResponse:
-        return await self.route.chat(request, await self._body(request, chat=True), started)
+        return await self._observed(request, "/v1/chat/completions")

@@ -1,6 +1,7 @@
-"""HTTP/1.1 as the front's backend client speaks it (RFC 9112): the request it sends, the response head it
-reads, and the body framings (chunked, Content-Length, to the end of the connection). Pure: bytes in,
-parts out, no I/O (specdec.runtime.upstream does the I/O).
+"""HTTP/1.1 as the front speaks it (RFC 9112). As its backend client: the request it sends, the response head
+it reads, and the body framings (chunked, Content-Length, to the end of the connection). As the server of its
+token path: the request head it reads. Pure: bytes in, parts out, no I/O (specdec.runtime.upstream and
+specdec.runtime.front_server do the I/O).
 """
 
 from __future__ import annotations
@@ -20,13 +21,27 @@ def request_head(method: str, host: str, path: str, headers: dict[str, str], len
 
 
 def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    """(status, headers by lower-case name) of a response head without its blank line. Repeated fields are
-    joined with ", " (RFC 9110 5.3)."""
+    """(status, headers by lower-case name) of a response head without its blank line."""
     status_line, *lines = head.decode("latin-1").split("\r\n")
     version, _, rest = status_line.partition(" ")
     code = rest[:3]
     if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise ProtocolError(f"not an HTTP/1.1 status line: {status_line[:100]!r}")
+    return int(code), _fields(lines)
+
+
+def parse_request_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """(method, target, version, headers by lower-case name) of a request head without its blank line."""
+    request_line, *lines = head.decode("latin-1").split("\r\n")
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise ProtocolError(f"not an HTTP/1.1 request line: {request_line[:100]!r}")
+    method, target, version = parts
+    return method, target, version, _fields(lines)
+
+
+def _fields(lines: list[str]) -> dict[str, str]:
+    """Header fields by lower-case name; repeated ones joined with ", " (RFC 9110 5.3)."""
     headers: dict[str, str] = {}
     for line in lines:
         name, colon, value = line.partition(":")
@@ -34,7 +49,7 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
             raise ProtocolError(f"not a header field: {line[:100]!r}")
         name, value = name.lower(), value.strip()
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
-    return int(code), headers
+    return headers
 
 
 def keeps_alive(headers: dict[str, str]) -> bool:

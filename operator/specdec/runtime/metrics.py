@@ -6,9 +6,15 @@ counter (or a histogram): nothing here is averaged since start. The names are a 
 
 from __future__ import annotations
 
+import logging
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from specdec.runtime.capture import CaptureTotals
+from specdec.runtime.openai_request import APIError
+
+log = logging.getLogger("specdec.runtime")
 
 LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TOKEN_TIME_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
@@ -170,3 +176,26 @@ class RuntimeMetrics:
         for name, gauge in self._capture.items():
             value = getattr(totals, name)
             gauge.set(value or 0)
+
+
+class RequestRecord:
+    """One request's accounting: in flight from its start, then counted once by endpoint and status with its
+    latency. A failure of the backend (an error answered with a 5xx) is counted by kind and logged too."""
+
+    def __init__(self, metrics: RuntimeMetrics, endpoint: str):
+        self.metrics, self.endpoint = metrics, endpoint
+        self.started = time.monotonic()
+        self.ended = False
+        metrics.in_flight.inc()
+
+    def end(self, status: int) -> None:
+        if not self.ended:
+            self.ended = True
+            self.metrics.in_flight.dec()
+            self.metrics.request(self.endpoint, str(status), time.monotonic() - self.started)
+
+    def failed(self, error: APIError) -> None:
+        if error.status >= 500:
+            self.metrics.backend_error(error.kind)
+            log.warning("%s: %s", self.endpoint, error.message)
+        self.end(error.status)

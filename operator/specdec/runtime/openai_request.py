@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 # name -> (lowest, highest), OpenAI's ranges; null is the default everywhere.
@@ -33,8 +34,11 @@ class APIError(Exception):
         super().__init__(message)
         self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
 
+    def body(self) -> bytes:
+        return orjson.dumps(error_body(self.message, self.kind, self.param, self.code))
+
     def response(self) -> web.Response:
-        return web.json_response(error_body(self.message, self.kind, self.param, self.code), status=self.status)
+        return web.Response(body=self.body(), status=self.status, content_type="application/json")
 
 
 def invalid(message: str, param: str | None, code: str | None) -> APIError:
@@ -191,17 +195,28 @@ def check_request(body: dict[str, Any], *, chat: bool, served_model: str, triton
     _check_stream(body)
 
 
-def backend_client_error(status: int, raw: bytes) -> web.Response:
+def parse_request(raw: bytes, *, chat: bool, served_model: str, triton: bool) -> dict[str, Any]:
+    """The request body, checked (check_request): the APIError to answer otherwise."""
+    try:
+        body = orjson.loads(raw)
+    except ValueError:
+        raise invalid("The request body is not valid JSON.", None, None) from None
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.", None, None)
+    check_request(body, chat=chat, served_model=served_model, triton=triton)
+    return body
+
+
+def backend_client_error(status: int, raw: bytes) -> bytes:
     """A 4xx of trtllm-serve (its `{"object": "error", "message", "type", "param", "code"}`) in OpenAI's shape."""
     try:
         data = json.loads(raw)
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return web.json_response(data, status=status)
+        return raw
     if isinstance(data, dict) and isinstance(data.get("message"), str):
         message, param = data["message"], data.get("param")
     else:
         message, param = raw[:500].decode(errors="replace") or f"trtllm-serve answered HTTP {status}", None
-    return web.json_response(error_body(message, "invalid_request_error", param if isinstance(param, str) else None),
-                             status=status)
+    return orjson.dumps(error_body(message, "invalid_request_error", param if isinstance(param, str) else None))

@@ -1,15 +1,18 @@
 """What the front asks of a backend route, and the failures every route answers the same way.
 
-The front (specdec.runtime.front) checks requests, keeps the metrics and routes /v1/completions and
-/v1/chat/completions to one Route: the OpenAI relay to trtllm-serve (specdec.runtime.openai_relay) or the
-translation to Triton's generate endpoint (specdec.runtime.triton_route).
+The front (specdec.runtime.front) routes /v1/completions and /v1/chat/completions to one Route, in one of
+two ways:
+- a route that relays answers each request on the client's connection itself, in the connection's callbacks
+  (`relays`, `exchange`: the OpenAI relay to trtllm-serve, specdec.runtime.openai_relay);
+- any other answers it in aiohttp's handlers (`completions`, `chat`: the translation to Triton's generate
+  endpoint, specdec.runtime.triton_route), the front having checked the request and keeping its counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 import aiohttp
 import orjson
@@ -20,6 +23,9 @@ from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import APIError
 from specdec.runtime.upstream import Unreachable, UpstreamError
+
+if TYPE_CHECKING:
+    from specdec.runtime.front_server import Exchange, FrontConnection
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -59,17 +65,22 @@ class FrontError(APIError):
         super().__init__(status, message, kind, None, status)
 
 
+def front_error(server: str, timeout: float, error: BaseException) -> FrontError:
+    """What reaching the server went wrong with, as the front's 503/504/502 answer."""
+    if isinstance(error, (aiohttp.ClientConnectorError, Unreachable)):
+        return FrontError(503, f"{server} is not reachable (starting or stopped)", "backend_unavailable")
+    if isinstance(error, asyncio.TimeoutError):
+        return FrontError(504, f"{server} did not answer within {timeout:g}s", "backend_timeout")
+    return FrontError(502, f"the connection to {server} failed: {type(error).__name__}: {error}")
+
+
 @contextlib.contextmanager
 def backend_errors(server: str, timeout: float) -> Iterator[None]:
-    """What reaching the server can go wrong with, as the front's 503/504/502 answers."""
+    """The failures of reaching the server raised as front_error's answers."""
     try:
         yield
-    except (aiohttp.ClientConnectorError, Unreachable):
-        raise FrontError(503, f"{server} is not reachable (starting or stopped)", "backend_unavailable") from None
-    except asyncio.TimeoutError:
-        raise FrontError(504, f"{server} did not answer within {timeout:g}s", "backend_timeout") from None
-    except (aiohttp.ClientError, UpstreamError) as error:
-        raise FrontError(502, f"the connection to {server} failed: {type(error).__name__}: {error}") from None
+    except (aiohttp.ClientError, UpstreamError, asyncio.TimeoutError) as error:
+        raise front_error(server, timeout, error) from None
 
 
 class Route:
@@ -77,6 +88,7 @@ class Route:
 
     kind = ""
     text_prompts_only = False  # the request checks' `triton` rules: one choice, text prompts
+    relays = False  # answers generation requests on the client's connection (`exchange`)
 
     def __init__(self, config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float):
         self.config, self.backend, self.metrics = config, backend, metrics
@@ -97,6 +109,10 @@ class Route:
     def polls(self) -> list[Callable[[], Awaitable[None]]]:
         """What to poll every stats interval (backend statistics, live settings)."""
         return []
+
+    def exchange(self, client: FrontConnection, endpoint: str, raw: bytes) -> Exchange:
+        """A generation request (its body as received) to answer on the client's connection."""
+        raise NotImplementedError
 
     async def completions(self, request: web.Request, body: dict[str, Any], started: float) -> web.StreamResponse:
         raise NotImplementedError

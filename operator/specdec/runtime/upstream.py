@@ -47,34 +47,40 @@ class Upstream:
         self.authority = parts.netloc
         self.connect_timeout, self.idle_seconds, self.max_idle = connect_timeout, idle_seconds, max_idle
         self._idle: list[Connection] = []
+        self.closed = False
+
+    def send(self, method: str, path: str, body: bytes, headers: dict[str, str],
+             on_head: Callable[[Response], None], on_fail: Callable[[UpstreamError], None]) -> Call:
+        """Send a request; `on_head` is called with the response once its head has arrived (in the read
+        callback that completed it), or `on_fail` once with what prevented it. On a kept-alive connection the
+        request is written before this returns; a new connection is made first by a task."""
+        return Call(self, request_head(method, self.authority, path, headers, len(body)) + body, on_head, on_fail)
 
     async def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Response:
         """Send a request; returns once the response's head has arrived (its body is read from the response)."""
-        data = request_head(method, self.authority, path, headers, len(body)) + body
-        connection = self._reusable()
-        while True:
-            if connection is None:
-                connection = await self._connect()
-            response = connection.send(data)
-            try:
-                await response.head
-                return response
-            except Disconnected:
-                if not (connection.reused and response.nothing_received):
-                    raise
-            except BaseException:
-                response.close()
-                raise
-            connection = None
+        head: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def settle(outcome: Response | UpstreamError) -> None:
+            if not head.done():
+                head.set_exception(outcome) if isinstance(outcome, UpstreamError) else head.set_result(outcome)
+
+        call = self.send(method, path, body, headers, settle, settle)
+        try:
+            return await head
+        except BaseException:
+            call.cancel()
+            raise
 
     def release(self, connection: Connection) -> None:
-        if len(self._idle) < self.max_idle:
+        if not self.closed and len(self._idle) < self.max_idle:
             connection.idle_since = asyncio.get_running_loop().time()
             self._idle.append(connection)
         else:
             connection.transport.close()
 
     def close(self) -> None:
+        """Close the idle connections, and each one in use once its answer has ended."""
+        self.closed = True
         for connection in self._idle:
             connection.transport.close()
         self._idle.clear()
@@ -99,6 +105,55 @@ class Upstream:
         return connection
 
 
+
+class Call:
+    """A request on its way to its head: its connection being made, or the request sent. A kept-alive
+    connection that closes before any byte of the answer is replaced once by a new one (it was closed while
+    idle)."""
+
+    def __init__(self, pool: Upstream, data: bytes, on_head: Callable[[Response], None],
+                 on_fail: Callable[[UpstreamError], None]):
+        self.pool, self.data, self.on_head, self.on_fail = pool, data, on_head, on_fail
+        self.response: Response | None = None
+        self._connecting: asyncio.Task | None = None
+        connection = pool._reusable()
+        if connection is not None:
+            self._send(connection)
+        else:
+            self._connect()
+
+    def cancel(self) -> None:
+        """Abandon the request (and its connection: the server sees the client go)."""
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self.response is not None:
+            self.response.close()
+
+    def _connect(self) -> None:
+        self._connecting = asyncio.get_running_loop().create_task(self._connected())
+
+    async def _connected(self) -> None:
+        try:
+            connection = await self.pool._connect()
+        except Unreachable as error:
+            self.on_fail(error)
+            return
+        finally:
+            self._connecting = None
+        self._send(connection)
+
+    def _send(self, connection: Connection) -> None:
+        self.response = connection.send(self.data, self.on_head, self._no_head)
+
+    def _no_head(self, error: UpstreamError) -> None:
+        response = self.response
+        if isinstance(error, Disconnected) and response is not None and response.reused and response.nothing_received:
+            self.response = None
+            self._connect()
+        else:
+            self.on_fail(error)
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive connection; one response at a time."""
 
@@ -113,8 +168,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def send(self, data: bytes) -> Response:
-        self.response = response = Response(self)
+    def send(self, data: bytes, on_head: Callable[[Response], None],
+             on_fail: Callable[[UpstreamError], None]) -> Response:
+        self.response = response = Response(self, on_head, on_fail)
         self.transport.write(data)
         return response
 
@@ -134,13 +190,15 @@ class Connection(asyncio.Protocol):
 
 
 class Response:
-    """A response's head (`status`, `headers`, awaited through `head`) and its body, read whole (`read`) or
-    handed over as it arrives (`stream`). `close` abandons it and its connection (the server sees the client
+    """A response's head (`status`, `headers`, handed to `on_head` when it has arrived) and its body, read
+    whole (`read`) or handed over as it arrives (`stream`). `close` abandons it and its connection (the server sees the client
     go); a response read to its end hands its connection back to the pool by itself."""
 
-    def __init__(self, connection: Connection):
+    def __init__(self, connection: Connection, on_head: Callable[[Response], None],
+                 on_fail: Callable[[UpstreamError], None]):
         self._connection: Connection | None = connection
-        self.head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.reused = connection.reused
+        self._on_head, self._on_head_fail = on_head, on_fail
         self.status = 0
         self.headers: dict[str, str] = {}
         self.nothing_received = True
@@ -251,17 +309,17 @@ class Response:
         self.status, self.headers = status, headers
         if rest:
             self._early.append(rest)
-        self.head.set_result(None)
+        self._on_head(self)
 
     def _fail_head(self, error: UpstreamError) -> None:
         self.close()
-        self.head.set_exception(error)
+        self._on_head_fail(error)
 
     def connection_lost(self) -> None:
         if self._body is None:
-            if not self.head.done():
-                self.head.set_exception(Disconnected("the connection closed before the answer's head"))
-            self._connection = None
+            if self._connection is not None:  # not after `close`
+                self._connection = None
+                self._on_head_fail(Disconnected("the connection closed before the answer's head"))
         elif self._on_data is None:
             self._lost = True  # said when the body is asked for
         elif not self.ended:

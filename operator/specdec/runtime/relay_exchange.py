@@ -1,0 +1,165 @@
+"""One generation request relayed to trtllm-serve and its answer relayed back, driven by the two connections'
+callbacks (no task): the client's (specdec.runtime.front_server) and trtllm-serve's (specdec.runtime.upstream).
+
+The request is checked (an invalid one is answered at once) and sent in the read callback that completed it;
+the answer's head is written to the client in the read callback that brought trtllm-serve's. A stream's
+events are rewritten (specdec.runtime.chunk_rewriter) and written in the callbacks that read them: a token
+costs one read, the rewrite and one write. While the client's connection is over its high-water mark,
+trtllm-serve is not read. A client that goes away closes the backend request, so trtllm-serve stops
+generating for it. The head (and a whole answer) must come within the request timeout; a stream breaks off
+after as long without an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import orjson
+
+from specdec.runtime.chunk_rewriter import DONE, ChunkRewriter
+from specdec.runtime.metrics import RequestRecord
+from specdec.runtime.openai_request import APIError, backend_client_error, error_body, parse_request
+from specdec.runtime.route import JSON_HEADERS, FrontError, front_error
+from specdec.runtime.upstream import Call, Response, UpstreamError
+
+if TYPE_CHECKING:
+    from specdec.runtime.front_server import FrontConnection
+    from specdec.runtime.openai_relay import OpenAIRelay
+
+log = logging.getLogger("specdec.runtime")
+CHAT = "/v1/chat/completions"
+SERVER = "trtllm-serve"
+
+
+class RelayExchange:
+    def __init__(self, relay: OpenAIRelay, client: FrontConnection, endpoint: str, raw: bytes):
+        self.relay, self.client, self.endpoint, self.raw = relay, client, endpoint, raw
+        self.record = RequestRecord(relay.metrics, endpoint)
+        self.call: Call | None = None
+        self.upstream: Response | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.rewriter: ChunkRewriter | None = None  # a stream's, once its head is written
+        self.pieces: list[bytes] = []  # a whole answer's body, as it arrives
+        self.first_token: float | None = None
+        self.stream = self.client_usage = False  # what the client asked for
+        self.paused = False
+
+    # --- the client's connection ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        relay = self.relay
+        try:
+            body = parse_request(self.raw, chat=self.endpoint == CHAT, served_model=relay.model, triton=False)
+        except APIError as error:
+            self._fail(error)
+            return
+        self.stream, self.client_usage, data = relay.backend_request(body)
+        self.timer = asyncio.get_running_loop().call_later(relay.request_timeout, self._timed_out)
+        self.call = relay.connections().send("POST", self.endpoint, data, JSON_HEADERS, self._head, self._no_head)
+
+    def pause(self) -> None:
+        self.paused = True
+        if self.upstream is not None:
+            self.upstream.pause()
+
+    def resume(self) -> None:
+        self.paused = False
+        if self.upstream is not None:
+            self.upstream.resume()
+
+    def client_gone(self) -> None:
+        self._stop_timer()
+        if self.call is not None:
+            self.call.cancel()  # trtllm-serve stops generating for a client that left; a no-op after the end
+        if self.rewriter is not None:
+            self.relay.record_usage(self.rewriter.usage)
+        self.record.end(499)
+
+    # --- trtllm-serve's connection ------------------------------------------------------------------------------
+
+    def _head(self, upstream: Response) -> None:
+        self.upstream = upstream
+        if upstream.status != 200 or not self.stream or upstream.content_type != "text/event-stream":
+            upstream.stream(self.pieces.append, self._answered)
+            return
+        self._stop_timer()
+        self.client.start_events()
+        self.rewriter = ChunkRewriter(self.relay.model, self.client_usage)
+        if self.paused:
+            upstream.pause()
+        upstream.stream(self._event, self._events_ended, self.relay.request_timeout)
+
+    def _no_head(self, error: UpstreamError) -> None:
+        self._fail(front_error(SERVER, self.relay.request_timeout, error))
+
+    def _timed_out(self) -> None:
+        assert self.call is not None
+        self.call.cancel()
+        self._fail(front_error(SERVER, self.relay.request_timeout, asyncio.TimeoutError()))
+
+    def _answered(self, error: Exception | None) -> None:
+        """A whole answer (not a stream) has arrived, or could not."""
+        self._stop_timer()
+        if error is not None:
+            self._fail(front_error(SERVER, self.relay.request_timeout, error))
+            return
+        assert self.upstream is not None
+        raw, status = b"".join(self.pieces), self.upstream.status
+        if 400 <= status < 500:  # the client's mistake: trtllm-serve's words, OpenAI's shape
+            self.client.answer(status, backend_client_error(status, raw))
+            self.record.end(status)
+            return
+        if status != 200:
+            self._fail(FrontError(502, f"{SERVER} answered HTTP {status}: {raw[:500].decode(errors='replace')}"))
+            return
+        try:
+            data = orjson.loads(raw)
+        except ValueError:
+            self._fail(FrontError(502, f"{SERVER}'s answer is not JSON"))
+            return
+        if isinstance(data, dict):
+            data["model"] = self.relay.model
+            completion = self.relay.record_usage(data.get("usage"))
+            self.relay.metrics.token_time(time.monotonic() - self.record.started, completion)
+        self.client.answer(200, orjson.dumps(data))
+        self.record.end(200)
+
+    def _event(self, data: bytes) -> None:
+        out = self.rewriter.feed(data)  # type: ignore[union-attr]  # set before the stream starts
+        if not out:
+            return
+        if self.first_token is None and out != DONE:
+            self.first_token = time.monotonic() - self.record.started
+            self.relay.metrics.first_token(self.first_token)
+        self.client.event(out)
+
+    def _events_ended(self, error: Exception | None) -> None:
+        rewriter = self.rewriter
+        assert rewriter is not None
+        if error is None:
+            self.client.end_events(rewriter.finish())
+            status = 200
+        else:  # the client has had its head: the error goes in the stream, counted as the backend's failure
+            message = f"{SERVER}'s stream broke off: {type(error).__name__}"
+            log.warning("%s: %s", self.endpoint, message)
+            self.relay.metrics.backend_error("stream_broken")
+            self.client.end_events(b"data: " + orjson.dumps(error_body(message, "backend_error", None, 502)) + b"\n\n")
+            status = 502
+        completion = self.relay.record_usage(rewriter.usage)
+        if self.first_token is not None:
+            self.relay.metrics.token_time(time.monotonic() - self.record.started, completion, self.first_token)
+        self.record.end(status)
+
+    # --- either -------------------------------------------------------------------------------------------------
+
+    def _fail(self, error: APIError) -> None:
+        self._stop_timer()
+        self.client.answer(error.status, error.body())
+        self.record.failed(error)
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
