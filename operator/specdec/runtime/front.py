@@ -34,7 +34,7 @@ from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
 from specdec.runtime.openai_relay import OpenAIRelay
 from specdec.runtime.openai_request import APIError, model_not_found, parse_request
-from specdec.runtime.route import ClientGone, Route, StreamBroken
+from specdec.runtime.route import ClientGone, Route
 from specdec.runtime.triton_route import TritonRoute
 
 log = logging.getLogger("specdec.runtime")
@@ -201,9 +201,6 @@ class Front:
             response = await handler(request, body, record.started)
             status = response.status
             return response
-        except StreamBroken as broken:
-            status = 502  # the client saw 200 and then an error event
-            return broken.response
         except ClientGone as gone:
             status = 499
             return gone.response

@@ -35,14 +35,6 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, headers=JSON_HEADERS)
 
 
-class StreamBroken(Exception):
-    """The backend's stream failed after the response had started; the response is complete."""
-
-    def __init__(self, response: web.StreamResponse):
-        super().__init__("stream broken")
-        self.response = response
-
-
 class ClientGone(Exception):
     """The client closed the connection while its response was being written."""
 
