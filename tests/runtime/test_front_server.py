@@ -191,3 +191,27 @@ def test_a_generation_request_starts_no_task_of_the_front_once_its_backend_conne
     front_tasks, all_tasks, answers = run(scenario())
     assert [status for status, _, _ in answers] == [200, 200] and all_tasks  # the stand-in's handlers are tasks
     assert front_tasks == []
+
+
+def test_a_connection_that_sends_nothing_for_the_idle_time_is_closed_and_one_waiting_for_its_answer_is_not():
+    state = OpenAIState(pieces=tuple("ab"), chunk_delay=0.6)
+
+    async def scenario():
+        async with serving(state.app(), handler_cancellation=True) as backend_url:
+            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
+            server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=1.0)
+            server.idle_seconds = 0.4
+            await server.start("127.0.0.1", 0)
+            url = f"http://127.0.0.1:{server.port}"
+            try:
+                async with connection(url) as (reader, writer), connection(url) as (half, half_writer):
+                    writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}))
+                    half_writer.write(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+                    half_end = await asyncio.wait_for(half.read(), 2)  # a request that stopped half-way
+                    status, _, body = await asyncio.wait_for(response(reader), 5)  # 1.2 s without a read
+                    return half_end, status, data_lines(body.decode())
+            finally:
+                await server.stop()
+
+    half_end, status, events = run(scenario())
+    assert half_end == b"" and status == 200 and events[-1] == "[DONE]"

@@ -37,6 +37,7 @@ log = logging.getLogger("specdec.runtime")
 # more). aiohttp's default is 128; 2048 is uvicorn's, the server trtllm-serve runs.
 LISTEN_BACKLOG = 2048
 PIPELINED_MAX = 64 * 1024  # requests sent ahead of their turn held before the connection stops being read
+IDLE_SECONDS = 75.0  # a connection with no request in flight that sends nothing for this long is closed (aiohttp's)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -62,7 +63,9 @@ class FrontServer:
         self.runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None,
                                     shutdown_timeout=shutdown_timeout)
         self.connections: set[FrontConnection] = set()
+        self.idle_seconds = IDLE_SECONDS
         self._server: asyncio.Server | None = None
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, backlog: int = LISTEN_BACKLOG) -> None:
         """Listen (OSError when the address cannot be had); the front's start-up hooks run first."""
@@ -73,6 +76,17 @@ class FrontServer:
         except OSError:
             await self.runner.cleanup()
             raise
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close the connections idle for `idle_seconds` (within a quarter of it): kept-alive clients gone quiet,
+        and requests that stopped arriving half-way. A sweep rather than a timer per connection re-armed on
+        every read."""
+        quiet_since = time.monotonic() - self.idle_seconds
+        for connection in list(self.connections):
+            if connection.exchange is None and connection.last_read < quiet_since:
+                connection.transport.close()
+        self._sweep = asyncio.get_running_loop().call_later(self.idle_seconds / 4, self._close_idle)
 
     @property
     def port(self) -> int:
@@ -84,6 +98,8 @@ class FrontServer:
         are closed. The front's clean-up hooks run last."""
         if self._server is not None:
             self._server.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
         for connection in list(self.connections):
             connection.close_when_idle()
         await self._drained()
@@ -113,6 +129,7 @@ class FrontConnection(asyncio.Protocol):
         self.chunked = True  # the answer's framing: chunks on HTTP/1.1, to the connection's end on 1.0
         self.closing = False  # the server stops: close once the request in flight is answered
         self.reading_paused = False  # requests sent ahead of their turn fill the buffer
+        self.last_read = time.monotonic()
         self._reading = False
 
     # --- the transport's callbacks ---------------------------------------------------------------------------
@@ -122,6 +139,7 @@ class FrontConnection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
         self.buffer = self.buffer + data if self.buffer else data
         if self.exchange is None:
             self._read()

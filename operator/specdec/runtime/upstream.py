@@ -1,5 +1,6 @@
 """The front's HTTP/1.1 client to its backend on the token path: keep-alive connections (asyncio protocols)
-kept in a pool, and a response whose body is handed to a callback in the event loop's read callback.
+kept in a pool, and a response whose head, then body, are handed to callbacks in the event loop's read
+callback that brought them (`send`; `request` awaits the head instead).
 
 A streamed token then costs the front one read, one write and the code between them: no reader buffer,
 future or task wake-up per chunk (what a general-purpose client such as aiohttp's spends there). The wire
