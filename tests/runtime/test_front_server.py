@@ -127,15 +127,21 @@ def test_a_request_that_cannot_be_read_is_refused_in_openais_shape_and_the_conne
 
 
 def test_a_method_a_path_does_not_take_is_405_and_a_path_there_is_not_404_on_a_connection_kept_alive():
+    """A HEAD's 405 ends its connection: a HEAD's client reads no body after the head."""
     state = OpenAIState()
 
     async def scenario():
         async with stack(state) as (_front, url, _client), connection(url) as (reader, writer):
             writer.write(get("/v1/completions") + post("/health", {}) + get("/v2/nothing") + get("/health"))
-            return [await response(reader) for _ in range(4)]
+            answers = [await response(reader) for _ in range(4)]
+            writer.write(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + get("/health"))
+            head_answer = await reader.readuntil(b"\r\n\r\n")
+            await reader.read()  # a body a HEAD's client does not read: then the connection's end
+            return answers, head_answer
 
-    answers = run(scenario())
+    answers, head_answer = run(scenario())
     assert [status for status, _, _ in answers] == [405, 405, 404, 200]
+    assert b" 405 " in head_answer and b"Connection: close" in head_answer
     assert "only POST" in json.loads(answers[0][2])["error"]["message"]
     assert "/v2/nothing" in json.loads(answers[2][2])["error"]["message"]
 

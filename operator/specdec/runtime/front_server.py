@@ -217,6 +217,8 @@ class FrontConnection(asyncio.Protocol):
         if exchange is None and method == "GET":
             return PageExchange(self, self.front.page(path))
         allowed = "GET" if exchange is None else "POST"
+        if method == "HEAD":
+            self.keep_alive = False  # the client reads no body after a HEAD's head: the connection ends it
         return Answered(self, APIError(405, f"{method} is not allowed on {path} (only {allowed}).",
                                        "invalid_request_error"))
 
