@@ -14,10 +14,14 @@ Backends are the project's stand-ins (specdec.dev.standin_servers, the real serv
   translation of it into one SSE chunk.
 Each cell (route, path direct|front|nginx, streamed or not, N streams) runs N clients that each send
 --rounds requests of --tokens tokens back to back (more rounds when that is under --min-tokens in all, so
-that the CPU figures, counted in clock ticks, rest on enough ticks), on keep-alive connections. Output tokens
-are counted in what the client received (the stand-in's token " sim"), TTFT is the time to the first
-received token (the whole answer when not streamed); tokens/s and TTFT p50 are reported as ratios to
-direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
+that the CPU figures, counted in clock ticks, rest on enough ticks), on keep-alive connections. Client i
+starts i/N of one request's paced time (tokens x --token-ms) after the first, so that the N streams are in
+the steady state of N users, each at its own point of its answer; with --together they all start at once,
+and since every answer has the same length, each round of requests then arrives as one burst of N (a
+thundering herd: TTFT p50 is then the queueing of that burst in every server on the path). Output tokens
+are counted in what the client received (the stand-in's token " sim"); tokens/s is each client's over its
+own time, summed; TTFT is the time to the first received token (the whole answer when not streamed);
+tokens/s and TTFT p50 are reported as ratios to direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
 cells: from the request reaching its handler to the first token it relays), the part of the client's TTFT
 spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
 nginx's master and worker, spent during the cell, over the tokens the clients received.
@@ -259,22 +263,26 @@ async def one(pool: Upstream, path: str, body: bytes) -> tuple[float, int]:
     return (first if first is not None else time.monotonic() - started), received
 
 
-async def cell(url: str, path: str, body: bytes, streams: int, rounds: int) -> dict:
+async def cell(url: str, path: str, body: bytes, streams: int, rounds: int, stagger: float) -> dict:
+    """N clients, each sending `rounds` requests back to back; client i starts i x stagger / N seconds in."""
     # The runtime's own HTTP/1.1 client (asyncio protocols, keep-alive): the load generator shares a core with
     # the backend, and aiohttp's client spent about twice its CPU a token there, taken from the backend.
     pool = Upstream(url, max_idle=streams + 1)
     try:
-        async def client() -> list[tuple[float, int]]:
-            return [await one(pool, path, body) for _ in range(rounds)]
+        async def client(i: int) -> tuple[float, list[tuple[float, int]]]:
+            await asyncio.sleep(i * stagger / streams)
+            began = time.monotonic()
+            results = [await one(pool, path, body) for _ in range(rounds)]
+            return time.monotonic() - began, results
 
         await one(pool, path, body)  # a connection and a warm path before the clock starts
-        started = time.monotonic()
-        results = [r for rs in await asyncio.gather(*(client() for _ in range(streams))) for r in rs]
-        seconds = time.monotonic() - started
+        clients = await asyncio.gather(*(client(i) for i in range(streams)))
     finally:
         pool.close()
+    results = [r for _, rs in clients for r in rs]
     tokens = sum(n for _, n in results)
-    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+    # Each client's rate over its own time, summed: the ramp of staggered starts is no one's time.
+    return {"tokens": tokens, "tokens_per_s": sum(sum(n for _, n in rs) / seconds for seconds, rs in clients),
             "ttft_p50": statistics.median(t for t, _ in results)}
 
 
@@ -307,7 +315,8 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     pids = stack.pids(path)
                     ttft_before = await front_ttft(stack.url(path)) if path == "front" else None
                     before = cpu_seconds(pids)
-                    result = await cell(stack.url(path), suffix, json.dumps(body).encode(), streams, rounds)
+                    result = await cell(stack.url(path), suffix, json.dumps(body).encode(), streams, rounds,
+                                        0.0 if args.together else args.tokens * args.token_ms / 1000)
                     expected = args.tokens * streams * rounds
                     if result["tokens"] != expected:
                         raise RuntimeError(f"{route} {path}: {result['tokens']} tokens received, {expected} asked")
@@ -381,6 +390,9 @@ def parse_args(argv=None):
     p.add_argument("--token-ms", type=float, default=4.0, help="the stand-in backends' time per token")
     p.add_argument("--rounds", type=int, default=3, help="requests each stream sends, one after another")
     p.add_argument("--min-tokens", type=int, default=1024, help="tokens per cell, at least")
+    p.add_argument("--together", action="store_true",
+                   help="every client starts at once (each round of requests then arrives as one burst) rather "
+                        "than spread over one request's time")
     p.add_argument("--quick", action="store_true", help="1 and 16 streams, 32 tokens, 2 rounds, 256 tokens a cell")
     p.add_argument("--serve-front", nargs=4, metavar=("ROUTE", "PORT", "BACKEND_URL", "METRICS_URL"),
                    help=argparse.SUPPRESS)
