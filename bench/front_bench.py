@@ -7,7 +7,9 @@
 
 Backends are the project's stand-ins (specdec.dev.standin_servers, the real servers' HTTP contracts):
 - openai: the trtllm-serve stand-in with SPECDEC_STANDIN_PACED=1, streaming one token per step of
-  --token-ms (acceptance 0: one token a step; the first token after one step, the prefill's stand-in);
+  --token-ms (acceptance 0: one token a step; the first token after one step, the prefill's stand-in),
+  slower for the N streams that would ask more than --max-rate tokens/s at that pace (256 streams at 4 ms a
+  token would ask 64 000 tokens/s of the one core the backend and the load generator share);
 - triton: the tritonserver stand-in (its generate endpoint of the BLS model), answering after tokens x
   --token-ms. The front calls generate without streaming (the BLS does not stream while speculating), so
   "direct" and "nginx" on this route are that generate request; a streamed front request is the front's
@@ -300,15 +302,26 @@ async def front_ttft(url: str) -> tuple[float, float]:
     return found["_sum"], found["_count"]
 
 
+def token_ms(args, streams: int) -> float:
+    """The stand-ins' time per token for N streams: --token-ms, slower when N streams at that pace would ask
+    more than --max-rate tokens/s of the backend and the load generator's core."""
+    return max(args.token_ms, streams * 1000 / args.max_rate) if args.max_rate else args.token_ms
+
+
 async def run_route(route: str, args, tmp: Path) -> list[dict]:
-    stack = Stack(route, args.token_ms, tmp)
+    stack: Stack | None = None
     rows = []
     try:
-        await stack.start()
         served = runtime_config(route).served_model_name
         for stream in args.stream:
             for streams in args.streams:
-                row = {"route": route, "stream": stream, "streams": streams}
+                pace = token_ms(args, streams)
+                if stack is None or stack.token_ms != pace:  # the stand-ins take their pace when they start
+                    if stack is not None:
+                        stack.stop()
+                    stack = Stack(route, pace, tmp)
+                    await stack.start()
+                row = {"route": route, "stream": stream, "streams": streams, "token_ms": pace}
                 rounds = max(args.rounds, math.ceil(args.min_tokens / (args.tokens * streams)))
                 for path in ("direct", "front", "nginx"):
                     suffix, body = request(route, path, stream, args.tokens, served)
@@ -316,7 +329,7 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     ttft_before = await front_ttft(stack.url(path)) if path == "front" else None
                     before = cpu_seconds(pids)
                     result = await cell(stack.url(path), suffix, json.dumps(body).encode(), streams, rounds,
-                                        0.0 if args.together else args.tokens * args.token_ms / 1000)
+                                        0.0 if args.together else args.tokens * pace / 1000)
                     expected = args.tokens * streams * rounds
                     if result["tokens"] != expected:
                         raise RuntimeError(f"{route} {path}: {result['tokens']} tokens received, {expected} asked")
@@ -328,25 +341,26 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     row[path] = result
                 # Below 80 % of what the pacing allows, the backend and this load generator (one core) are the
                 # limit: ratios there say as much about them as about the proxy.
-                row["direct_saturated"] = row["direct"]["tokens_per_s"] < 0.8 * streams * 1000 / args.token_ms
+                row["direct_saturated"] = row["direct"]["tokens_per_s"] < 0.8 * streams * 1000 / pace
                 for path in ("front", "nginx"):
                     row[path]["tokens_per_s_ratio"] = row[path]["tokens_per_s"] / row["direct"]["tokens_per_s"]
                     row[path]["ttft_p50_ratio"] = row[path]["ttft_p50"] / row["direct"]["ttft_p50"]
                 print(line(row), flush=True)
                 rows.append(row)
     finally:
-        stack.stop()
+        if stack is not None:
+            stack.stop()
     return rows
 
 
-HEADER = ("route   stream  N    direct tok/s  TTFT ms | front tok/s×  TTFT×  own TTFT ms  CPU ms/1k | "
+HEADER = ("route   stream  N    ms/tok  direct tok/s  TTFT ms | front tok/s×  TTFT×  own TTFT ms  CPU ms/1k | "
           "nginx tok/s×  TTFT×  CPU ms/1k")
 
 
 def line(row: dict) -> str:
     f, n, d = row["front"], row["nginx"], row["direct"]
     own = "-" if f.get("own_ttft_mean") is None else f"{f['own_ttft_mean'] * 1000:.1f}"
-    return (f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} "
+    return (f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} {row['token_ms']:>6g} "
             f"{'*' if row['direct_saturated'] else ' '}{d['tokens_per_s']:>11.0f} "
             f"{d['ttft_p50'] * 1000:>8.1f} | {f['tokens_per_s_ratio']:>11.2f} {f['ttft_p50_ratio']:>6.2f} "
             f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} "
@@ -388,6 +402,10 @@ def parse_args(argv=None):
                    default=[True, False], help="streamed requests, plain ones, or both (yes,no)")
     p.add_argument("--tokens", type=int, default=128, help="output tokens per request")
     p.add_argument("--token-ms", type=float, default=4.0, help="the stand-in backends' time per token")
+    p.add_argument("--max-rate", type=float, default=16000,
+                   help="tokens/s the N streams may ask at most (the pace slows past it; 0: no limit). The "
+                        "backend stand-in and the load generator share one core, which serves about 20 000 "
+                        "streamed tokens/s here")
     p.add_argument("--rounds", type=int, default=3, help="requests each stream sends, one after another")
     p.add_argument("--min-tokens", type=int, default=1024, help="tokens per cell, at least")
     p.add_argument("--together", action="store_true",
