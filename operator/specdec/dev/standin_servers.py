@@ -235,8 +235,9 @@ def trtllm_serve(argv: list[str]) -> int:
 
 
 def paced_trtllm_serve():
-    """SimulatedTrtllmServe whose streamed answers come out piece by piece, each after its share of the
-    request's simulated time (the first share stands for the prefill)."""
+    """SimulatedTrtllmServe whose streamed answers come out piece by piece, each at its share of the request's
+    simulated time from the request's arrival (the first share stands for the prefill): on a schedule, so that
+    the time the server takes to write a piece does not slow its pace."""
     import asyncio
     from contextvars import ContextVar
 
@@ -244,6 +245,12 @@ def paced_trtllm_serve():
 
     streaming: ContextVar[bool] = ContextVar("streaming", default=False)
     piece_seconds: ContextVar[float] = ContextVar("piece_seconds", default=0.0)
+    next_piece: ContextVar[float] = ContextVar("next_piece", default=0.0)  # when, on the loop's clock
+
+    async def until_next_piece() -> None:
+        loop = asyncio.get_running_loop()
+        next_piece.set(next_piece.get() + piece_seconds.get())
+        await asyncio.sleep(max(0.0, next_piece.get() - loop.time()))
 
     class PacedTrtllmServe(SimulatedTrtllmServe):
         async def complete(self, body, chat):
@@ -255,11 +262,12 @@ def paced_trtllm_serve():
                 return await super()._run(tokens, draft_len, draft_costs)
             steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
             piece_seconds.set(steps.seconds / tokens)
-            await asyncio.sleep(piece_seconds.get())
+            next_piece.set(asyncio.get_running_loop().time())
+            await until_next_piece()
             return steps
 
         async def chunk_sent(self, request):
-            await asyncio.sleep(piece_seconds.get())
+            await until_next_piece()
             return True
 
     return PacedTrtllmServe
