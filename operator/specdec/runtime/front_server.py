@@ -236,10 +236,15 @@ class FrontConnection(asyncio.Protocol):
                              % (len(body), body))
         self._done()
 
-    def start_events(self) -> None:
-        """The head of an event stream (200)."""
-        framing = b"Transfer-Encoding: chunked\r\n\r\n" if self.chunked else b"\r\n"
-        self.transport.write(self._status_head(200, "text/event-stream") + b"Cache-Control: no-cache\r\n" + framing)
+    def start_events(self, first: bytes = b"") -> None:
+        """The head of an event stream (200), and its first bytes when they are there: one write."""
+        head = self._status_head(200, "text/event-stream") + b"Cache-Control: no-cache\r\n"
+        if not self.chunked:
+            self.transport.write(head + b"\r\n" + first)
+        elif first:
+            self.transport.write(head + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%b\r\n" % (len(first), first))
+        else:
+            self.transport.write(head + b"Transfer-Encoding: chunked\r\n\r\n")
 
     def event(self, data: bytes) -> None:
         self.transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)

@@ -31,6 +31,7 @@ class RuntimeMetrics:
         self.backend_up = Gauge("specdec_backend_up", "1 when the last health check of the backend passed.",
                                 registry=r)
         self._draft_len: Gauge | None = None  # registered once known: no made-up value before
+        self._request_children: dict[tuple[str, str], tuple] = {}
         self._requests = Counter("specdec_requests_total",
                                  "Requests to the OpenAI endpoints, by endpoint and HTTP status.",
                                  ["endpoint", "status"], registry=r)
@@ -92,8 +93,13 @@ class RuntimeMetrics:
         return generate_latest(self.registry)
 
     def request(self, endpoint: str, status: str, seconds: float) -> None:
-        self._requests.labels(endpoint=endpoint, status=status).inc()
-        self._latency.labels(endpoint=endpoint).observe(seconds)
+        # The labelled children kept: prometheus_client's labels() takes a lock and checks the names each time.
+        children = self._request_children.get((endpoint, status))
+        if children is None:
+            children = self._request_children[endpoint, status] = (
+                self._requests.labels(endpoint=endpoint, status=status), self._latency.labels(endpoint=endpoint))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def backend_error(self, kind: str) -> None:
         self._backend_errors.labels(kind=kind).inc()

@@ -45,6 +45,7 @@ class RelayExchange:
         self.pieces: list[bytes] = []  # a whole answer's body, as it arrives
         self.first_token: float | None = None
         self.stream = self.client_usage = False  # what the client asked for
+        self.head_written = False  # the client's, of an event stream
         self.paused = False
 
     # --- the client's connection ------------------------------------------------------------------------------
@@ -86,11 +87,14 @@ class RelayExchange:
             upstream.stream(self.pieces.append, self._answered)
             return
         self._stop_timer()
-        self.client.start_events()
         self.rewriter = ChunkRewriter(self.relay.model, self.client_usage)
         if self.paused:
             upstream.pause()
+        self.head_written = False  # the first event that came with the head goes out with the client's
         upstream.stream(self._event, self._events_ended, self.relay.request_timeout)
+        if not self.head_written:
+            self.head_written = True
+            self.client.start_events()
 
     def _no_head(self, error: UpstreamError) -> None:
         self._fail(front_error(SERVER, self.relay.request_timeout, error))
@@ -134,11 +138,18 @@ class RelayExchange:
         if self.first_token is None and out != DONE:
             self.first_token = time.monotonic() - self.record.started
             self.relay.metrics.first_token(self.first_token)
-        self.client.event(out)
+        if self.head_written:
+            self.client.event(out)
+        else:
+            self.head_written = True
+            self.client.start_events(out)
 
     def _events_ended(self, error: Exception | None) -> None:
         rewriter = self.rewriter
         assert rewriter is not None
+        if not self.head_written:  # a stream that ended (or broke off) in the reads that brought its head
+            self.head_written = True
+            self.client.start_events()
         if error is None:
             self.client.end_events(rewriter.finish())
             status = 200
