@@ -28,7 +28,8 @@ from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving_front
+from tests.runtime.helpers import (EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving,
+                                   serving_front)
 
 CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
 STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]
@@ -234,3 +235,31 @@ def test_a_bad_profile_is_refused(tmp_path):
     result = subprocess.run([*STANDINS, *argv], env={**ENV, "SPECDEC_SIMULATION_PROFILE": '{"acceptance": 2}'},
                             cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and "SPECDEC_SIMULATION_PROFILE is not a simulation profile" in result.stderr
+
+
+def test_the_paced_trtllm_serve_stand_in_keeps_its_schedule_when_writing_a_piece_is_slow(monkeypatch):
+    """bench/front_bench.py's backend: piece k of a stream at (k + 1) steps from the request's arrival, whatever
+    the server's own time to write each one (here 15 ms of a 20 ms step, blocking its loop)."""
+    from specdec.dev.simulation_profile import Profile
+    from specdec.dev.standin_servers import paced_trtllm_serve
+
+    paced = paced_trtllm_serve()
+    slow = paced.chunk_sent
+
+    async def slow_chunk_sent(self, request):
+        time.sleep(0.015)
+        return await slow(self, request)
+
+    monkeypatch.setattr(paced, "chunk_sent", slow_chunk_sent)
+    profile = Profile(acceptance=0, cost_ratio=0, target_step_seconds=0.02, step_seconds_per_token=0)
+
+    async def scenario():
+        async with serving(paced(profile, "m", 0, True, None).app()) as url, aiohttp.ClientSession() as client:
+            started = time.monotonic()
+            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 10,
+                                                                   "stream": True}) as resp:
+                await resp.read()
+            return time.monotonic() - started
+
+    seconds = asyncio.run(scenario())
+    assert 0.2 <= seconds < 0.3  # 10 steps of 20 ms; the writes' 15 ms each added up would make it 0.35 s
