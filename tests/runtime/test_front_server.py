@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import socket
 
 import pytest
 
@@ -45,9 +46,14 @@ async def response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], b
 
 
 @contextlib.asynccontextmanager
-async def connection(url: str):
+async def connection(url: str, receive_buffer: int | None = None):
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
+    sock = socket.socket()
+    if receive_buffer:  # before connecting: the window the server sees
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
     try:
         yield reader, writer
     finally:
@@ -221,3 +227,28 @@ def test_a_connection_that_sends_nothing_for_the_idle_time_is_closed_and_one_wai
 
     half_end, status, events = run(scenario())
     assert half_end == b"" and status == 200 and events[-1] == "[DONE]"
+
+
+def test_a_client_that_sends_requests_and_takes_no_answers_is_not_read_further():
+    """Answers wait in the server's buffer only up to its high-water mark: past it, no request is read."""
+    state = OpenAIState()
+    count = 20000  # 1.4 MB of requests, 5 MB of answers
+
+    async def scenario():
+        async with serving(state.app(), handler_cancellation=True) as backend_url:
+            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
+            server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=1.0)
+            await server.start("127.0.0.1", 0)
+            try:
+                async with connection(f"http://127.0.0.1:{server.port}", 4096) as (reader, writer):
+                    writer.write(get("/v1/completions") * count)  # 405 each, answered at once
+                    await asyncio.sleep(0.5)
+                    (held,) = server.connections
+                    held_bytes = held.transport.get_write_buffer_size() + len(held.buffer)
+                    statuses = [(await response(reader))[0] for _ in range(count)]
+                    return held_bytes, statuses
+            finally:
+                await server.stop()
+
+    held_bytes, statuses = run(scenario())
+    assert held_bytes < 512 * 1024 and statuses == [405] * count

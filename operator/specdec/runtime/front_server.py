@@ -129,6 +129,7 @@ class FrontConnection(asyncio.Protocol):
         self.chunked = True  # the answer's framing: chunks on HTTP/1.1, to the connection's end on 1.0
         self.closing = False  # the server stops: close once the request in flight is answered
         self.reading_paused = False  # requests sent ahead of their turn fill the buffer
+        self.writing_paused = False  # the client is not taking its answers: no next request until it does
         self.last_read = time.monotonic()
         self._reading = False
 
@@ -141,19 +142,23 @@ class FrontConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         self.buffer = self.buffer + data if self.buffer else data
-        if self.exchange is None:
+        if self.exchange is None and not self.writing_paused:
             self._read()
         elif len(self.buffer) > PIPELINED_MAX and not self.reading_paused:
             self.reading_paused = True
             self.transport.pause_reading()
 
     def pause_writing(self) -> None:
+        self.writing_paused = True
         if self.exchange is not None:
             self.exchange.pause()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         if self.exchange is not None:
             self.exchange.resume()
+        elif self.buffer:
+            self._read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -164,12 +169,13 @@ class FrontConnection(asyncio.Protocol):
     # --- reading requests --------------------------------------------------------------------------------------
 
     def _read(self) -> None:
-        """Take the requests in the buffer, one at a time: each is answered before the next is read."""
+        """Take the requests in the buffer, one at a time: each is answered before the next is read, and none
+        while the client's connection holds more answers than its high-water mark."""
         if self._reading:  # an answer done while its request starts: the loop below goes on
             return
         self._reading = True
         try:
-            while self.exchange is None and self.buffer and not self.transport.is_closing():
+            while self.exchange is None and self.buffer and not self.writing_paused and not self.transport.is_closing():
                 if self.length < 0:
                     end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
                     if end < 0:
