@@ -60,6 +60,21 @@ async def connection(url: str, receive_buffer: int | None = None):
         writer.close()
 
 
+@contextlib.asynccontextmanager
+async def own_server(state: OpenAIState, *, shutdown_timeout: float = 1.0, idle_seconds: float | None = None):
+    """A FrontServer of the test's own on the trtllm-serve stand-in, stopped at the end (if the test did not)."""
+    async with serving(state.app(), handler_cancellation=True) as backend_url:
+        backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
+        server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=shutdown_timeout)
+        if idle_seconds is not None:
+            server.idle_seconds = idle_seconds
+        await server.start("127.0.0.1", 0)
+        try:
+            yield server, f"http://127.0.0.1:{server.port}"
+        finally:
+            await server.stop()
+
+
 def test_one_connection_takes_pages_and_generation_requests_in_turn_even_sent_all_at_once():
     state = OpenAIState()
 
@@ -156,11 +171,7 @@ def test_stop_lets_a_stream_in_flight_finish_and_closes_idle_connections():
     state = OpenAIState(pieces=tuple("abcde"), chunk_delay=0.1)
 
     async def scenario():
-        async with serving(state.app(), handler_cancellation=True) as backend_url:
-            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
-            server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=5.0)
-            await server.start("127.0.0.1", 0)
-            url = f"http://127.0.0.1:{server.port}"
+        async with own_server(state, shutdown_timeout=5.0) as (server, url):
             async with connection(url) as (reader, writer), connection(url) as (idle_reader, _):
                 writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}))
                 await reader.readuntil(b"\r\n\r\n")
@@ -209,21 +220,13 @@ def test_a_connection_that_sends_nothing_for_the_idle_time_is_closed_and_one_wai
     state = OpenAIState(pieces=tuple("ab"), chunk_delay=0.6)
 
     async def scenario():
-        async with serving(state.app(), handler_cancellation=True) as backend_url:
-            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
-            server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=1.0)
-            server.idle_seconds = 0.4
-            await server.start("127.0.0.1", 0)
-            url = f"http://127.0.0.1:{server.port}"
-            try:
-                async with connection(url) as (reader, writer), connection(url) as (half, half_writer):
-                    writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}))
-                    half_writer.write(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
-                    half_end = await asyncio.wait_for(half.read(), 2)  # a request that stopped half-way
-                    status, _, body = await asyncio.wait_for(response(reader), 5)  # 1.2 s without a read
-                    return half_end, status, data_lines(body.decode())
-            finally:
-                await server.stop()
+        async with own_server(state, idle_seconds=0.4) as (_server, url):
+            async with connection(url) as (reader, writer), connection(url) as (half, half_writer):
+                writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}))
+                half_writer.write(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
+                half_end = await asyncio.wait_for(half.read(), 2)  # a request that stopped half-way
+                status, _, body = await asyncio.wait_for(response(reader), 5)  # 1.2 s without a read
+                return half_end, status, data_lines(body.decode())
 
     half_end, status, events = run(scenario())
     assert half_end == b"" and status == 200 and events[-1] == "[DONE]"
@@ -235,20 +238,13 @@ def test_a_client_that_sends_requests_and_takes_no_answers_is_not_read_further()
     count = 20000  # 1.4 MB of requests, 5 MB of answers
 
     async def scenario():
-        async with serving(state.app(), handler_cancellation=True) as backend_url:
-            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
-            server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=1.0)
-            await server.start("127.0.0.1", 0)
-            try:
-                async with connection(f"http://127.0.0.1:{server.port}", 4096) as (reader, writer):
-                    writer.write(get("/v1/completions") * count)  # 405 each, answered at once
-                    await asyncio.sleep(0.5)
-                    (held,) = server.connections
-                    held_bytes = held.transport.get_write_buffer_size() + len(held.buffer)
-                    statuses = [(await response(reader))[0] for _ in range(count)]
-                    return held_bytes, statuses
-            finally:
-                await server.stop()
+        async with own_server(state) as (server, url), connection(url, 4096) as (reader, writer):
+            writer.write(get("/v1/completions") * count)  # 405 each, answered at once
+            await asyncio.sleep(0.5)
+            (held,) = server.connections
+            held_bytes = held.transport.get_write_buffer_size() + len(held.buffer)
+            statuses = [(await response(reader))[0] for _ in range(count)]
+            return held_bytes, statuses
 
     held_bytes, statuses = run(scenario())
     assert held_bytes < 512 * 1024 and statuses == [405] * count

@@ -95,9 +95,11 @@ class FrontServer:
 
     async def stop(self) -> None:
         """Stop listening; the requests in flight get the shutdown timeout to finish, then their connections
-        are closed. The front's clean-up hooks run last."""
-        if self._server is not None:
-            self._server.close()
+        are closed. The front's clean-up hooks run last. Once: a second call does nothing."""
+        if self._server is None:
+            return
+        self._server.close()
+        self._server = None
         if self._sweep is not None:
             self._sweep.cancel()
         for connection in list(self.connections):
