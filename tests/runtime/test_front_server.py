@@ -248,3 +248,26 @@ def test_a_client_that_sends_requests_and_takes_no_answers_is_not_read_further()
 
     held_bytes, statuses = run(scenario())
     assert held_bytes < 512 * 1024 and statuses == [405] * count
+
+
+def test_a_fault_of_the_fronts_own_is_a_500_in_openais_shape_and_the_connection_serves_on(monkeypatch, caplog):
+    from specdec.runtime.openai_relay import OpenAIRelay
+
+    state = OpenAIState()
+
+    def broken(self, body):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(OpenAIRelay, "backend_request", broken)
+
+    async def scenario():
+        async with stack(state) as (front, url, _client), connection(url) as (reader, writer):
+            writer.write(post("/v1/completions", {"prompt": "Hi"}) + get("/health"))
+            return front, [await response(reader) for _ in range(2)]
+
+    front, ((status, _, body), (health, _, _)) = run(scenario())
+    assert status == 500 and json.loads(body)["error"]["type"] == "server_error" and health == 200
+    assert "could not be sent on" in caplog.text and not state.requests
+    assert metric(front, "specdec_requests_in_flight") == 0
+    assert metric(front, "specdec_requests_total", endpoint="/v1/completions", status="500") == 1
+    assert metric(front, "specdec_backend_errors_total", kind="server_error") == 0  # not trtllm-serve's

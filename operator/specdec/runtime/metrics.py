@@ -186,7 +186,8 @@ class RuntimeMetrics:
 
 class RequestRecord:
     """One request's accounting: in flight from its start, then counted once by endpoint and status with its
-    latency. A failure of the backend (an error answered with a 5xx) is counted by kind and logged too."""
+    latency. A failure of the backend (an error answered with a 5xx other than the front's own `server_error`)
+    is counted by kind and logged too."""
 
     def __init__(self, metrics: RuntimeMetrics, endpoint: str):
         self.metrics, self.endpoint = metrics, endpoint
@@ -201,7 +202,7 @@ class RequestRecord:
             self.metrics.request(self.endpoint, str(status), time.monotonic() - self.started)
 
     def failed(self, error: APIError) -> None:
-        if error.status >= 500:
+        if error.status >= 500 and error.kind != "server_error":  # the front's own faults are logged where they are
             self.metrics.backend_error(error.kind)
             log.warning("%s: %s", self.endpoint, error.message)
         self.end(error.status)
