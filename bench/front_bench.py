@@ -41,6 +41,7 @@ import contextlib
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -389,9 +390,10 @@ async def main(args) -> None:
 
     loop = "uvloop" if event_loop.loop_factory() else "asyncio"
     out.write_text(json.dumps({"commit": commit(), "date": stamp, "cpus": os.cpu_count(), "front_loop": loop,
+                               "python": platform.python_version(),
                                "settings": settings, "rows": rows}, indent=1) + "\n")
     print("* direct below 80 % of the paced rate: the backend and the load generator's core are the limit")
-    print(f"front event loop: {loop}; results: {out.relative_to(ROOT)}")
+    print(f"Python {platform.python_version()}, front event loop: {loop}; results: {out.relative_to(ROOT)}")
 
 
 def parse_args(argv=None):
