@@ -5,12 +5,23 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up down test unit install
+.PHONY: up down test unit install runtime-312
 
 $(BIN)/specdec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# The runtime images run Python 3.12 (NVIDIA's bases): the runtime's tests run on it too, where there is one.
+PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(command -v python3.12); do \
+	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo "$$p" && break; done)
+VENV312 ?= .venv312
+
+$(VENV312)/bin/specdec: pyproject.toml
+	$(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/pip install --quiet --upgrade pip
+	$(VENV312)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
 install: $(BIN)/specdec
@@ -32,6 +43,16 @@ test: install
 	@# A real node's tools and images (Debian packages too, as root); where none can run, its tests say why.
 	$(BIN)/specdec dev tools --real-node >/dev/null || echo "make: no real node's tools here; tests/realnode says why"
 	$(BIN)/python -m pytest
+	$(MAKE) runtime-312
+
+## runtime-312: the runtime's tests on Python 3.12, the runtime images' Python
+runtime-312:
+ifeq ($(PYTHON312),)
+	@echo "make: no Python 3.12 here (python3.12 on PATH, or pyenv's): the runtime's tests ran on $(PYTHON) only"
+else
+	$(MAKE) $(VENV312)/bin/specdec
+	$(VENV312)/bin/python -m pytest tests/runtime
+endif
 
 ## unit: the fast tests only (no cluster)
 unit: install
