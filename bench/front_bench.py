@@ -23,9 +23,9 @@ and since every answer has the same length, each round of requests then arrives 
 thundering herd: TTFT p50 is then the queueing of that burst in every server on the path). Output tokens
 are counted in what the client received (the stand-in's token " sim"); tokens/s is each client's over its
 own time, summed; TTFT is the time to the first received token (the whole answer when not streamed);
-tokens/s and TTFT p50 are reported as ratios to direct. The front's "own TTFT" is the mean of its time-to-first-token histogram over the cell (streamed
-cells: from the request reaching its handler to the first token it relays), the part of the client's TTFT
-spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
+tokens/s and TTFT p50 are reported as ratios to direct. The front's "own TTFT" is the mean of its
+time-to-first-token histogram over the cell (streamed cells: from the request's arrival to the first token it
+relays), the part of the client's TTFT spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
 nginx's master and worker, spent during the cell, over the tokens the clients received.
 
 Pinning (when the machine has 2 cores or more): the front and nginx (one worker) on CPU 0, the backends

@@ -106,7 +106,6 @@ class Upstream:
         return connection
 
 
-
 class Call:
     """A request on its way to its head: its connection being made, or the request sent. A kept-alive
     connection that closes before any byte of the answer is replaced once by a new one (it was closed while
@@ -192,8 +191,8 @@ class Connection(asyncio.Protocol):
 
 class Response:
     """A response's head (`status`, `headers`, handed to `on_head` when it has arrived) and its body, read
-    whole (`read`) or handed over as it arrives (`stream`). `close` abandons it and its connection (the server sees the client
-    go); a response read to its end hands its connection back to the pool by itself."""
+    whole (`read`) or handed over as it arrives (`stream`). `close` abandons it and its connection (the server
+    sees the client go); a response read to its end hands its connection back to the pool by itself."""
 
     def __init__(self, connection: Connection, on_head: Callable[[Response], None],
                  on_fail: Callable[[UpstreamError], None]):
