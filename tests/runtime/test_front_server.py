@@ -272,3 +272,16 @@ def test_a_fault_of_the_fronts_own_is_a_500_in_openais_shape_and_the_connection_
     assert metric(front, "specdec_requests_in_flight") == 0
     assert metric(front, "specdec_requests_total", endpoint="/v1/completions", status="500") == 1
     assert metric(front, "specdec_backend_errors_total", kind="server_error") == 0  # not trtllm-serve's
+
+
+def test_a_body_of_many_reads_is_read_whole():
+    state = OpenAIState()
+    prompt = "x" * (48 * 1024 * 1024)  # some 200 reads of the socket
+
+    async def scenario():
+        async with stack(state) as (_front, url, _client), connection(url) as (reader, writer):
+            writer.write(post("/v1/completions", {"prompt": prompt, "max_tokens": 0}) + get("/health"))
+            return [await response(reader) for _ in range(2)]
+
+    (status, _, body), (health, _, _) = run(scenario())
+    assert status == 400 and json.loads(body)["error"]["param"] == "max_tokens" and health == 200

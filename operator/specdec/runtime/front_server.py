@@ -123,7 +123,7 @@ class FrontConnection(asyncio.Protocol):
         self.server = server
         self.front = server.front
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connection_made
-        self.buffer = b""
+        self.buffer = bytearray()  # appended to and taken from the front: both amortized O(1), a long body too
         self.exchange: Exchange | None = None
         self.length = -1  # of the body being read; -1 while reading a head
         self.method = self.path = ""
@@ -143,7 +143,7 @@ class FrontConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
-        self.buffer = self.buffer + data if self.buffer else data
+        self.buffer += data
         if self.exchange is None and not self.writing_paused:
             self._read()
         elif len(self.buffer) > PIPELINED_MAX and not self.reading_paused:
@@ -184,12 +184,15 @@ class FrontConnection(asyncio.Protocol):
                         if len(self.buffer) >= MAX_HEAD + 4:
                             self._refuse(431, f"The request's head is longer than {MAX_HEAD} bytes.")
                         return
-                    head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
+                    head = bytes(self.buffer[:end])
+                    del self.buffer[:end + 4]
                     if not self._head(head):
                         return
                 if len(self.buffer) < self.length:
                     return
-                body, self.buffer, self.length = self.buffer[:self.length], self.buffer[self.length:], -1
+                body = bytes(self.buffer[:self.length])
+                del self.buffer[:self.length]
+                self.length = -1
                 self.exchange = exchange = self._exchange(body)
                 exchange.start()
         finally:
