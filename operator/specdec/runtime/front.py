@@ -92,7 +92,6 @@ class Front:
         self.ready_announced = False
         self.created = int(time.time())
         self._tasks: list[asyncio.Task] = []
-        self.max_request_bytes = MAX_REQUEST_BYTES
         # path -> the exchange answering it on the client's connection (specdec.runtime.front_server)
         self.exchanges = {path: self.route.exchange for path in GENERATION} if self.route.relays else {}
         self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)

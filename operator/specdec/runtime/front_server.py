@@ -25,6 +25,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from specdec.runtime.front import MAX_REQUEST_BYTES
 from specdec.runtime.http1 import MAX_HEAD, ProtocolError, parse_request_head
 from specdec.runtime.openai_request import APIError
 
@@ -213,8 +214,8 @@ class FrontConnection(asyncio.Protocol):
                                      "not read here).")
         if not length.isdigit():
             return self._refuse(400, f"Content-Length is not a length: {length[:40]!r}.")
-        if int(length) > self.front.max_request_bytes:
-            return self._refuse(413, f"The request body is larger than {self.front.max_request_bytes} bytes.")
+        if int(length) > MAX_REQUEST_BYTES:
+            return self._refuse(413, f"The request body is larger than {MAX_REQUEST_BYTES} bytes.")
         self.length = int(length)
         if headers.get("expect", "").lower() == "100-continue" and len(self.buffer) < self.length:
             self.transport.write(CONTINUE)
