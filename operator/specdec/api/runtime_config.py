@@ -60,8 +60,10 @@ def _tag(value: Any) -> str:
     return mode if mode in _TAGGED else "speculativeConfig"
 
 
+# A union of members computed from the registry: `X | Y` has no spelling for a tuple of them.
 RuntimeSpeculation = Annotated[
-    Union[tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
+    Union[  # noqa: UP007
+        tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
           + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)],
     Discriminator(_tag)]
 
