@@ -22,9 +22,9 @@ import uuid
 from pathlib import Path
 
 import yaml
+from bench.processes import cluster_cpu
 from kubernetes import client, config
 
-from bench.processes import cluster_cpu
 from specdec.builders.serving import build_config_map, build_deployment, build_service
 from specdec.kube.client import Kube
 from specdec.plan import Plan, plan

@@ -9,8 +9,8 @@ import math
 from pathlib import Path
 
 from bench.timing import summary
-from specdec.kube.client import USER_AGENT
 
+from specdec.kube.client import USER_AGENT
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 

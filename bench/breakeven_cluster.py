@@ -39,9 +39,21 @@ import uuid
 from pathlib import Path
 
 import aiohttp
+from bench.breakeven_sweep import (
+    OFF,
+    add_arguments,
+    compare,
+    deployment,
+    level,
+    profile_break_even_of,
+    profile_of,
+    write_results,
+)
+from tests.conftest import TEST_CLUSTER_NAME, free_port
+from tests.kube_helpers import Kube, wait_for
+from tests.operator_runner import OperatorProcess
+from tests.runtime.helpers import parse_prometheus
 
-from bench.breakeven_sweep import (OFF, add_arguments, compare, deployment, level, profile_break_even_of, profile_of,
-                                   write_results)
 from specdec import load_model
 from specdec.api.models import GROUP, VERSION
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
@@ -50,10 +62,6 @@ from specdec.dev.cluster import DEV_OPERATOR_ENV
 from specdec.dev.pod_runner_thread import Threaded, in_thread
 from specdec.dev.podrunner import POD_SELECTOR
 from specdec.dev.simulation_profile import Profile
-from tests.conftest import TEST_CLUSTER_NAME, free_port
-from tests.kube_helpers import Kube, wait_for
-from tests.operator_runner import OperatorProcess
-from tests.runtime.helpers import parse_prometheus
 
 # Loads whose windows span the batch sizes a fit needs (load_model.MIN_SPREAD). The front counts the target's
 # iterations between its polls of Triton (every 5 s) only where Triton never idled, which a few closed-loop clients

@@ -29,11 +29,12 @@ import dataclasses
 import json
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 import yaml
+from tests.runtime.helpers import parse_prometheus, serving
 
 from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
@@ -44,7 +45,6 @@ from specdec.plan import Settings, plan
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
-from tests.runtime.helpers import parse_prometheus, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

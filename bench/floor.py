@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from kubernetes import client
-
 from bench.objects import create_namespace, direct_deployment, direct_engine_build, direct_job, fleet, sd_body
 from bench.timing import now, summary
+from kubernetes import client
+
 from specdec.api.models import GROUP, VERSION
 from specdec.reconcile import WORKERS
 

@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specdec.api.models import GROUP  # noqa: E402
 from tests.faults import fuzz  # noqa: E402
 from tests.kube_helpers import Kube  # noqa: E402
 from tests.operator_runner import OperatorProcess  # noqa: E402
+
+from specdec.api.models import GROUP  # noqa: E402
 
 
 def default_kubeconfig() -> Path:

@@ -24,13 +24,13 @@ import uuid
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config
-
 from bench.gpu_time import pod_gpu_time
-from specdec.api.models import GROUP, VERSION
-from specdec.dev import simulated_steps, toolchain
+from kubernetes import client, config
 from tests.conftest import free_port
 from tests.operator_runner import OperatorProcess
+
+from specdec.api.models import GROUP, VERSION
+from specdec.dev import simulated_steps, toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("llama-2-13b-draft-7b-logits.yaml", "llama-3.1-70b-fp8-draft-1b.yaml")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     step_seconds = simulated_steps.parse(args.step_seconds)
     api = config.new_client_from_config(config_file=str(args.kubeconfig))
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%S%z")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%S%z")
     logs = Path(tempfile.mkdtemp(prefix="gpu-seconds-"))  # the operators' logs
     trees = ([("before", args.before_tree.resolve())] if args.before_tree else []) + [("after", ROOT)]
     runs = {label: {"commit": commit(tree), "deployments": run_tree(api, args.kubeconfig, label, tree, step_seconds,

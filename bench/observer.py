@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from bench.timing import now
 from kubernetes import client, watch
 
-from bench.timing import now
 from specdec.api.models import GROUP, VERSION
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import time
 
-from kubernetes import client
-
 from bench.floor import Probe
 from bench.objects import create_namespace, fleet, sd_body, target_model
 from bench.observer import Observer
 from bench.timing import now, summary
+from kubernetes import client
+
 from specdec.api.models import GROUP, VERSION
 from specdec.builders import engine as engine_builders
 from specdec.builders import model_cache as cache_builders

@@ -24,8 +24,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the bench's modules, when run as a script without PYTHONPATH=.
 
-from kubernetes import config  # noqa: E402
-
 from bench.audit_log import AUDIT_POLICY, apply_chain, audit_writes, writes_by_client  # noqa: E402
 from bench.floor import floor, floor_fanout, floor_scale  # noqa: E402
 from bench.idle import idle  # noqa: E402
@@ -35,6 +33,8 @@ from bench.processes import cpu_by_process, process_stats  # noqa: E402
 from bench.rollouts import latency, scale  # noqa: E402
 from bench.table import render_table  # noqa: E402
 from bench.timing import percentile  # noqa: E402
+from kubernetes import config  # noqa: E402
+
 from specdec.api.crd import render_crds  # noqa: E402
 from specdec.dev import cluster as dev  # noqa: E402
 from specdec.settings import Settings  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> int:
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "operator", "bench"],
                            capture_output=True, text=True).stdout.strip()
-    results: dict = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    results: dict = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                      "commit": commit + ("+dirty" if dirty else ""),
                      "machine": f"{os.cpu_count()} cores, {os.uname().machine}", "args": vars(args)}
     try:

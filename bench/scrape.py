@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
-from specdec.monitor import SpeculationMonitor
 from specdec.kube.cache import Store
+from specdec.monitor import SpeculationMonitor
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 8000
@@ -118,7 +118,7 @@ def main() -> int:
               "core_share_at_interval": round(statistics.median(cpu) / args.interval, 4),
               "deployments_published": published}
     print(json.dumps(result, indent=2))
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%M%S%z")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%S%z")
     out = ROOT / "bench" / "results" / f"scrape-{stamp}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out.relative_to(ROOT)}", file=sys.stderr)

@@ -20,13 +20,13 @@ import json
 import statistics
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
+from bench.apply_cost import EXAMPLE, cost_command, server_cpu
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from bench.apply_cost import EXAMPLE, cost_command, server_cpu
 from specdec import conditions
 from specdec.kube.client import Kube
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,7 +25,7 @@ class Kube:
     api: client.ApiClient
 
     @classmethod
-    def from_kubeconfig(cls, path: Path) -> "Kube":
+    def from_kubeconfig(cls, path: Path) -> Kube:
         return cls(config.new_client_from_config(config_file=str(path)))
 
     @property

@@ -32,7 +32,7 @@ class OperatorProcess:
 
     @classmethod
     def watching(cls, namespace: str, kubeconfig: Path, log_path: Path, port: int,
-                 env: dict[str, str] | None = None) -> "OperatorProcess":
+                 env: dict[str, str] | None = None) -> OperatorProcess:
         return cls(kubeconfig, log_path, port, ["operator", "--namespace", namespace,
                                                 "--liveness", f"http://127.0.0.1:{port}/healthz"], env)
 

@@ -15,19 +15,19 @@ operator starts no GPU work for the deployment before then (specdec.reconcile).
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic.alias_generators import to_camel
 
 from specdec import model_catalog, modes
-from specdec.modes import dspark
-from specdec.modes.mode import EngineDrafter
-from specdec.schema.base import ModelSource
-from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.admission_memory import Served, check_gpu_memory
+from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.gpu_nodes import GpuNodes
 from specdec.model_facts import CATALOG_SOURCE, HEAD_ESTIMATE, ModelFacts, estimated_head, same_tokenizer
+from specdec.modes import dspark
+from specdec.modes.mode import EngineDrafter
 from specdec.problem import Problem
+from specdec.schema.base import ModelSource
 
 MAX_TENSOR_PARALLEL = 64  # ModelSource.tensor_parallel_size's bound
 

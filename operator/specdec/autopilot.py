@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec import speculation, trtllm_schedule
-from specdec.load_model import Window
 from specdec.forget import forget_absent
+from specdec.load_model import Window
 from specdec.load_schedules import LoadSchedules
 
 Key = tuple[str, str]

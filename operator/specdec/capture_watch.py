@@ -8,18 +8,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import urllib3
 from kubernetes.client.rest import ApiException
 
 from specdec import conditions, modes
+from specdec.forget import forget_absent
+from specdec.metric_text import metric_values
 from specdec.modes import save_state
 from specdec.plan import cache_claim_name
 from specdec.schema.k8s import QUANTITY, parse_quantity
 from specdec.schema.openapi import matches
-from specdec.forget import forget_absent
-from specdec.metric_text import metric_values
 from specdec.status.capture import CAPTURE_SPACE, CapturePlace, CaptureSample, capture_condition, capture_status
 
 log = logging.getLogger("specdec.monitor")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Cond:
     message: str = ""
 
     @classmethod
-    def from_dict(cls, item: dict[str, Any]) -> "Cond":
+    def from_dict(cls, item: dict[str, Any]) -> Cond:
         status = {"True": True, "False": False}.get(item.get("status", ""))
         return cls(item.get("type", ""), status, item.get("reason", ""), item.get("message", ""))
 
@@ -33,7 +34,7 @@ class Cond:
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def merge(old: Iterable[dict[str, Any]] | None, new: Iterable[Cond], generation: int | None,

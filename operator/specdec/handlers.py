@@ -13,16 +13,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 import kopf
 import yaml
 
 from specdec import metrics
 from specdec.api.models import GROUP, VERSION
-from specdec.builders.common import (LABEL_COMPONENT, LABEL_DEPLOYMENT, LABEL_ENGINE_BUILD, LABEL_INSTANCE,
-                                     LABEL_MANAGED_BY, LABEL_MODEL_CACHE, MANAGED_BY)
+from specdec.builders.common import (
+    LABEL_COMPONENT,
+    LABEL_DEPLOYMENT,
+    LABEL_ENGINE_BUILD,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_MODEL_CACHE,
+    MANAGED_BY,
+)
 from specdec.kube import gc_pacing, kopf_patches
 from specdec.kube.cache import Store
 from specdec.kube.client import Kube

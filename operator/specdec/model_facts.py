@@ -46,7 +46,7 @@ class ModelFacts:
 
     @classmethod
     def from_config(cls, model: str, config: dict[str, Any], *, parameters: int, tokenizer: str,
-                    source: str) -> "ModelFacts":
+                    source: str) -> ModelFacts:
         """From a config.json as Hugging Face transformers writes it (LLaMA, Qwen2, DeepSeek-V3 keys)."""
         heads = config["num_attention_heads"]
         latent = config.get("kv_lora_rank")
@@ -71,7 +71,7 @@ class ModelFacts:
         return ModelCacheFacts(**fields).model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @classmethod
-    def from_status(cls, model: str, facts: dict[str, Any], source: str) -> "ModelFacts":
+    def from_status(cls, model: str, facts: dict[str, Any], source: str) -> ModelFacts:
         return cls(model=model, source=source, **ModelCacheFacts.model_validate(facts).model_dump())
 
     @property

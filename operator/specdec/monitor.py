@@ -25,23 +25,29 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import urllib3
 
 from specdec import conditions, load_model, modes, speculation, speculation_guard
 from specdec.autopilot import Autopilot
+from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.forget import forget_absent
 from specdec.load_schedules import LoadSchedules
 from specdec.metric_text import metric_values
-from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.plan import Problem, parse_spec
 from specdec.rearm import Rearm
 from specdec.status.pods import condition_true
-from specdec.status.speculation import (NO_TRAFFIC, active_condition, speculation_condition, speculation_status,
-                                        with_break_even)
+from specdec.status.speculation import (
+    NO_TRAFFIC,
+    active_condition,
+    speculation_condition,
+    speculation_status,
+    with_break_even,
+)
 
 log = logging.getLogger("specdec.monitor")
 

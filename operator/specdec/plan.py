@@ -12,15 +12,23 @@ import functools
 import hashlib
 import json
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 
 from specdec import modes
 from specdec.admission import Observed, admit, facts_awaited, fetched_checkpoints
 from specdec.api import models
-from specdec.api.runtime_config import (CACHE_MOUNT, MODELS_MOUNT, RuntimeConfig, RuntimeKvCache, RuntimeNone,
-                                        RuntimeSpeculativeConfig, ServedModel)
+from specdec.api.runtime_config import (
+    CACHE_MOUNT,
+    MODELS_MOUNT,
+    RuntimeConfig,
+    RuntimeKvCache,
+    RuntimeNone,
+    RuntimeSpeculativeConfig,
+    ServedModel,
+)
 from specdec.gpu_nodes import node_selector
 from specdec.problem import Problem
 from specdec.settings import Settings

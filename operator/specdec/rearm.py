@@ -11,7 +11,8 @@ a restart of the operator the last restart is read from it.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec import conditions, speculation_guard
 from specdec.forget import forget_absent

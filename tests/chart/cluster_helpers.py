@@ -16,8 +16,8 @@ from kubernetes import client, config
 
 from specdec.api.models import GROUP, VERSION
 from tests.chart.tools import CHART, EXAMPLES, helm, kubectl, set_args
-from tests.kube_helpers import Kube, wait_for
 from tests.conftest import free_port
+from tests.kube_helpers import Kube, wait_for
 from tests.operator_runner import OperatorProcess
 
 EXAMPLE = "llama-2-13b-draft-7b-logits.yaml"

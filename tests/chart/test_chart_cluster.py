@@ -27,8 +27,7 @@ from kubernetes.client.rest import ApiException
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import LABEL_ENGINE_BUILD, LABEL_MODEL_CACHE
 from specdec.kube.leader import ElectionSettings, Leadership
-from tests.chart.cluster_helpers import (SD, ChartOperator, allowed, can_i_list, client_for,
-                                         service_account_kubeconfig)
+from tests.chart.cluster_helpers import SD, ChartOperator, allowed, can_i_list, client_for, service_account_kubeconfig
 from tests.chart.expected import CLUSTER_RULES, FORBIDDEN, OPERATOR_RULES, WATCHED
 from tests.chart.tools import CHART, CRDS, kubectl
 from tests.conftest import free_port

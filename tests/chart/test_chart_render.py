@@ -13,10 +13,28 @@ import yaml
 from specdec.api.crd import render_crds
 from specdec.kube.leader import ElectionSettings
 from specdec.settings import Settings
-from tests.chart.expected import (CLUSTER_RULES, LEASE_RULES, OPERATOR_RULES, WATCHED, flatten, flatten_named,
-                                  lease_rules)
-from tests.chart.tools import (CHART, CRDS, ROOT, env_of, helm, kinds, only, render, restricted_violations,
-                               set_args, template)
+from tests.chart.expected import (
+    CLUSTER_RULES,
+    LEASE_RULES,
+    OPERATOR_RULES,
+    WATCHED,
+    flatten,
+    flatten_named,
+    lease_rules,
+)
+from tests.chart.tools import (
+    CHART,
+    CRDS,
+    ROOT,
+    env_of,
+    helm,
+    kinds,
+    only,
+    render,
+    restricted_violations,
+    set_args,
+    template,
+)
 
 NAMESPACED = {"watchNamespaces": ["team-a", "team-b"]}
 CUSTOM_IMAGES = {

@@ -11,10 +11,17 @@ import argparse
 import math
 
 import pytest
-
-from bench.breakeven_cluster import (ServedPod, create_deployment, load_keys, profile_entry, speculation_status,
-                                     wait_for_fit, wait_ready)
+from bench.breakeven_cluster import (
+    ServedPod,
+    create_deployment,
+    load_keys,
+    profile_entry,
+    speculation_status,
+    wait_for_fit,
+    wait_ready,
+)
 from bench.breakeven_sweep import DRAFTED, UNDRAFTED_LOAD, deployment, profile_break_even_of, profile_of
+
 from specdec import load_model
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.dev import simulation_profile

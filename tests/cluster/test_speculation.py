@@ -11,8 +11,8 @@ import pytest
 
 from specdec import speculation
 from specdec.dev import simulation_profile
-from tests.cluster.test_operator import SD, example
 from specdec.dev.pod_runner_thread import in_thread as pod_runner
+from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 
 pytestmark = pytest.mark.cluster

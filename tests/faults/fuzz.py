@@ -19,9 +19,10 @@ import dataclasses
 import json
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 from kubernetes.client.rest import ApiException

@@ -27,8 +27,8 @@ import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs
 
 import aiohttp
@@ -187,7 +187,7 @@ class FaultProxy:
         with self._lock:
             counter[key] += 1
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(30):
@@ -207,7 +207,7 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join(15)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -333,7 +333,7 @@ class FaultProxy:
                 timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
                 try:
                     chunk = await asyncio.wait_for(upstream.content.readany(), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 except (aiohttp.ClientError, ConnectionError):
                     return _reset(request)  # upstream cut: cut the client too

@@ -14,7 +14,6 @@ from kubernetes.client.rest import ApiException
 from tests.faults.proxy import KINDS, REQUEST_FAULTS, FaultPlan, describe
 from tests.kube_helpers import wait_for
 
-
 # -- no cluster needed ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("method,path,query,verb,resource,namespace,name,sub", [

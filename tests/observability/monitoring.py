@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
-from specdec.observability import alerts
 from specdec.dev.prometheus import OPERATOR_JOB, Prometheus
+from specdec.observability import alerts
 from tests.conftest import free_port, stop_and_report
 from tests.kube_helpers import wait_for
 from tests.operator_runner import OperatorProcess

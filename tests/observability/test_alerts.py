@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from specdec.observability import __main__ as generate, alerts
+from specdec.observability import __main__ as generate
+from specdec.observability import alerts
 from tests.observability.rule_cases import cases
 
 

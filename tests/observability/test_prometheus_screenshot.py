@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import simulation_profile, toolchain
-from specdec.dev import prometheus
+from specdec.dev import prometheus, simulation_profile, toolchain
 from specdec.observability import alerts
 from tests.observability.test_prometheus_cluster import monitored
 

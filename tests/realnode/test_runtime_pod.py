@@ -79,7 +79,7 @@ class Traffic:
                 self.errors.append(repr(error))
                 time.sleep(0.2)
 
-    def __enter__(self) -> "Traffic":
+    def __enter__(self) -> Traffic:
         for thread in self._threads:
             thread.start()
         return self

@@ -17,8 +17,14 @@ from typing import Any
 
 from aiohttp import web
 
-from specdec.dev.backend_contracts import (Completion, Generation, InferenceError, OpenAIError, TritonContract,
-                                           TrtllmServeContract)
+from specdec.dev.backend_contracts import (
+    Completion,
+    Generation,
+    InferenceError,
+    OpenAIError,
+    TritonContract,
+    TrtllmServeContract,
+)
 
 
 @dataclass
@@ -110,7 +116,7 @@ async def _main(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         await asyncio.wait_for(stop.wait(), args.exit_after) if args.exit_after else await stop.wait()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await runner.cleanup()
         return args.exit_code
     if args.marker:

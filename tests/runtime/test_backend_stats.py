@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from specdec.runtime.backend_stats import (IterationLoad, IterationSpeculation, iteration_load, iteration_speculation,
-                                          triton_compute_us)
+from specdec.runtime.backend_stats import (
+    IterationLoad,
+    IterationSpeculation,
+    iteration_load,
+    iteration_speculation,
+    triton_compute_us,
+)
 
 HEADER = "# TYPE nv_inference_compute_infer_duration_us counter\n"
 

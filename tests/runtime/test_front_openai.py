@@ -14,8 +14,15 @@ import pytest
 
 from specdec.runtime import launch
 from specdec.runtime.front import Front
-from tests.runtime.helpers import (eventually, free_port, metric, parse_prometheus, scenario_configs, serving,
-                                   serving_front)
+from tests.runtime.helpers import (
+    eventually,
+    free_port,
+    metric,
+    parse_prometheus,
+    scenario_configs,
+    serving,
+    serving_front,
+)
 from tests.runtime.standins import OpenAIState
 
 CONFIGS = scenario_configs()

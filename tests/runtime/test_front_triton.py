@@ -19,8 +19,15 @@ from tritonclient.grpc import model_config_pb2
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import (eventually, free_port, metric, parse_prometheus, scenario_configs, serving,
-                                   serving_front)
+from tests.runtime.helpers import (
+    eventually,
+    free_port,
+    metric,
+    parse_prometheus,
+    scenario_configs,
+    serving,
+    serving_front,
+)
 from tests.runtime.standins import TritonState
 
 CONFIG = scenario_configs()["llama-2-13b-draft-7b-logits"]  # draftLen 4 (maxDraftLen 10), logits acceptance

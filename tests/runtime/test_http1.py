@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.runtime.http1 import (Chunked, ProtocolError, Sized, UntilClose, body_framing, keeps_alive, parse_head,
-                                   request_head)
+from specdec.runtime.http1 import (
+    Chunked,
+    ProtocolError,
+    Sized,
+    UntilClose,
+    body_framing,
+    keeps_alive,
+    parse_head,
+    request_head,
+)
 
 
 def chunked(*pieces: bytes, ext: bytes = b"", trailer: bytes = b"") -> bytes:

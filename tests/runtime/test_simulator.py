@@ -14,15 +14,14 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdec import speculation
 from specdec.dev import simulated_clients, simulation_profile
 from specdec.dev.podrunner import write_volume
 from specdec.dev.simulation_profile import Profile, ProfileError
-from specdec.dev.simulator import (SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, serve_drafts,
-                                   speculate)
-from specdec.trtllm_schedule import draft_len_at
-from specdec import speculation
+from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, serve_drafts, speculate
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
+from specdec.trtllm_schedule import draft_len_at
 from tests.runtime.helpers import eventually, metric, scenario_configs, serving, serving_front
 
 CONFIGS = scenario_configs()

@@ -28,8 +28,7 @@ from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
-from tests.runtime.helpers import (EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving,
-                                   serving_front)
+from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving, serving_front
 
 CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
 STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]

@@ -30,8 +30,9 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any
 
 REPO = "NVIDIA/TensorRT-LLM"
 
@@ -72,13 +73,13 @@ class GitTree:
         return subprocess.run(["git", "--git-dir", self.git_dir, *args], check=True,
                               capture_output=True, text=True).stdout
 
-    def read(self, path: str) -> Optional[str]:
+    def read(self, path: str) -> str | None:
         try:
             return self._git("show", f"{self.commit}:{path}")
         except subprocess.CalledProcessError:
             return None
 
-    def listdir(self, path: str) -> List[str]:
+    def listdir(self, path: str) -> list[str]:
         try:
             out = self._git("ls-tree", "--name-only", self.commit, path.rstrip("/") + "/")
         except subprocess.CalledProcessError:
@@ -89,14 +90,14 @@ class GitTree:
 class DirTree:
     """Files of a checked-out tree; the commit is whatever the caller vouches for."""
 
-    def __init__(self, root: str, commit: Optional[str]):
+    def __init__(self, root: str, commit: str | None):
         self.root, self.commit = Path(root), commit
 
-    def read(self, path: str) -> Optional[str]:
+    def read(self, path: str) -> str | None:
         p = self.root / path
         return p.read_text(encoding="utf-8") if p.is_file() else None
 
-    def listdir(self, path: str) -> List[str]:
+    def listdir(self, path: str) -> list[str]:
         p = self.root / path
         return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
 
@@ -104,7 +105,7 @@ class DirTree:
 # --- ast helpers -------------------------------------------------------------------------------
 
 
-def _value(node: Optional[ast.AST], consts: Dict[str, Any]) -> Any:
+def _value(node: ast.AST | None, consts: dict[str, Any]) -> Any:
     """A literal as its value; a module constant's name as its value; anything else as source
     text under {"expr": ...}, so a computed default is visible rather than guessed."""
     if node is None:
@@ -135,9 +136,9 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _module_consts(tree: ast.Module) -> Dict[str, Any]:
+def _module_consts(tree: ast.Module) -> dict[str, Any]:
     """Module-level `NAME = <literal>` assignments (choices lists are often kept this way)."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
                 stmt.targets[0], ast.Name):
@@ -148,7 +149,7 @@ def _module_consts(tree: ast.Module) -> Dict[str, Any]:
     return out
 
 
-def _kw(call: ast.Call, name: str) -> Optional[ast.AST]:
+def _kw(call: ast.Call, name: str) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg == name), None)
 
 
@@ -159,7 +160,7 @@ def _dotted(node: ast.AST) -> str:
 # --- argparse ----------------------------------------------------------------------------------
 
 
-def argparse_options(src: str) -> List[Dict[str, Any]]:
+def argparse_options(src: str) -> list[dict[str, Any]]:
     """Every `<parser or group>.add_argument(...)` call in the file, in source order."""
     tree = ast.parse(src)
     consts = _module_consts(tree)
@@ -169,7 +170,7 @@ def argparse_options(src: str) -> List[Dict[str, Any]]:
                 and node.func.attr == "add_argument"):
             continue
         flags = [_value(a, consts) for a in node.args]
-        entry: Dict[str, Any] = {"flags": flags, "lineno": node.lineno}
+        entry: dict[str, Any] = {"flags": flags, "lineno": node.lineno}
         literal = [f for f in flags if isinstance(f, str)]
         longs = [f for f in literal if f.startswith("--")]
         dest = _value(_kw(node, "dest"), consts)
@@ -191,9 +192,9 @@ def argparse_options(src: str) -> List[Dict[str, Any]]:
 # --- click -------------------------------------------------------------------------------------
 
 
-def _click_param(call: ast.Call, consts: Dict[str, Any]) -> Dict[str, Any]:
+def _click_param(call: ast.Call, consts: dict[str, Any]) -> dict[str, Any]:
     decls = [_value(a, consts) for a in call.args]
-    entry: Dict[str, Any] = {"decls": decls}
+    entry: dict[str, Any] = {"decls": decls}
     names = [d for d in decls if isinstance(d, str)]
     # click's boolean pair "--x/--no-x": two flags, on and off, and a flag whatever is_flag says.
     pairs = [n for n in names if n.startswith("-") and "/" in n]
@@ -228,14 +229,14 @@ def _click_param(call: ast.Call, consts: Dict[str, Any]) -> Dict[str, Any]:
 OPTION_DECORATORS = ("click.option", "option", "stability_option")
 
 
-def click_commands(src: str) -> Dict[str, Any]:
+def click_commands(src: str) -> dict[str, Any]:
     """Every click command in the file: its options and arguments from its decorators.
 
     Decorators that are not an option (OPTION_DECORATORS), argument or command (shared option bundles) are listed
     under `other_decorators`: the test can then see that options may be missing here."""
     tree = ast.parse(src)
     consts = _module_consts(tree)
-    commands: Dict[str, Any] = {}
+    commands: dict[str, Any] = {}
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -266,9 +267,9 @@ def click_commands(src: str) -> Dict[str, Any]:
 # --- pydantic ----------------------------------------------------------------------------------
 
 
-def _field(stmt: ast.AnnAssign, consts: Dict[str, Any]) -> Dict[str, Any]:
+def _field(stmt: ast.AnnAssign, consts: dict[str, Any]) -> dict[str, Any]:
     ann = ast.unparse(stmt.annotation)
-    entry: Dict[str, Any] = {"type": ann}
+    entry: dict[str, Any] = {"type": ann}
     if ann.startswith(("ClassVar", "typing.ClassVar")):
         entry["classvar"] = True
     literal = re.fullmatch(r"(?:typing\.)?Literal\[(.*)\]", ann)
@@ -294,16 +295,16 @@ def _field(stmt: ast.AnnAssign, consts: Dict[str, Any]) -> Dict[str, Any]:
     return entry
 
 
-def pydantic_classes(src: str, file: str) -> Dict[str, Any]:
+def pydantic_classes(src: str, file: str) -> dict[str, Any]:
     """Every class: bases, own annotated fields, and `supports_backend`'s return expression."""
     tree = ast.parse(src)
     consts = _module_consts(tree)
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for cls in tree.body:
         if not isinstance(cls, ast.ClassDef):
             continue
-        fields: Dict[str, Any] = {}
-        info: Dict[str, Any] = {"file": file, "bases": [_dotted(b) for b in cls.bases],
+        fields: dict[str, Any] = {}
+        info: dict[str, Any] = {"file": file, "bases": [_dotted(b) for b in cls.bases],
                                 "fields": fields}
         for stmt in cls.body:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
@@ -319,9 +320,9 @@ def pydantic_classes(src: str, file: str) -> Dict[str, Any]:
     return out
 
 
-def _from_dict_map(fn: ast.FunctionDef) -> Dict[str, str]:
+def _from_dict_map(fn: ast.FunctionDef) -> dict[str, str]:
     """`DecodingBaseConfig.from_dict` dispatches on a dict literal {"<decoding_type>": Class}."""
-    found: Dict[str, str] = {}
+    found: dict[str, str] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
@@ -331,9 +332,9 @@ def _from_dict_map(fn: ast.FunctionDef) -> Dict[str, str]:
     return found
 
 
-def _mro(name: str, classes: Dict[str, Any]) -> List[str]:
+def _mro(name: str, classes: dict[str, Any]) -> list[str]:
     """Depth-first base order, enough for these single-inheritance config hierarchies."""
-    seen: List[str] = []
+    seen: list[str] = []
 
     def walk(n: str) -> None:
         if n in seen or n not in classes:
@@ -346,8 +347,8 @@ def _mro(name: str, classes: Dict[str, Any]) -> List[str]:
     return seen
 
 
-def resolved_fields(name: str, classes: Dict[str, Any]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
+def resolved_fields(name: str, classes: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for n in reversed(_mro(name, classes)):
         for f, v in classes[n]["fields"].items():
             out[f] = dict(v, defined_in=n)
@@ -357,7 +358,7 @@ def resolved_fields(name: str, classes: Dict[str, Any]) -> Dict[str, Any]:
 # --- tables ------------------------------------------------------------------------------------
 
 
-def _table_serve(tree, errors: List[str]) -> Optional[Dict[str, Any]]:
+def _table_serve(tree, errors: list[str]) -> dict[str, Any] | None:
     src = tree.read(SERVE_PY)
     if src is None:
         errors.append(f"trtllm_serve: {SERVE_PY} not found")
@@ -368,8 +369,8 @@ def _table_serve(tree, errors: List[str]) -> Optional[Dict[str, Any]]:
     return {"file": SERVE_PY, "commands": cmds}
 
 
-def _collect_classes(tree, errors: List[str]) -> Dict[str, Any]:
-    classes: Dict[str, Any] = {}
+def _collect_classes(tree, errors: list[str]) -> dict[str, Any]:
+    classes: dict[str, Any] = {}
     files = [LLM_ARGS_PY] + [f"{LLMAPI_DIR}/{n}" for n in tree.listdir(LLMAPI_DIR)
                              if n.endswith(".py") and f"{LLMAPI_DIR}/{n}" != LLM_ARGS_PY]
     for path in files:
@@ -384,13 +385,13 @@ def _collect_classes(tree, errors: List[str]) -> Dict[str, Any]:
     return classes
 
 
-def _class_table(name: str, classes: Dict[str, Any]) -> Dict[str, Any]:
+def _class_table(name: str, classes: dict[str, Any]) -> dict[str, Any]:
     c = classes[name]
     return {"file": c["file"], "bases": c["bases"], "mro": _mro(name, classes),
             "fields": resolved_fields(name, classes)}
 
 
-def _tables_llm_api(tree, errors: List[str]) -> Dict[str, Any]:
+def _tables_llm_api(tree, errors: list[str]) -> dict[str, Any]:
     classes = _collect_classes(tree, errors)
     if not classes:
         return {}
@@ -402,8 +403,8 @@ def _tables_llm_api(tree, errors: List[str]) -> Dict[str, Any]:
     if kv is None:
         errors.append("kv_cache_config: class KvCacheConfig not found")
 
-    spec: Dict[str, Any] = {}
-    dispatch: Dict[str, str] = {}
+    spec: dict[str, Any] = {}
+    dispatch: dict[str, str] = {}
     dispatch_file = None
     if SPEC_BASE not in classes:
         errors.append(f"speculative_configs: class {SPEC_BASE} not found")
@@ -427,7 +428,7 @@ def _tables_llm_api(tree, errors: List[str]) -> Dict[str, Any]:
             spec[name] = t
         if not spec:
             errors.append(f"speculative_configs: no subclass of {SPEC_BASE}")
-    out: Dict[str, Any] = {"llm_args": llm_args, "speculative_configs": spec,
+    out: dict[str, Any] = {"llm_args": llm_args, "speculative_configs": spec,
                            "speculative_dispatch": {"file": dispatch_file,
                                                     "function": f"{SPEC_BASE}.from_dict",
                                                     "map": dispatch}}
@@ -436,11 +437,11 @@ def _tables_llm_api(tree, errors: List[str]) -> Dict[str, Any]:
     return out
 
 
-def _table_torch_speculative(tree, errors: List[str]) -> Dict[str, Any]:
+def _table_torch_speculative(tree, errors: list[str]) -> dict[str, Any]:
     modules = [n for n in tree.listdir(TORCH_SPEC_DIR) if n.endswith(".py")]
     if not modules:
         errors.append(f"pytorch_speculative: {TORCH_SPEC_DIR} not found")
-    table: Dict[str, Any] = {"dir": TORCH_SPEC_DIR, "modules": modules}
+    table: dict[str, Any] = {"dir": TORCH_SPEC_DIR, "modules": modules}
     src = tree.read(TORCH_SPEC_INTERFACE)
     if src is not None:
         for cls in ast.parse(src).body:
@@ -459,13 +460,13 @@ def _table_torch_speculative(tree, errors: List[str]) -> Dict[str, Any]:
     return table
 
 
-def _table_engine(tree, errors: List[str]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
+def _table_engine(tree, errors: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     src = tree.read(BUILD_PY)
     if src is None:
         errors.append(f"trtllm_build: {BUILD_PY} not found")
     else:
-        build: Dict[str, Any] = {"file": BUILD_PY, "options": argparse_options(src)}
+        build: dict[str, Any] = {"file": BUILD_PY, "options": argparse_options(src)}
         plugin = tree.read(PLUGIN_PY)
         if plugin is not None:
             # trtllm-build adds one flag per name in cli_plugin_args (plugin.add_plugin_argument).
@@ -494,16 +495,16 @@ def _table_engine(tree, errors: List[str]) -> Dict[str, Any]:
     return out
 
 
-def pbtxt_parameters(text: str, path: str) -> Dict[str, Any]:
+def pbtxt_parameters(text: str, path: str) -> dict[str, Any]:
     """Keys of the `parameters` blocks and the ${...} placeholders fill_template.py fills."""
     keys = re.findall(r'parameters\s*[:{][^}]*?key\s*:\s*"([^"]+)"', text, re.S)
     return {"file": path, "parameter_keys": sorted(set(keys)),
             "placeholders": sorted(set(re.findall(r"\$\{(\w+)\}", text)))}
 
 
-def extract(tree, tag: str, engine_path: bool) -> Dict[str, Any]:
-    errors: List[str] = []
-    data: Dict[str, Any] = {"source": {"repo": REPO, "tag": tag, "commit": tree.commit},
+def extract(tree, tag: str, engine_path: bool) -> dict[str, Any]:
+    errors: list[str] = []
+    data: dict[str, Any] = {"source": {"repo": REPO, "tag": tag, "commit": tree.commit},
                             "generator": "tests/source_truth/extract.py"}
     serve = _table_serve(tree, errors)
     if serve is not None:
@@ -516,7 +517,7 @@ def extract(tree, tag: str, engine_path: bool) -> Dict[str, Any]:
     return data
 
 
-def main(argv: Optional[Iterable[str]] = None) -> int:
+def main(argv: Iterable[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--git-dir", help="a (bare) clone of NVIDIA/TensorRT-LLM")

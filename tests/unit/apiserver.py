@@ -14,8 +14,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from specdec.kube.client import Kube
 from specdec.kube.cache import Store
+from specdec.kube.client import Kube
 
 CACHED = ("SpeculativeDeployment", "EngineBuild", "ModelCache", "Job", "Pod", "Deployment", "ConfigMap", "Service",
           "PersistentVolumeClaim")

@@ -16,8 +16,8 @@ from specdec.admission import Observed, served_models
 from specdec.admission_memory import Served, kv_bytes_per_token, weight_bytes_per_gpu
 from specdec.dev import nodes as dev_nodes
 from specdec.gpu_nodes import GpuNodes, gpu_node
-from specdec.model_facts import ModelFacts
 from specdec.model_catalog import CATALOG_SOURCE, catalog_facts
+from specdec.model_facts import ModelFacts
 from specdec.plan import Plan, Problem, parse_spec, plan
 from specdec.status.deployment import DeploymentInput, deployment_conditions
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example

@@ -11,8 +11,7 @@ import pytest
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS, build_steps
 from specdec.builders.engine import build_engine_build, build_job
 from specdec.render import render_objects
-from tests.unit.helpers import (EXAMPLE_70B, EXAMPLES, SETTINGS, command, engines, flag, has_pairs, load_example,
-                                steps)
+from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, command, engines, flag, has_pairs, load_example, steps
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
 
 # trtllm-build's own option definitions (build.py argparse + plugin.py cli_plugin_args), with their source commits

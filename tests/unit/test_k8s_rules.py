@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
+from specdec.plan import Problem, parse_spec
 from specdec.schema import k8s
 from specdec.schema.openapi import matches, schema_errors
-from specdec.plan import Problem, parse_spec
 from tests.unit.helpers import SD_CRD, crd_schema, schema_at
 from tests.unit.invalid_specs import DIGEST, spec
 

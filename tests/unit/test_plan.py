@@ -7,10 +7,17 @@ import copy
 import pydantic
 import pytest
 
-from specdec.builders.serving import build_deployment, runtime_config_json
+from specdec.builders.serving import build_deployment
 from specdec.plan import HASHED_WHEN_NULL, engine_name
-from tests.unit.helpers import (EXAMPLE_13B, EXAMPLE_70B, EXAMPLE_REDRAFTER, SETTINGS, load_example, make_plan,
-                                make_problem)
+from tests.unit.helpers import (
+    EXAMPLE_13B,
+    EXAMPLE_70B,
+    EXAMPLE_REDRAFTER,
+    SETTINGS,
+    load_example,
+    make_plan,
+    make_problem,
+)
 from tests.unit.invalid_specs import DRAFT, TARGET, draft_target, redrafter, spec
 
 

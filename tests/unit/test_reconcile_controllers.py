@@ -8,6 +8,7 @@ import datetime
 from specdec.builders.engine import build_engine_build
 from specdec.builders.model_cache import build_model_cache
 from specdec.gpu_nodes import GpuNodeInventory
+from specdec.kube.workqueue import BACKOFF_FIRST
 from specdec.plan import plan
 from specdec.reconcile import WORKERS, Reconciler
 from specdec.reconcile.collect import ANNOTATION_UNUSED_SINCE, GarbageCollector
@@ -24,7 +25,6 @@ from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing
 from specdec.reconcile.state.users import Users
-from specdec.kube.workqueue import BACKOFF_FIRST
 from tests.unit.apiserver import Cluster
 from tests.unit.helpers import EXAMPLE_13B, SETTINGS, Recorded, load_example
 
@@ -213,7 +213,7 @@ def test_garbage_collection_marks_an_unused_engine_deletes_it_after_the_retentio
     plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
                      lambda namespace: cluster.kube.list("ModelCache", namespace))
     collector = GarbageCollector(cluster.kube, SETTINGS, plans)
-    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
 
     def marked(name: str) -> str | None:
         return (cluster.store.get("EngineBuild", "ns", name)["metadata"].get("annotations") or {}).get(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from specdec.kube.cache import Store
 from specdec.kube.client import Kube
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
-from specdec.kube.cache import Store
 from tests.unit.helpers import Recorded
 
 
@@ -68,6 +68,7 @@ def test_a_deployments_events_mark_ready_not_ready_and_each_new_failure():
 
 def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_reading_it():
     import yaml
+
     from specdec.builders.engine import build_engine_build
     from specdec.builders.model_cache import build_model_cache
     from specdec.plan import plan
@@ -148,10 +149,10 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
 def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
     """Another checkpoint of the namespace fetched (a fleet's hundred models) does not plan a deployment again;
     its own checkpoint's facts do."""
-    from specdec.reconcile import plans as plan_memo
     from specdec.builders.model_cache import build_model_cache
     from specdec.model_catalog import catalog_facts
     from specdec.plan import ModelCachePlan, plan
+    from specdec.reconcile import plans as plan_memo
 
     sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
           "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
@@ -185,6 +186,7 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
 
 def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     import yaml
+
     from tests.unit.helpers import ROOT
 
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
@@ -218,6 +220,7 @@ def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment
     status: the reconcile it hands over to does that); it creates each new ModelCache's fetch Job itself,
     before anything else (the first Job the deployment waits for), and wakes each new EngineBuild at once."""
     import yaml
+
     from tests.unit.helpers import ROOT
 
     sd = yaml.safe_load((ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml").read_text())

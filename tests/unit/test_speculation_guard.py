@@ -6,8 +6,17 @@ import datetime
 import random
 
 from specdec.rearm import Rearm
-from specdec.speculation_guard import (COLLAPSED, DRAFTING, NOT_DRAFTING, GuardPolicy, GuardState, Window,
-                                       observe, rearm_due, window_of)
+from specdec.speculation_guard import (
+    COLLAPSED,
+    DRAFTING,
+    NOT_DRAFTING,
+    GuardPolicy,
+    GuardState,
+    Window,
+    observe,
+    rearm_due,
+    window_of,
+)
 from specdec.status.speculation import active_condition
 
 POLICY = GuardPolicy()
@@ -107,7 +116,7 @@ def test_rearm_reads_the_last_restart_from_status_after_an_operator_restart():
     events, wall = [], {"now": 0.0}
     rearm = Rearm(lambda obj, reason, message, warning=False: events.append((reason, message)),
                   wall_clock=lambda: wall["now"])
-    at = datetime.datetime.fromtimestamp(10_020.0, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    at = datetime.datetime.fromtimestamp(10_020.0, datetime.UTC).isoformat().replace("+00:00", "Z")
     sd = {"status": {"rearm": {"restarts": 3, "lastRestartAt": at}}}  # by the operator before this one
     key = ("ns", "llama")
 

@@ -11,8 +11,12 @@ from specdec import conditions
 from specdec.conditions import Cond
 from specdec.model_catalog import catalog_facts, config_excerpt
 from specdec.model_facts import ModelFacts
-from specdec.status.deployment import (DeploymentInput, deployment_conditions, runtime_pod_blocked,
-                                      served_this_generation)
+from specdec.status.deployment import (
+    DeploymentInput,
+    deployment_conditions,
+    runtime_pod_blocked,
+    served_this_generation,
+)
 from specdec.status.shared import FETCH, BuildState, evaluate_build, fetched_status, step_failure
 from tests.unit.helpers import EXAMPLE_13B, load_example, make_plan, make_problem
 from tests.unit.invalid_specs import spec

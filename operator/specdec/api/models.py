@@ -16,14 +16,25 @@ from pydantic import ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
 from specdec import modes
-from specdec.schema import k8s
-from specdec.schema.base import (API_VERSION, GROUP, MODEL_URI_HELP, MODEL_URI_PATTERN, NAME_MAX,  # noqa: F401
-                              NAME_RE, NAME_RULE_MESSAGE, VERSION, ApiModel, ModelSource, cel)
-from specdec.schema.base import validations as _validations
 from specdec.api.capture import CaptureStatus
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
 from specdec.modes.pytorch import PYTORCH_FP8
+from specdec.schema import k8s
+from specdec.schema.base import (  # noqa: F401
+    API_VERSION,
+    GROUP,
+    MODEL_URI_HELP,
+    MODEL_URI_PATTERN,
+    NAME_MAX,
+    NAME_RE,
+    NAME_RULE_MESSAGE,
+    VERSION,
+    ApiModel,
+    ModelSource,
+    cel,
+)
+from specdec.schema.base import validations as _validations
 
 SpeculationSpec = modes.speculation_spec(rearm=(RearmSpec | None, Field(None, description=(
     "Opt-in: a rolling restart of the runtime pods when they stopped drafting under traffic. Default: off."))))

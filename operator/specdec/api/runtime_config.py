@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Field, Tag
 
 from specdec import modes
-from specdec.schema.base import ApiModel
-from specdec.schema.served_model import ServedModel
 from specdec.modes.draft_target import RuntimeDraftTarget
 from specdec.modes.redrafter import RuntimeReDrafter
+from specdec.schema.base import ApiModel
+from specdec.schema.served_model import ServedModel
 
 RUNTIME_CONFIG_KEY = "runtime.json"
 # The draft length in effect (draftLen: auto), a key of its own in the runtime ConfigMap and outside the

@@ -12,6 +12,7 @@ from specdec.gpu_nodes import node_selector
 from specdec.plan import EnginePlan, model_claims, recipe_models, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
+
 def job_name(engine_build_name: str) -> str:
     return f"{engine_build_name}-build"
 

@@ -6,9 +6,14 @@ import dataclasses
 import json
 from typing import Any
 
-from specdec.api.runtime_config import (CACHE_MOUNT, DRAFT_LEN_KEY, DRAFT_LEN_SCHEDULE_KEY, RUNTIME_CONFIG_DIR,
-                                        RUNTIME_CONFIG_KEY)
 from specdec import modes, trtllm_schedule
+from specdec.api.runtime_config import (
+    CACHE_MOUNT,
+    DRAFT_LEN_KEY,
+    DRAFT_LEN_SCHEDULE_KEY,
+    RUNTIME_CONFIG_DIR,
+    RUNTIME_CONFIG_KEY,
+)
 from specdec.builders import common
 from specdec.gpu_nodes import node_selector
 from specdec.plan import Plan, content_hash

@@ -14,11 +14,21 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from specdec.dev.podman import (archive_path, cached, command_env, images_dir, podman, podman_has, progress, require, run,
-                                 save)
+from specdec.dev.podman import (
+    archive_path,
+    cached,
+    command_env,
+    images_dir,
+    podman,
+    podman_has,
+    progress,
+    require,
+    run,
+    save,
+)
 
 SUITE = "bookworm"  # Debian 12: Python 3.11, like the hosts the wheelhouse is downloaded on
 DEBIAN_MIRROR = os.environ.get("SPECDEC_DEBIAN_MIRROR", "http://deb.debian.org/debian")

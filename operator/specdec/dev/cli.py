@@ -10,8 +10,16 @@ import argparse
 import json
 import sys
 
-from specdec.dev import (cluster, images, prometheus, prometheus_ui, real_node, simulated_steps, simulation_profile,
-                         toolchain)
+from specdec.dev import (
+    cluster,
+    images,
+    prometheus,
+    prometheus_ui,
+    real_node,
+    simulated_steps,
+    simulation_profile,
+    toolchain,
+)
 
 NEXT_STEPS = """
 Next (the first line points this shell at the cluster; every new shell needs it too):

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 

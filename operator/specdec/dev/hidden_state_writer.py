@@ -16,9 +16,10 @@ import os
 import pickle
 import struct
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.modes.save_state import DECODING_TYPE
@@ -114,7 +115,7 @@ class HiddenStateCapture:
     _saved: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def from_config(cls, speculative: dict[str, Any]) -> "HiddenStateCapture":
+    def from_config(cls, speculative: dict[str, Any]) -> HiddenStateCapture:
         """From a SaveState speculative_config (SaveHiddenStatesDecodingConfig's fields and defaults)."""
         layers = speculative.get("eagle3_layers_to_capture")
         capture = cls(Path(speculative["output_directory"]), int(speculative.get("write_interval", 20)),

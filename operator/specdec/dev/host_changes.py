@@ -44,7 +44,7 @@ class HostState:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=1))
 
     @classmethod
-    def load(cls, path: Path) -> "HostState":
+    def load(cls, path: Path) -> HostState:
         return cls(**json.loads(path.read_text()))
 
 

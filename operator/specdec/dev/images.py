@@ -34,14 +34,27 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from specdec.dev import toolchain
 from specdec.dev.base_image import BASE_IMAGE, base_key, build_base
-from specdec.dev.podman import (ImageBuildError, archive_path, cached, images_dir, key_file, locked, podman,
-                                podman_command, progress, require, run, save, ulimit_args)
+from specdec.dev.podman import (
+    ImageBuildError,
+    archive_path,
+    cached,
+    images_dir,
+    key_file,
+    locked,
+    podman,
+    podman_command,
+    progress,
+    require,
+    run,
+    save,
+    ulimit_args,
+)
 
 OPERATOR_IMAGE = "localhost/specdec-operator:dev"
 RUNTIME_TEST_IMAGE = "localhost/specdec-runtime-test:dev"

@@ -9,7 +9,8 @@ import contextlib
 import json
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import urllib3
 from kubernetes import watch

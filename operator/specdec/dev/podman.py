@@ -17,8 +17,8 @@ import resource
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from specdec.dev import toolchain
 

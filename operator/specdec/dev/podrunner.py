@@ -33,8 +33,9 @@ import random
 import shutil
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -45,8 +46,8 @@ from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERV
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
 from specdec.dev import simulated_clients, simulation_profile
-from specdec.dev.informer import Informer, Key
 from specdec.dev.hidden_state_writer import capture_hook, captured_into
+from specdec.dev.informer import Informer, Key
 from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
 from specdec.runtime import config as cfg
 from specdec.runtime import launch

@@ -33,12 +33,19 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from specdec.dev import host_changes, images, nodes, toolchain
-from specdec.dev.node_config import (BRIDGE, GATEWAY, PAUSE_IMAGE, TAINT_KEY, cni_config, containerd_config,
-                                     kubelet_config)
-from specdec.dev.pause_image import build_pause, pause_image_archive
 from specdec.dev import cluster as local_cluster
+from specdec.dev import host_changes, images, nodes, toolchain
 from specdec.dev.cluster import KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, wait_nodes_ready
+from specdec.dev.node_config import (
+    BRIDGE,
+    GATEWAY,
+    PAUSE_IMAGE,
+    TAINT_KEY,
+    cni_config,
+    containerd_config,
+    kubelet_config,
+)
+from specdec.dev.pause_image import build_pause, pause_image_archive
 from specdec.dev.processes import running_pid, start_process, stop_process
 
 NODE_NAME = "real-0"

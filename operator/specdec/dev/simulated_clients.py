@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import aiohttp
 
@@ -28,7 +28,7 @@ async def _request(session: aiohttp.ClientSession, url: str, max_tokens: int, st
     try:
         async with session.post(url, json={"prompt": PROMPT, "max_tokens": max_tokens, "stream": stream}) as response:
             await response.read()
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         pass  # a pod starting or stopping; the front's own metrics count what it answered
 
 

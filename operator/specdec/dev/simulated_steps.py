@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from specdec.builders.build_steps import STEP_PHASES
 

@@ -28,8 +28,9 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract

@@ -40,8 +40,9 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
 PACED_ENV = "SPECDEC_STANDIN_PACED"

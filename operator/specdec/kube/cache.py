@@ -11,7 +11,8 @@ API server, so a reconcile that changes nothing makes no request at all.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 Key = tuple[str, str, str]  # kind, namespace, name
 

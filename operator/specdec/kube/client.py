@@ -20,7 +20,8 @@ import dataclasses
 import logging
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import urllib3
@@ -95,7 +96,7 @@ class Kube:
             FIELD_MANAGER)
 
     @classmethod
-    def from_environment(cls, store: Store | None = None) -> "Kube":
+    def from_environment(cls, store: Store | None = None) -> Kube:
         try:
             config.load_incluster_config()
             configuration = client.Configuration.get_default_copy()

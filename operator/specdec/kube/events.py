@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 

@@ -43,8 +43,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -140,7 +141,7 @@ class _Lock(LeaseLock):
 class _Elector(leaderelection.LeaderElection):
     """One campaign and term of the library's algorithm, stoppable, reporting to its Leadership."""
 
-    def __init__(self, config: electionconfig.Config, owner: "Leadership"):
+    def __init__(self, config: electionconfig.Config, owner: Leadership):
         super().__init__(config)
         self.owner = owner
         config.lock.may_create = self._may_create
@@ -209,7 +210,7 @@ class Leadership:
     @classmethod
     def from_env(cls, api: client.ApiClient, on_started: Callable[[], None] = lambda: None,
                  on_stopped: Callable[[], None] = lambda: None,
-                 env: dict[str, str] | None = None) -> "Leadership | None":
+                 env: dict[str, str] | None = None) -> Leadership | None:
         """The Leadership the environment asks for, or None when leader election is off."""
         settings = ElectionSettings.from_env(env)
         if not settings.enabled:
@@ -293,7 +294,7 @@ class Leadership:
                 lease = self._coordination.read_namespaced_lease(self.name, self.namespace)
                 if lease.spec is None or lease.spec.holder_identity != self.identity:
                     return
-                now = datetime.datetime.now(datetime.timezone.utc)
+                now = datetime.datetime.now(datetime.UTC)
                 lease.spec.holder_identity = None
                 lease.spec.lease_duration_seconds = 1
                 lease.spec.acquire_time = lease.spec.renew_time = now
@@ -321,7 +322,7 @@ class ElectionSettings:
     retry_period: float = 2
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "ElectionSettings":
+    def from_env(cls, env: dict[str, str] | None = None) -> ElectionSettings:
         """Read the SPECDEC_LEADER_ELECTION* variables (see the module docstring); ValueError says which
         one is wrong."""
         env = os.environ if env is None else env

@@ -25,7 +25,7 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, create_model
 
-from specdec.schema.base import ApiModel, cel, validations
-from specdec.modes import auto, draft_target, eagle3, mtp, ngram, none, pard, redrafter, sa
-from specdec.modes import dflash, dspark, save_state
+from specdec.modes import auto, dflash, draft_target, dspark, eagle3, mtp, ngram, none, pard, redrafter, sa, save_state
 from specdec.modes.mode import Mode
+from specdec.schema.base import ApiModel, cel, validations
 
 MODES: dict[str, Mode] = {m.name: m for m in (
     none.MODE,

@@ -13,7 +13,8 @@ the pinned 1.4.0rc1 is inferred from the releases on either side of it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec.modes.mode import Mode
 

@@ -18,14 +18,14 @@ moe_backend (new on every 1.4.0rc1 decoding config; the page gives their types o
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
-
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 
 DECODING_TYPE = "DFlash"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 MAX_LAYER = 1023  # a layer index bound, far above any served model's layer count

@@ -8,15 +8,15 @@ config.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
-from specdec.schema.base import ApiModel, ModelSource, cel, validations
-from specdec.schema.served_model import ServedModel
 from specdec.modes.mode import Mode, Rule
 from specdec.modes.pytorch import PYTORCH_FP8
-
+from specdec.schema.base import ApiModel, ModelSource, cel, validations
+from specdec.schema.served_model import ServedModel
 
 DECODING_TYPE = "Draft_Target"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 AUTO = "auto"

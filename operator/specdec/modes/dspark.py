@@ -17,15 +17,15 @@ page gives their types only). The example's pair is from TensorRT Edge-LLM's spe
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field
 
-from specdec.schema.base import cel, validations
 from specdec.modes.dflash import TargetLayerDrafter, draft_checkpoint, needs_draft_model
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
-
+from specdec.schema.base import cel, validations
 
 DECODING_TYPE = "DSpark"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 # The architecture whose checkpoint embeds a DSpark draft (its mtp.* weights; TensorRT-LLM also accepts

@@ -13,14 +13,14 @@ llm_args.py @ 0004396720054fd8e205cbf616f21f0b57c6b412, where the descriptions a
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
-
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 
 DECODING_TYPE = "Eagle3"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 

@@ -13,14 +13,14 @@ Descriptions from `tensorrt_llm/llmapi/llm_args.py` @ 0004396720054fd8e205cbf616
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
-from specdec.schema.base import ApiModel, cel, validations
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
-
+from specdec.schema.base import ApiModel, cel, validations
 
 DECODING_TYPE = "MTP"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 THINKING_TOKEN_MAX = 10_000_000

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
 from specdec.modes.mode import Mode
-from specdec.schema.base import validations
 from specdec.modes.pytorch import SCHEDULE_RULES, DynamicSpeculation
-
+from specdec.schema.base import validations
 
 DECODING_TYPE = "NGram"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 

@@ -15,14 +15,14 @@ inferred: the search tool stores no 1.4.0rc1 source or reference page of this cl
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
-
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
 
 DECODING_TYPE = "PARD"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 

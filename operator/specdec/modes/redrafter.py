@@ -3,12 +3,13 @@ path only (examples/redrafter/convert_checkpoint.py, TensorRT-LLM 1.2.x)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field
 
-from specdec.schema.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
 from specdec.modes.mode import BuildStep, EngineDrafter, Mode
+from specdec.schema.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
 
 
 class ReDrafterSpec(ApiModel):

@@ -14,14 +14,14 @@ the pod starts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field
 
-from specdec.schema.base import cel, validations
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation
-
+from specdec.schema.base import cel, validations
 
 DECODING_TYPE = "SA"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 LONGEST_MATCH = -1  # max_matching_ngram_size: the longest match the automaton finds

@@ -16,14 +16,14 @@ so that the pinned 1.4.0rc1 has the same fields is inferred from the releases on
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from pydantic import Field
 
+from specdec.modes.mode import Mode, Rule
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
-from specdec.modes.mode import Mode, Rule
-
 
 DECODING_TYPE = "SaveState"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 CAPTURE_MOUNT = "/captures"  # in the runtime pod: output_directory

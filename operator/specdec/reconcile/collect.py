@@ -34,7 +34,7 @@ class GarbageCollector:
     def collect(self, namespace: str | None, now: datetime.datetime | None = None) -> list[str]:
         """Mark EngineBuilds and ModelCaches no deployment uses; delete those unused for longer than the
         retention. The names deleted."""
-        now = now or datetime.datetime.now(datetime.timezone.utc)
+        now = now or datetime.datetime.now(datetime.UTC)
         used: set[tuple[str, str, str]] = set()
         for sd in self.kube.list("SpeculativeDeployment", namespace):
             ns = sd["metadata"]["namespace"]

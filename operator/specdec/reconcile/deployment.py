@@ -6,7 +6,8 @@ deployment is reconciled again after a back-off."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec import metrics
 from specdec.builders import common

@@ -6,7 +6,8 @@ event of a build they share."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec.api import models
 from specdec.kube.client import Kube

@@ -8,7 +8,8 @@ on the facts of its fetched files: an EngineBuild, once created, would start its
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec.builders.engine import build_engine_build
 from specdec.builders.model_cache import build_model_cache

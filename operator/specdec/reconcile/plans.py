@@ -6,8 +6,8 @@ every deployment each time was a tenth of the operator's Python CPU at N=300, py
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from specdec.admission import Observed
 from specdec.gpu_nodes import GpuNodeInventory, GpuNodes

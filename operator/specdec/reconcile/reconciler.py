@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
@@ -13,6 +14,7 @@ from specdec.builders.serving import runtime_config_map_name, told_schedule
 from specdec.gpu_nodes import GpuNodeInventory
 from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
+from specdec.kube.workqueue import DelayQueue, WorkQueue
 from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan
 from specdec.reconcile.collect import GarbageCollector
@@ -30,10 +32,8 @@ from specdec.reconcile.state.failures import Backoff, ServiceFailures
 from specdec.reconcile.state.locks import Locks
 from specdec.reconcile.state.pacing import WritePacing
 from specdec.reconcile.state.users import Users
-from specdec.kube.workqueue import DelayQueue
 from specdec.settings import Settings
 from specdec.status.shared import BuildState
-from specdec.kube.workqueue import WorkQueue
 
 log = logging.getLogger("specdec.reconcile")
 

@@ -8,7 +8,7 @@ is reported in its status."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from specdec import metrics
 from specdec.builders.serving import build_service, runtime_name

@@ -4,11 +4,19 @@ The Service comes after the Deployment is ours, from the Service lane (service_l
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY
-from specdec.builders.serving import (build_config_map, build_deployment, build_service, config_map_name,
-                                      runtime_name, served_plan, told_schedule)
+from specdec.builders.serving import (
+    build_config_map,
+    build_deployment,
+    build_service,
+    config_map_name,
+    runtime_name,
+    served_plan,
+    told_schedule,
+)
 from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
@@ -17,7 +25,6 @@ from specdec.reconcile.state.failures import ServiceFailures
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
-
 
 ANNOTATION_REARMED_AT = "specdec.io/rearmed-at"  # on the runtime pod template: status.rearm.lastRestartAt
 

@@ -5,7 +5,8 @@ and tell its users only if what they read changed."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from specdec import conditions, metrics
 from specdec.kube.client import Kube

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
@@ -52,7 +53,7 @@ def _age_seconds(obj: dict[str, Any]) -> float:
     if not created:
         return 0.0
     then = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
-    return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
 class SharedJobs:

@@ -16,9 +16,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from specdec.runtime.capture_file import UnreadableCapture, captured_tokens
 

@@ -3,8 +3,8 @@ kubelet replaces when the operator writes the key. The front polls it; what chan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class ConfigMapKey:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 LOOP_ENV = "SPECDEC_RUNTIME_LOOP"

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
 import orjson
@@ -27,7 +28,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from specdec.api.runtime_config import RuntimeConfig
-from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE, FILE_PREFIX
+from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
+from specdec.modes.save_state import FILE_PREFIX
 from specdec.runtime.capture import CaptureDirectory
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.launch import Backend
@@ -147,7 +149,7 @@ class Front:
                 if resp.status == 200:
                     return True, "ok"
                 return False, f"{url} answered HTTP {resp.status}"
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, aiohttp.ClientError) as error:
             return False, f"{url} not reachable: {type(error).__name__}"
 
     def mark_ready(self) -> None:

@@ -19,8 +19,9 @@ import asyncio
 import email.utils
 import logging
 import time
+from collections.abc import Awaitable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Awaitable, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote
 
 from aiohttp import web

@@ -13,7 +13,7 @@ draft different lengths as the load moves).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 STEADY_BAND = 0.25
 

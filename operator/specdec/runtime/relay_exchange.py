@@ -105,7 +105,7 @@ class RelayExchange:
     def _timed_out(self) -> None:
         assert self.call is not None
         self.call.cancel()
-        self._fail(front_error(SERVER, self.relay.request_timeout, asyncio.TimeoutError()))
+        self._fail(front_error(SERVER, self.relay.request_timeout, TimeoutError()))
 
     def _answered(self, error: Exception | None) -> None:
         """A whole answer (not a stream) has arrived, or could not."""

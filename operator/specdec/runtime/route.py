@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -71,7 +72,7 @@ def backend_errors(server: str, timeout: float) -> Iterator[None]:
     """The failures of reaching the server raised as front_error's answers."""
     try:
         yield
-    except (aiohttp.ClientError, UpstreamError, asyncio.TimeoutError) as error:
+    except (TimeoutError, aiohttp.ClientError, UpstreamError) as error:
         raise front_error(server, timeout, error) from None
 
 
@@ -118,5 +119,5 @@ class Route:
         try:
             async with self.session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
                 return await resp.text() if resp.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+        except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
             return None

@@ -88,7 +88,7 @@ class Supervisor:
             self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(self._exited.wait()), self.grace_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("%s did not stop within %.0fs; sending SIGKILL", self.argv[0], self.grace_seconds)
                 self._signal_group(signal.SIGKILL)
         return await self.wait()

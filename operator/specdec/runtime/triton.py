@@ -17,8 +17,8 @@ from pathlib import Path
 import jinja2
 
 from specdec.api.runtime_config import RuntimeConfig
-from specdec.schema.served_model import ServedModel
 from specdec.runtime import config as cfg
+from specdec.schema.served_model import ServedModel
 
 TARGET_MODEL = "tensorrt_llm"
 DRAFT_MODEL = "tensorrt_llm_draft"

@@ -39,8 +39,7 @@ from specdec.runtime.in_flight import InFlight
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import invalid
-from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response,
-                                   write)
+from specdec.runtime.route import JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response, write
 
 log = logging.getLogger("specdec.runtime")
 

@@ -12,7 +12,7 @@ that is not HTTP/1.1).
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from specdec.runtime.http1 import MAX_HEAD, Body, ProtocolError, body_framing, keeps_alive, parse_head, request_head
@@ -101,7 +101,7 @@ class Upstream:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, connection = await loop.create_connection(lambda: Connection(self), self.host, self.port)
-        except (OSError, asyncio.TimeoutError) as error:
+        except (TimeoutError, OSError) as error:
             raise Unreachable(f"{self.authority}: {type(error).__name__}: {error}") from None
         return connection
 

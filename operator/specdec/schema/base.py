@@ -100,7 +100,7 @@ class ModelSource(ApiModel):
         description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.")
 
     @model_validator(mode="after")
-    def _devices_once(self) -> "ModelSource":
+    def _devices_once(self) -> ModelSource:
         """The API server's twin is `x-kubernetes-list-type: set`, which CEL does not express."""
         if self.devices is not None and len(set(self.devices)) != len(self.devices):
             raise ValueError("devices: each device may appear once")

@@ -46,7 +46,7 @@ KUBERNETES_FUNCTIONS = {"quantity": _quantity, "isGreaterThan": _is_greater_than
                         "indexOf": _index_of}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _program(rule: str) -> celpy.Runner:
     environment = celpy.Environment()
     return environment.program(environment.compile(rule), functions=KUBERNETES_FUNCTIONS)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import copy
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import core_schema

@@ -36,7 +36,7 @@ def _gib(n: float) -> str:
 
 
 def _timestamp(seconds: float) -> str:
-    return datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.datetime.fromtimestamp(int(seconds), datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
 def capture_status(place: CapturePlace, sample: CaptureSample, capacity: int | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from specdec.plan import ModelCachePlan, Plan, Problem
 from specdec.status.pods import STUCK_REASONS, by_age, condition, condition_true, stuck_container
 from specdec.status.shared import BUILD, FETCH, FETCHED, WAITING_FOR_CHECKPOINTS, BuildState
 
+
 def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
                       kind: str = "EnginesReady") -> Cond | None:
     """An engine without its EngineBuild (or, on backend pytorch, the runtime) waits for its checkpoints:

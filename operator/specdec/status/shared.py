@@ -8,8 +8,16 @@ from typing import Any
 
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS
 from specdec.model_facts import ModelFacts
-from specdec.status.pods import (STUCK_REASONS, by_age, condition, condition_true, container_statuses,
-                                 memory_limit, stuck_container, tail)
+from specdec.status.pods import (
+    STUCK_REASONS,
+    by_age,
+    condition,
+    condition_true,
+    container_statuses,
+    memory_limit,
+    stuck_container,
+    tail,
+)
 
 FETCHED = "Fetched"
 WAITING_FOR_CHECKPOINTS = "WaitingForCheckpoints"  # an EngineBuild's, before its Job: see the ModelCaches

@@ -10,7 +10,8 @@ failure, a new generation) is written at once."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PROGRESS_WRITE_SECONDS = 5.0
 
