@@ -65,8 +65,10 @@ def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, d
             cpu, start = server_cpu(), time.monotonic()
             for obj in copies:
                 kube.create(obj) if how == "create" else kube.server_side_apply(obj)
-            out[template["kind"]] = {"cpu_ms": (server_cpu() - cpu) / count * 1000,
-                                     "wall_ms": (time.monotonic() - start) / count * 1000}
+            out[template["kind"]] = {
+                "cpu_ms": (server_cpu() - cpu) / count * 1000,
+                "wall_ms": (time.monotonic() - start) / count * 1000,
+            }
     finally:
         core.delete_namespace(namespace)
     return out
@@ -93,13 +95,17 @@ def main() -> int:
             rounds[how].append(run(kube, core, how, args.count))
     result = {}
     for kind in rounds["create"][0]:
-        row = {how: {k: statistics.median(r[kind][k] for r in rounds[how]) for k in ("cpu_ms", "wall_ms")}
-               for how in rounds}
+        row = {
+            how: {k: statistics.median(r[kind][k] for r in rounds[how]) for k in ("cpu_ms", "wall_ms")}
+            for how in rounds
+        }
         row["apply/create cpu"] = row["apply"]["cpu_ms"] / row["create"]["cpu_ms"]
         result[kind] = row
-        print(f"{kind:12} create {row['create']['cpu_ms']:.2f} ms CPU ({row['create']['wall_ms']:.1f} ms wall)  "
-              f"apply {row['apply']['cpu_ms']:.2f} ms CPU ({row['apply']['wall_ms']:.1f} ms wall)  "
-              f"apply/create {row['apply/create cpu']:.2f}")
+        print(
+            f"{kind:12} create {row['create']['cpu_ms']:.2f} ms CPU ({row['create']['wall_ms']:.1f} ms wall)  "
+            f"apply {row['apply']['cpu_ms']:.2f} ms CPU ({row['apply']['wall_ms']:.1f} ms wall)  "
+            f"apply/create {row['apply/create cpu']:.2f}"
+        )
     print(json.dumps(result))
     return 0
 

@@ -45,8 +45,9 @@ def _stamp(text: str) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def apply_chain(path: Path, offset: int, namespace: str, first_jobs: dict[str, str],
-                sent_at: dict[str, float]) -> dict[str, dict]:
+def apply_chain(
+    path: Path, offset: int, namespace: str, first_jobs: dict[str, str], sent_at: dict[str, float]
+) -> dict[str, dict]:
     """Where apply → first Job goes, from the API server's own clock (the audit log), for the deployments
     whose first Job is their ModelCache's fetch Job (`first_jobs`: deployment → Job): the operator's part
     (from the SD's create answered to the ModelCache's create received, and from that answered to the
@@ -58,20 +59,34 @@ def apply_chain(path: Path, offset: int, namespace: str, first_jobs: dict[str, s
     for entry in _audit_entries(path, offset):
         ref = entry["objectRef"]
         if entry.get("verb") == "create" and ref.get("namespace") == namespace and ref.get("name"):
-            created[(ref["resource"], ref["name"])] = (_stamp(entry["requestReceivedTimestamp"]),
-                                                       _stamp(entry["stageTimestamp"]))
-    parts: dict[str, list[float]] = {"operator: SD created → ModelCache create sent": [], "ModelCache create": [],
-                                     "operator: ModelCache created → Job create sent": [], "Job create": [],
-                                     "SD create received → Job created": [],
-                                     "SD create sent → Job created": []}
+            created[(ref["resource"], ref["name"])] = (
+                _stamp(entry["requestReceivedTimestamp"]),
+                _stamp(entry["stageTimestamp"]),
+            )
+    parts: dict[str, list[float]] = {
+        "operator: SD created → ModelCache create sent": [],
+        "ModelCache create": [],
+        "operator: ModelCache created → Job create sent": [],
+        "Job create": [],
+        "SD create received → Job created": [],
+        "SD create sent → Job created": [],
+    }
     for sd, job in first_jobs.items():
-        steps = [created.get(key) for key in (("speculativedeployments", sd),
-                                              ("modelcaches", job.removesuffix("-fetch")), ("jobs", job))]
+        steps = [
+            created.get(key)
+            for key in (("speculativedeployments", sd), ("modelcaches", job.removesuffix("-fetch")), ("jobs", job))
+        ]
         if None in steps:
             continue
         (sd_in, sd_out), (mc_in, mc_out), (job_in, job_out) = steps
-        values = (mc_in - sd_out, mc_out - mc_in, job_in - mc_out, job_out - job_in, job_out - sd_in,
-                  job_out - sent_at[sd])
+        values = (
+            mc_in - sd_out,
+            mc_out - mc_in,
+            job_in - mc_out,
+            job_out - job_in,
+            job_out - sd_in,
+            job_out - sent_at[sd],
+        )
         for key, value in zip(parts, values):
             parts[key].append(value)
     return {key: summary(values) for key, values in parts.items()}

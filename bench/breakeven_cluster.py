@@ -92,8 +92,10 @@ def speculation_status(kube: Kube, namespace: str, name: str) -> dict:
 def wait_ready(kube: Kube, namespace: str, name: str, timeout: float = 120) -> None:
     def ready() -> bool:
         sd = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", name)
-        return any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in (sd.get("status") or {}).get("conditions") or [])
+        return any(
+            c["type"] == "Ready" and c["status"] == "True" for c in (sd.get("status") or {}).get("conditions") or []
+        )
+
     wait_for(ready, f"{namespace}/{name} Ready", timeout=timeout, interval=0.5)
 
 
@@ -114,9 +116,18 @@ class ServedPod:
 
     @classmethod
     def find(cls, served: Threaded, kube: Kube, namespace: str) -> ServedPod:
-        pod = wait_for(lambda: next((p for p in kube.core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR)
-                                     .items if p.status.phase == "Running" and p.status.pod_ip), None),
-                       "a running runtime pod", timeout=60)
+        pod = wait_for(
+            lambda: next(
+                (
+                    p
+                    for p in kube.core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR).items
+                    if p.status.phase == "Running" and p.status.pod_ip
+                ),
+                None,
+            ),
+            "a running runtime pod",
+            timeout=60,
+        )
         port = next(p.container_port for p in pod.spec.containers[0].ports if p.name == "http")
         found = cls(served, (namespace, pod.metadata.name), f"http://{pod.status.pod_ip}:{port}")
         wait_for(lambda: found.key in served.runner.running, f"the pod runner to serve {pod.metadata.name}")
@@ -137,8 +148,9 @@ class ServedPod:
         return self.served.run(level(self.url, self.tokens, self.counters, clients, args, headers))
 
 
-def wait_for_fit(pod: ServedPod, kube: Kube, namespace: str, name: str, timeout: float, seconds: float,
-                 max_tokens: int) -> dict[str, str]:
+def wait_for_fit(
+    pod: ServedPod, kube: Kube, namespace: str, name: str, timeout: float, seconds: float, max_tokens: int
+) -> dict[str, str]:
     """Closed-loop load at CALIBRATION clients in turn until the operator's break-even is in the ConfigMap and the
     front has read it; the load model's keys then."""
     probe = argparse.Namespace(warmup=0.0, seconds=seconds, max_tokens=max_tokens)
@@ -153,19 +165,31 @@ def wait_for_fit(pod: ServedPod, kube: Kube, namespace: str, name: str, timeout:
         f"no break-even from the operator's fit after {timeout:.0f}s of load at {CALIBRATION} clients: ConfigMap "
         f"{namespace}/{name}-runtime has {keys or 'none of its load keys'}. The speculation monitor fits once it has "
         f"{load_model.MIN_WINDOWS} windows of the target's iterations whose batches span {load_model.MIN_SPREAD:g}x "
-        f"(specdec.load_model.fit_step_time); the front writes the key's value as {BREAK_EVEN_GAUGE} once it read it")
+        f"(specdec.load_model.fit_step_time); the front writes the key's value as {BREAK_EVEN_GAUGE} once it read it"
+    )
 
 
-def legs(pod: ServedPod, kube: Kube, namespace: str, name: str, levels: list[int], args: argparse.Namespace,
-         policies: dict[str, dict[str, str] | None]) -> dict[str, list[dict]]:
+def legs(
+    pod: ServedPod,
+    kube: Kube,
+    namespace: str,
+    name: str,
+    levels: list[int],
+    args: argparse.Namespace,
+    policies: dict[str, dict[str, str] | None],
+) -> dict[str, list[dict]]:
     """A sweep over `levels`, each policy (its requests' headers) in turn at each level, so a drift of the shared
     machine's load between policies stays small; the ConfigMap's load keys after each."""
     out: dict[str, list[dict]] = {policy: [] for policy in policies}
     for clients in levels:
         for policy, headers in policies.items():
             out[policy].append({**pod.level(clients, args, headers), "configMap": load_keys(kube, namespace, name)})
-        print(f"  {clients:>4} clients: " + ", ".join(f"{policy} {out[policy][-1]['goodput']:7.1f}"
-                                                    for policy in policies) + " tok/s", flush=True)
+        print(
+            f"  {clients:>4} clients: "
+            + ", ".join(f"{policy} {out[policy][-1]['goodput']:7.1f}" for policy in policies)
+            + " tok/s",
+            flush=True,
+        )
     return out
 
 
@@ -184,8 +208,10 @@ def table(on: list[dict], stopped_off: list[dict], leg: dict[str, list[dict]], t
         row["offOperatorStopped"] = round(stopped_off[at[row["clients"]]]["goodput"], 1)
         row["configMap"] = auto["configMap"]
     drift = [abs(r["off"] / r["offOperatorStopped"] - 1) for r in rows]
-    print(f"off measured twice (operator stopped, beside auto): mean difference {sum(drift) / len(drift):.1%}, "
-          f"largest {max(drift):.1%}")
+    print(
+        f"off measured twice (operator stopped, beside auto): mean difference {sum(drift) / len(drift):.1%}, "
+        f"largest {max(drift):.1%}"
+    )
     return rows
 
 
@@ -207,15 +233,22 @@ def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, 
             operator.start()
             started = time.monotonic()
             try:
-                fitted = wait_for_fit(pod, kube, namespace, name, args.fit_timeout, args.calibration_seconds,
-                                      args.max_tokens)
+                fitted = wait_for_fit(
+                    pod, kube, namespace, name, args.fit_timeout, args.calibration_seconds, args.max_tokens
+                )
             except TimeoutError as error:
                 raise SystemExit(f"{error}; operator log {operator.log_path}") from None
             fit_seconds = time.monotonic() - started
-            status = wait_for(lambda: (s := speculation_status(kube, namespace, name)).get("breakEven") and s,
-                              "status.speculation.breakEven", timeout=60)
-            print(f"auto and off: the operator wrote {fitted} after {fit_seconds:.0f}s of load; "
-                  f"status.speculation.breakEven {status['breakEven']}", flush=True)
+            status = wait_for(
+                lambda: (s := speculation_status(kube, namespace, name)).get("breakEven") and s,
+                "status.speculation.breakEven",
+                timeout=60,
+            )
+            print(
+                f"auto and off: the operator wrote {fitted} after {fit_seconds:.0f}s of load; "
+                f"status.speculation.breakEven {status['breakEven']}",
+                flush=True,
+            )
             up = legs(pod, kube, namespace, name, args.levels, args, {"auto": None, "off": OFF})
             print("down", flush=True)
             down = legs(pod, kube, namespace, name, args.levels[-2::-1], args, {"auto": None, "off": OFF})
@@ -228,24 +261,42 @@ def run(args: argparse.Namespace, kube: Kube, kubeconfig: Path, namespace: str, 
     rows_down = table(stopped["on"], stopped["off"], down, args.tolerance)
     draft_len = deployment()["spec"]["speculation"]["draftTarget"]["draftLen"]
     profile_break_even = profile_break_even_of(profile, draft_len)
-    print(f"\nbreak-even: the operator's fit {fitted.get(BREAK_EVEN_KEY)} (after the sweep "
-          f"{final[0].get(BREAK_EVEN_KEY)}; status {final[1].get('breakEven')}); the profile's own "
-          f"{profile_break_even}; draft lengths by load {fitted.get(SCHEDULE_KEY)} "
-          f"(after the sweep {final[0].get(SCHEDULE_KEY)})")
+    print(
+        f"\nbreak-even: the operator's fit {fitted.get(BREAK_EVEN_KEY)} (after the sweep "
+        f"{final[0].get(BREAK_EVEN_KEY)}; status {final[1].get('breakEven')}); the profile's own "
+        f"{profile_break_even}; draft lengths by load {fitted.get(SCHEDULE_KEY)} "
+        f"(after the sweep {final[0].get(SCHEDULE_KEY)})"
+    )
     print(f"gate: up {gate_summary(rows_up)}; down {gate_summary(rows_down)}")
-    return {"cluster": TEST_CLUSTER_NAME, "profile": profile_entry(profile), "draftLen": draft_len,
-            "scrapeSeconds": args.scrape_seconds,
-            "operator": {"fitted": fitted, "fitSeconds": round(fit_seconds, 1), "statusAtFit": status,
-                         "after": final[0], "statusAfter": final[1]},
-            "profileBreakEven": profile_break_even, "tolerance": args.tolerance, "levels": rows_up,
-            "down": rows_down, "allOk": all(r["ok"] for r in rows_up + rows_down)}
+    return {
+        "cluster": TEST_CLUSTER_NAME,
+        "profile": profile_entry(profile),
+        "draftLen": draft_len,
+        "scrapeSeconds": args.scrape_seconds,
+        "operator": {
+            "fitted": fitted,
+            "fitSeconds": round(fit_seconds, 1),
+            "statusAtFit": status,
+            "after": final[0],
+            "statusAfter": final[1],
+        },
+        "profileBreakEven": profile_break_even,
+        "tolerance": args.tolerance,
+        "levels": rows_up,
+        "down": rows_down,
+        "allOk": all(r["ok"] for r in rows_up + rows_down),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    parser.add_argument("--scrape-seconds", type=float, default=SCRAPE_SECONDS,
-                        help="the operator's speculation scrape interval (the dev cluster's)")
+    parser.add_argument(
+        "--scrape-seconds",
+        type=float,
+        default=SCRAPE_SECONDS,
+        help="the operator's speculation scrape interval (the dev cluster's)",
+    )
     parser.add_argument("--calibration-seconds", type=float, default=15.0, help="per calibration level")
     parser.add_argument("--fit-timeout", type=float, default=240.0, help="seconds to wait for the operator's fit")
     parser.add_argument("--keep", action="store_true", help="keep the namespace to look at")

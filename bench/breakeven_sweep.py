@@ -85,18 +85,30 @@ def profile_of(args: argparse.Namespace) -> Profile:
 
 def profile_break_even_of(profile: Profile, draft_len: int) -> int | None:
     """The break-even the profile's own step time, acceptance and draft cost give (what a fit should find)."""
-    return load_model.break_even(load_model.StepTime(profile.target_step_seconds, profile.step_seconds_per_token),
-                                 profile.acceptance, profile.cost_ratio, 1, draft_len)
+    return load_model.break_even(
+        load_model.StepTime(profile.target_step_seconds, profile.step_seconds_per_token),
+        profile.acceptance,
+        profile.cost_ratio,
+        1,
+        draft_len,
+    )
 
 
-async def level(url: str, tokens: Callable[[], int], counters: Callable[[], Awaitable[dict[str, float]]],
-                clients: int, args: argparse.Namespace, headers: dict[str, str] | None = None) -> dict:
+async def level(
+    url: str,
+    tokens: Callable[[], int],
+    counters: Callable[[], Awaitable[dict[str, float]]],
+    clients: int,
+    args: argparse.Namespace,
+    headers: dict[str, str] | None = None,
+) -> dict:
     """Goodput at `clients` in flight (`tokens()`: the simulator's tokens generated so far), and the increase of
     the front's `counters()` over the measured window."""
     stop = asyncio.Event()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        load = asyncio.create_task(closed_loop(session, f"{url}/v1/completions", clients, args.max_tokens, stop,
-                                               headers))
+        load = asyncio.create_task(
+            closed_loop(session, f"{url}/v1/completions", clients, args.max_tokens, stop, headers)
+        )
         await asyncio.sleep(args.warmup)
         before, out, started = await counters(), tokens(), time.monotonic()
         await asyncio.sleep(args.seconds)
@@ -112,17 +124,30 @@ def compare(on: list[dict], off: list[dict], auto: list[dict], tolerance: float)
     """Rows of the table (printed) per level: the three goodputs, and the front's requests under auto with and
     without drafts (the gate)."""
     rows = []
-    print(f"{'clients':>7} {'on tok/s':>9} {'off tok/s':>9} {'auto tok/s':>10} {'auto/max':>8}  ok  "
-          f"{'drafted':>7} {'undrafted':>9}")
+    print(
+        f"{'clients':>7} {'on tok/s':>9} {'off tok/s':>9} {'auto tok/s':>10} {'auto/max':>8}  ok  "
+        f"{'drafted':>7} {'undrafted':>9}"
+    )
     for a, b, c in zip(on, off, auto):
         best = max(a["goodput"], b["goodput"])
         ok = c["goodput"] >= best * (1 - tolerance)
         drafted, undrafted = c["counters"].get(DRAFTED, 0.0), c["counters"].get(UNDRAFTED_LOAD, 0.0)
-        rows.append({"clients": c["clients"], "on": round(a["goodput"], 1), "off": round(b["goodput"], 1),
-                     "auto": round(c["goodput"], 1), "autoOverBest": round(c["goodput"] / best, 3), "ok": ok,
-                     "autoDrafted": drafted, "autoUndrafted": undrafted})
-        print(f"{c['clients']:>7} {a['goodput']:>9.1f} {b['goodput']:>9.1f} {c['goodput']:>10.1f} "
-              f"{c['goodput'] / best:>8.3f}  {'yes' if ok else 'NO ':<3} {drafted:>7.0f} {undrafted:>9.0f}")
+        rows.append(
+            {
+                "clients": c["clients"],
+                "on": round(a["goodput"], 1),
+                "off": round(b["goodput"], 1),
+                "auto": round(c["goodput"], 1),
+                "autoOverBest": round(c["goodput"] / best, 3),
+                "ok": ok,
+                "autoDrafted": drafted,
+                "autoUndrafted": undrafted,
+            }
+        )
+        print(
+            f"{c['clients']:>7} {a['goodput']:>9.1f} {b['goodput']:>9.1f} {c['goodput']:>10.1f} "
+            f"{c['goodput'] / best:>8.3f}  {'yes' if ok else 'NO ':<3} {drafted:>7.0f} {undrafted:>9.0f}"
+        )
     return rows
 
 
@@ -130,12 +155,24 @@ def write_results(script: str, args: argparse.Namespace, document: dict) -> Path
     """bench/results/breakeven-<timestamp>.json: the command, the commit and the date before `document`."""
     options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "levels")
     stamp = time.strftime("%Y-%m-%dT%H%M%S%z")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"breakeven-{stamp}.json"
-    out.write_text(json.dumps({"command": f"{script} {options} --levels {','.join(map(str, args.levels))}",
-                               "commit": commit, "date": stamp, "simulated": True, **document}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "command": f"{script} {options} --levels {','.join(map(str, args.levels))}",
+                "commit": commit,
+                "date": stamp,
+                "simulated": True,
+                **document,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out.relative_to(ROOT)}")
     return out
 
@@ -147,19 +184,33 @@ def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
     m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
     assert m is not None, "the lightest level of the on sweep did not speculate"
-    windows = [w for w in (load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in
-                                                 load_model.COUNTERS.items()}) for r in on + off) if w]
+    windows = [
+        w
+        for w in (
+            load_model.window_of({k: r["counters"].get(n, 0.0) for k, n in load_model.COUNTERS.items()})
+            for r in on + off
+        )
+        if w
+    ]
     fitted = load_model.measured_fit(windows, m.cost_ratio, on[0]["clients"], draft_len)
     assert fitted is not None, "not enough windows to fit the step time"
     fit, cost = fitted
     found = load_model.schedule(fit, m.alpha, cost, draft_len)
-    return {"alpha": m.alpha, "measuredCostRatio": m.cost_ratio, "costRatio": cost, "windows": len(windows),
-            "floorSeconds": fit.floor, "secondsPerToken": fit.per_token,
-            "breakEven": load_model.schedule_break_even(found), "draftLens": load_model.format_schedule(found)}
+    return {
+        "alpha": m.alpha,
+        "measuredCostRatio": m.cost_ratio,
+        "costRatio": cost,
+        "windows": len(windows),
+        "floorSeconds": fit.floor,
+        "secondsPerToken": fit.per_token,
+        "breakEven": load_model.schedule_break_even(found),
+        "draftLens": load_model.format_schedule(found),
+    }
 
 
-async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path,
-                headers: dict[str, str] | None = None) -> list[dict]:
+async def sweep(
+    args, profile: Profile, files: dict[str, str], tmp: Path, headers: dict[str, str] | None = None
+) -> list[dict]:
     """One sweep, the front reading `files` (ConfigMap keys) beside its draft_len file."""
     config = runtime_config()
     for key in ("draft_len", BREAK_EVEN_KEY, SCHEDULE_KEY):
@@ -168,8 +219,9 @@ async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path,
         (tmp / key).write_text(text + "\n")
     simulated = SimulatedTriton(profile, seed=args.seed)
     async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-        backend = dataclasses.replace(launch.plan_launch(config).backend, url=triton_url,
-                                      metrics_url=f"{metrics_url}/metrics")
+        backend = dataclasses.replace(
+            launch.plan_launch(config).backend, url=triton_url, metrics_url=f"{metrics_url}/metrics"
+        )
         front = Front(config, backend, stats_interval=0.25, draft_len_file=tmp / "draft_len")
 
         async def counters() -> dict[str, float]:
@@ -190,15 +242,36 @@ def main() -> None:
     on = asyncio.run(sweep(args, profile, {}, tmp))
     off = asyncio.run(sweep(args, profile, {}, tmp, OFF))
     model = measured_model(on, off, draft_len)
-    auto = asyncio.run(sweep(args, profile, {SCHEDULE_KEY: model["draftLens"], **(
-        {BREAK_EVEN_KEY: str(model["breakEven"])} if model["breakEven"] else {})}, tmp))
+    auto = asyncio.run(
+        sweep(
+            args,
+            profile,
+            {
+                SCHEDULE_KEY: model["draftLens"],
+                **({BREAK_EVEN_KEY: str(model["breakEven"])} if model["breakEven"] else {}),
+            },
+            tmp,
+        )
+    )
     truth = profile_break_even_of(profile, draft_len)
-    print(f"break-even measured {model['breakEven']} (the profile's own: {truth}); draft lengths by load "
-          f"{model['draftLens']}; draft length {draft_len}")
+    print(
+        f"break-even measured {model['breakEven']} (the profile's own: {truth}); draft lengths by load "
+        f"{model['draftLens']}; draft length {draft_len}"
+    )
     rows = compare(on, off, auto, args.tolerance)
-    write_results("bench/breakeven_sweep.py", args, {
-        "profile": profile.model_dump(by_alias=True), "draftLen": draft_len, "model": model,
-        "profileBreakEven": truth, "tolerance": args.tolerance, "levels": rows, "allOk": all(r["ok"] for r in rows)})
+    write_results(
+        "bench/breakeven_sweep.py",
+        args,
+        {
+            "profile": profile.model_dump(by_alias=True),
+            "draftLen": draft_len,
+            "model": model,
+            "profileBreakEven": truth,
+            "tolerance": args.tolerance,
+            "levels": rows,
+            "allOk": all(r["ok"] for r in rows),
+        },
+    )
 
 
 if __name__ == "__main__":

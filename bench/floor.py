@@ -17,11 +17,18 @@ from specdec.reconcile import WORKERS
 
 def floor(api: client.ApiClient, reps: int) -> dict[str, list[float]]:
     """The same writes, made directly: what no operator can beat on this API server."""
-    core, custom, batch, apps = (client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api),
-                                 client.AppsV1Api(api))
+    core, custom, batch, apps = (
+        client.CoreV1Api(api),
+        client.CustomObjectsApi(api),
+        client.BatchV1Api(api),
+        client.AppsV1Api(api),
+    )
     out: dict[str, list[float]] = {"apply_to_job": [], "jobs_done_to_deployment": [], "available_to_ready": []}
-    job, eb, deployment = direct_job("j", suspend=False), direct_engine_build("e", "hf://a/b"), direct_deployment(
-        "d", app="floor")
+    job, eb, deployment = (
+        direct_job("j", suspend=False),
+        direct_engine_build("e", "hf://a/b"),
+        direct_deployment("d", app="floor"),
+    )
     for i in range(reps):
         ns = f"bench-floor-{i}"
         create_namespace(core, ns)
@@ -35,8 +42,9 @@ def floor(api: client.ApiClient, reps: int) -> dict[str, list[float]]:
         apps.create_namespaced_deployment(ns, deployment)
         out["jobs_done_to_deployment"].append(now() - start)
         start = now()
-        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "speculativedeployments", "f",
-                                                     {"status": {"phase": "Ready"}})
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "speculativedeployments", "f", {"status": {"phase": "Ready"}}
+        )
         out["available_to_ready"].append(now() - start)
     return out
 
@@ -45,8 +53,12 @@ def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) 
     """The fleet's writes made directly, one deployment after another: per deployment, its SD, a new
     EngineBuild and (suspended: no pods) Job where its model is new, then ConfigMap, Deployment,
     Service and one status patch."""
-    core, custom, batch, apps = (client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api),
-                                 client.AppsV1Api(api))
+    core, custom, batch, apps = (
+        client.CoreV1Api(api),
+        client.CustomObjectsApi(api),
+        client.BatchV1Api(api),
+        client.AppsV1Api(api),
+    )
     ns = f"bench-floor-scale-{count}"
     create_namespace(core, ns)
     seen_models: set[str] = set()
@@ -58,21 +70,27 @@ def floor_scale(api: client.ApiClient, count: int, models: int, own_every: int) 
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "speculativedeployments", body)
         if model not in seen_models:
             seen_models.add(model)
-            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds",
-                                                   direct_engine_build(f"e-{i}", model))
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, ns, "enginebuilds", direct_engine_build(f"e-{i}", model)
+            )
             batch.create_namespaced_job(ns, direct_job(f"j-{i}"))
             to_job.append(now() - t)
         t = now()
         labels = {"app": name}
         core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
         apps.create_namespaced_deployment(ns, direct_deployment(name))
-        core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
-            "selector": labels, "ports": [{"port": 8000}]}})
+        core.create_namespaced_service(
+            ns, {"metadata": {"name": name}, "spec": {"selector": labels, "ports": [{"port": 8000}]}}
+        )
         to_deployment.append(now() - t)
-        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "speculativedeployments", name,
-                                                     {"status": {"phase": "Ready"}})
-    return {"apply_to_job": summary(to_job), "jobs_done_to_deployment": summary(to_deployment),
-            "all_seconds": now() - start}
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "speculativedeployments", name, {"status": {"phase": "Ready"}}
+        )
+    return {
+        "apply_to_job": summary(to_job),
+        "jobs_done_to_deployment": summary(to_deployment),
+        "all_seconds": now() - start,
+    }
 
 
 FANOUT_WRITERS = WORKERS["SpeculativeDeployment"]  # as many as the operator's deployment workers
@@ -96,10 +114,12 @@ def floor_fanout(api: client.ApiClient, count: int) -> dict:
         core.create_namespaced_config_map(ns, {"metadata": {"name": f"{name}-runtime"}, "data": {"runtime.json": "{}"}})
         apps.create_namespaced_deployment(ns, direct_deployment(name))
         created = now() - start
-        core.create_namespaced_service(ns, {"metadata": {"name": name}, "spec": {
-            "selector": labels, "ports": [{"port": 8000}]}})
-        custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "speculativedeployments", name,
-                                                     {"status": {"phase": "Ready"}})
+        core.create_namespaced_service(
+            ns, {"metadata": {"name": name}, "spec": {"selector": labels, "ports": [{"port": 8000}]}}
+        )
+        custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, "speculativedeployments", name, {"status": {"phase": "Ready"}}
+        )
         return created
 
     start = now()
@@ -131,17 +151,30 @@ class Probe:
         self._thread.join()
 
     def _run(self) -> None:
-        core, custom, batch, apps = (client.CoreV1Api(self.api), client.CustomObjectsApi(self.api),
-                                     client.BatchV1Api(self.api), client.AppsV1Api(self.api))
+        core, custom, batch, apps = (
+            client.CoreV1Api(self.api),
+            client.CustomObjectsApi(self.api),
+            client.BatchV1Api(self.api),
+            client.AppsV1Api(self.api),
+        )
         i = 0
         while not self.stop.wait(self.interval):
             i += 1
             start = now()
             try:
                 if i % 2:
-                    custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "modelcaches", {
-                        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ModelCache", "metadata": {"name": f"p-{i}"},
-                        "spec": {"model": "hf://probe/m", "revision": "main", "cacheClaim": "c", "path": f"p/{i}"}})
+                    custom.create_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        "modelcaches",
+                        {
+                            "apiVersion": f"{GROUP}/{VERSION}",
+                            "kind": "ModelCache",
+                            "metadata": {"name": f"p-{i}"},
+                            "spec": {"model": "hf://probe/m", "revision": "main", "cacheClaim": "c", "path": f"p/{i}"},
+                        },
+                    )
                     batch.create_namespaced_job(self.namespace, direct_job(f"p-{i}"))
                     stage = "apply_to_job"
                 else:

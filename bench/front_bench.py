@@ -96,6 +96,7 @@ def runtime_config(route: str):
 
 # --- the processes -------------------------------------------------------------------------------------------
 
+
 def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> None:
     """The front as specdec-runtime builds it, on a backend already running (the --serve-front mode)."""
     from specdec.runtime import event_loop
@@ -106,8 +107,14 @@ def serve_front(route: str, port: int, backend_url: str, metrics_url: str) -> No
     config = runtime_config(route)
     if route == "triton":
         dt = config.draft_target
-        backend = Backend("triton", backend_url, "/v2/health/ready", draft_len=dt.draft_len,
-                          use_draft_logits=dt.use_logits, metrics_url=metrics_url)
+        backend = Backend(
+            "triton",
+            backend_url,
+            "/v2/health/ready",
+            draft_len=dt.draft_len,
+            use_draft_logits=dt.use_logits,
+            metrics_url=metrics_url,
+        )
     else:
         backend = Backend("openai", backend_url, "/health")
     front = Front(config, backend, route=route)
@@ -143,7 +150,7 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   client_body_temp_path {where}/body; proxy_temp_path {where}/proxy;
-  upstream backend {{ server {upstream.removeprefix('http://')}; keepalive 512; }}
+  upstream backend {{ server {upstream.removeprefix("http://")}; keepalive 512; }}
   server {{
     listen 127.0.0.1:{port} backlog=2048;
     location / {{
@@ -178,8 +185,13 @@ class Stack:
         self.token_ms = token_ms
 
     def _start(self, argv: list[str], env: dict[str, str] | None = None, cpu: int = LOAD_CPU) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=open(self.tmp / "stderr.log", "ab"))
+        proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / "stderr.log", "ab"),
+        )
         pin(proc.pid, cpu)
         self.procs.append(proc)
         return proc
@@ -187,25 +199,49 @@ class Stack:
     async def start(self) -> None:
         py, d = sys.executable, self.ports["direct"]
         # One token per step, every step --token-ms whatever the batch (stepSecondsPerToken 0): the pace is fixed.
-        profile = json.dumps({"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000,
-                              "stepSecondsPerToken": 0})
+        profile = json.dumps(
+            {"acceptance": 0, "costRatio": 0, "targetStepSeconds": self.token_ms / 1000, "stepSecondsPerToken": 0}
+        )
         env = {"SPECDEC_SIMULATION_PROFILE": profile, "SPECDEC_STANDIN_PACED": "1"}
         if self.route == "openai":
             argv = ["trtllm-serve", str(self.tmp), "--host", "127.0.0.1", "--port", str(d)]
             health = "/health"
         else:
-            argv = ["tritonserver", f"--model-repository={triton_repository(self.tmp / 'repo')}",
-                    "--http-address=127.0.0.1", f"--http-port={d}", f"--metrics-port={self.ports['metrics']}"]
+            argv = [
+                "tritonserver",
+                f"--model-repository={triton_repository(self.tmp / 'repo')}",
+                "--http-address=127.0.0.1",
+                f"--http-port={d}",
+                f"--metrics-port={self.ports['metrics']}",
+            ]
             health = "/v2/health/ready"
         self._start([py, "-m", "specdec.dev.standin_servers", *argv], env)
         self.direct = f"http://127.0.0.1:{d}"
         await wait_up(self.direct + health)
-        self.front_proc = self._start([py, __file__, "--serve-front", self.route, str(self.ports["front"]),
-                                       self.direct, f"http://127.0.0.1:{self.ports['metrics']}/metrics"],
-                                      cpu=PROXY_CPU)
-        self.nginx_proc = self._start([shutil.which("nginx") or "/usr/sbin/nginx", "-e", str(self.tmp / "error.log"),
-                                       "-c", str(nginx_conf(self.tmp, self.ports["nginx"], self.direct)),
-                                       "-g", "daemon off;"], cpu=PROXY_CPU)
+        self.front_proc = self._start(
+            [
+                py,
+                __file__,
+                "--serve-front",
+                self.route,
+                str(self.ports["front"]),
+                self.direct,
+                f"http://127.0.0.1:{self.ports['metrics']}/metrics",
+            ],
+            cpu=PROXY_CPU,
+        )
+        self.nginx_proc = self._start(
+            [
+                shutil.which("nginx") or "/usr/sbin/nginx",
+                "-e",
+                str(self.tmp / "error.log"),
+                "-c",
+                str(nginx_conf(self.tmp, self.ports["nginx"], self.direct)),
+                "-g",
+                "daemon off;",
+            ],
+            cpu=PROXY_CPU,
+        )
         await wait_up(f"http://127.0.0.1:{self.ports['front']}/health")
         await wait_up(f"http://127.0.0.1:{self.ports['nginx']}{health}")
         children = Path(f"/proc/{self.nginx_proc.pid}/task/{self.nginx_proc.pid}/children").read_text().split()
@@ -231,6 +267,7 @@ class Stack:
 
 # --- the load ----------------------------------------------------------------------------------------------------
 
+
 def request(route: str, path: str, stream: bool, tokens: int, served: str) -> tuple[str, dict]:
     """What the client sends: an OpenAI completion to the front and on the OpenAI route, Triton's generate
     request (the one the front makes) to Triton directly or through nginx."""
@@ -238,8 +275,13 @@ def request(route: str, path: str, stream: bool, tokens: int, served: str) -> tu
         return "/v1/completions", {"model": served, "prompt": PROMPT, "max_tokens": tokens, "stream": stream}
     config = runtime_config("triton")
     return "/v2/models/tensorrt_llm_bls/generate", {
-        "text_input": PROMPT, "max_tokens": tokens, "stream": False, "return_perf_metrics": True,
-        "num_draft_tokens": config.draft_target.draft_len, "use_draft_logits": config.draft_target.use_logits}
+        "text_input": PROMPT,
+        "max_tokens": tokens,
+        "stream": False,
+        "return_perf_metrics": True,
+        "num_draft_tokens": config.draft_target.draft_len,
+        "use_draft_logits": config.draft_target.use_logits,
+    }
 
 
 async def one(pool: Upstream, path: str, body: bytes) -> tuple[float, int]:
@@ -251,7 +293,7 @@ async def one(pool: Upstream, path: str, body: bytes) -> tuple[float, int]:
     def on_data(piece: bytes) -> None:
         nonlocal first, received, tail
         seen = tail + piece  # with the end of the last piece, less than a token: one split over two is seen
-        count, tail = seen.count(TOKEN), seen[1 - len(TOKEN):]
+        count, tail = seen.count(TOKEN), seen[1 - len(TOKEN) :]
         if count and first is None:
             first = time.monotonic() - started
         received += count
@@ -272,6 +314,7 @@ async def cell(url: str, path: str, body: bytes, streams: int, rounds: int, stag
     # the backend, and aiohttp's client spent about twice its CPU a token there, taken from the backend.
     pool = Upstream(url, max_idle=streams + 1)
     try:
+
         async def client(i: int) -> tuple[float, list[tuple[float, int]]]:
             await asyncio.sleep(i * stagger / streams)
             began = time.monotonic()
@@ -285,8 +328,11 @@ async def cell(url: str, path: str, body: bytes, streams: int, rounds: int, stag
     results = [r for _, rs in clients for r in rs]
     tokens = sum(n for _, n in results)
     # Each client's rate over its own time, summed: the ramp of staggered starts is no one's time.
-    return {"tokens": tokens, "tokens_per_s": sum(sum(n for _, n in rs) / seconds for seconds, rs in clients),
-            "ttft_p50": statistics.median(t for t, _ in results)}
+    return {
+        "tokens": tokens,
+        "tokens_per_s": sum(sum(n for _, n in rs) / seconds for seconds, rs in clients),
+        "ttft_p50": statistics.median(t for t, _ in results),
+    }
 
 
 async def front_ttft(url: str) -> tuple[float, float]:
@@ -329,8 +375,14 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     pids = stack.pids(path)
                     ttft_before = await front_ttft(stack.url(path)) if path == "front" else None
                     before = cpu_seconds(pids)
-                    result = await cell(stack.url(path), suffix, json.dumps(body).encode(), streams, rounds,
-                                        0.0 if args.together else args.tokens * pace / 1000)
+                    result = await cell(
+                        stack.url(path),
+                        suffix,
+                        json.dumps(body).encode(),
+                        streams,
+                        rounds,
+                        0.0 if args.together else args.tokens * pace / 1000,
+                    )
                     expected = args.tokens * streams * rounds
                     if result["tokens"] != expected:
                         raise RuntimeError(f"{route} {path}: {result['tokens']} tokens received, {expected} asked")
@@ -354,18 +406,22 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
     return rows
 
 
-HEADER = ("route   stream  N    ms/tok  direct tok/s  TTFT ms | front tok/s×  TTFT×  own TTFT ms  CPU ms/1k | "
-          "nginx tok/s×  TTFT×  CPU ms/1k")
+HEADER = (
+    "route   stream  N    ms/tok  direct tok/s  TTFT ms | front tok/s×  TTFT×  own TTFT ms  CPU ms/1k | "
+    "nginx tok/s×  TTFT×  CPU ms/1k"
+)
 
 
 def line(row: dict) -> str:
     f, n, d = row["front"], row["nginx"], row["direct"]
     own = "-" if f.get("own_ttft_mean") is None else f"{f['own_ttft_mean'] * 1000:.1f}"
-    return (f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} {row['token_ms']:>6g} "
-            f"{'*' if row['direct_saturated'] else ' '}{d['tokens_per_s']:>11.0f} "
-            f"{d['ttft_p50'] * 1000:>8.1f} | {f['tokens_per_s_ratio']:>11.2f} {f['ttft_p50_ratio']:>6.2f} "
-            f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} "
-            f"{n['ttft_p50_ratio']:>6.2f} {n['cpu_ms_per_1000_tokens']:>10.1f}")
+    return (
+        f"{row['route']:<7} {'yes' if row['stream'] else 'no':<6} {row['streams']:<4} {row['token_ms']:>6g} "
+        f"{'*' if row['direct_saturated'] else ' '}{d['tokens_per_s']:>11.0f} "
+        f"{d['ttft_p50'] * 1000:>8.1f} | {f['tokens_per_s_ratio']:>11.2f} {f['ttft_p50_ratio']:>6.2f} "
+        f"{own:>12} {f['cpu_ms_per_1000_tokens']:>10.1f} | {n['tokens_per_s_ratio']:>11.2f} "
+        f"{n['ttft_p50_ratio']:>6.2f} {n['cpu_ms_per_1000_tokens']:>10.1f}"
+    )
 
 
 def commit() -> str:
@@ -389,9 +445,21 @@ async def main(args) -> None:
     from specdec.runtime import event_loop
 
     loop = "uvloop" if event_loop.loop_factory() else "asyncio"
-    out.write_text(json.dumps({"commit": commit(), "date": stamp, "cpus": os.cpu_count(), "front_loop": loop,
-                               "python": platform.python_version(),
-                               "settings": settings, "rows": rows}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "commit": commit(),
+                "date": stamp,
+                "cpus": os.cpu_count(),
+                "front_loop": loop,
+                "python": platform.python_version(),
+                "settings": settings,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print("* direct below 80 % of the paced rate: the backend and the load generator's core are the limit")
     print(f"Python {platform.python_version()}, front event loop: {loop}; results: {out.relative_to(ROOT)}")
 
@@ -400,23 +468,35 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
     p.add_argument("--routes", type=lambda s: s.split(","), default=["openai", "triton"])
-    p.add_argument("--stream", type=lambda s: [{"yes": True, "no": False}[x] for x in s.split(",")],
-                   default=[True, False], help="streamed requests, plain ones, or both (yes,no)")
+    p.add_argument(
+        "--stream",
+        type=lambda s: [{"yes": True, "no": False}[x] for x in s.split(",")],
+        default=[True, False],
+        help="streamed requests, plain ones, or both (yes,no)",
+    )
     p.add_argument("--tokens", type=int, default=128, help="output tokens per request")
     p.add_argument("--token-ms", type=float, default=4.0, help="the stand-in backends' time per token")
-    p.add_argument("--max-rate", type=float, default=10000,
-                   help="tokens/s the N streams may ask at most (the pace slows past it; 0: no limit). The "
-                        "backend stand-in and the load generator share one core, which serves about 20 000 "
-                        "streamed tokens/s here: at half of that, what a proxy changes in that core's work "
-                        "(a wake-up per token rather than turns) does not turn into queueing there")
+    p.add_argument(
+        "--max-rate",
+        type=float,
+        default=10000,
+        help="tokens/s the N streams may ask at most (the pace slows past it; 0: no limit). The "
+        "backend stand-in and the load generator share one core, which serves about 20 000 "
+        "streamed tokens/s here: at half of that, what a proxy changes in that core's work "
+        "(a wake-up per token rather than turns) does not turn into queueing there",
+    )
     p.add_argument("--rounds", type=int, default=3, help="requests each stream sends, one after another")
     p.add_argument("--min-tokens", type=int, default=1024, help="tokens per cell, at least")
-    p.add_argument("--together", action="store_true",
-                   help="every client starts at once (each round of requests then arrives as one burst) rather "
-                        "than spread over one request's time")
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="every client starts at once (each round of requests then arrives as one burst) rather "
+        "than spread over one request's time",
+    )
     p.add_argument("--quick", action="store_true", help="1 and 16 streams, 32 tokens, 2 rounds, 256 tokens a cell")
-    p.add_argument("--serve-front", nargs=4, metavar=("ROUTE", "PORT", "BACKEND_URL", "METRICS_URL"),
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--serve-front", nargs=4, metavar=("ROUTE", "PORT", "BACKEND_URL", "METRICS_URL"), help=argparse.SUPPRESS
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.streams, args.tokens, args.rounds, args.min_tokens = [1, 16], 32, 2, 256

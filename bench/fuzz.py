@@ -34,6 +34,7 @@ def default_kubeconfig() -> Path:
     if os.environ.get("SPECDEC_TEST_KUBECONFIG"):
         return Path(os.environ["SPECDEC_TEST_KUBECONFIG"])
     from specdec.dev.cluster import LocalCluster
+
     return LocalCluster().kubeconfig
 
 
@@ -57,15 +58,21 @@ def main() -> int:
     kube = Kube.from_kubeconfig(kubeconfig)
     crds = {c.metadata.name for c in kube.apiext.list_custom_resource_definition().items}
     if f"{fuzz.PLURAL}.{GROUP}" not in crds:
-        print(f"the CRDs are not installed in {kubeconfig}: `specdec crds` writes them, kubectl apply them",
-              file=sys.stderr)
+        print(
+            f"the CRDs are not installed in {kubeconfig}: `specdec crds` writes them, kubectl apply them",
+            file=sys.stderr,
+        )
         return 2
     namespace = f"fuzz-{args.seed % 100000}-{uuid.uuid4().hex[:5]}"
     kube.core.create_namespace({"metadata": {"name": namespace, "labels": {"specdec.io/test": "true"}}})
     log = Path(tempfile.gettempdir()) / f"{namespace}-operator.log"
-    operator = OperatorProcess.watching(namespace, kubeconfig, log, free_port(),
-                                        {"SPECDEC_RESYNC_SECONDS": "5",
-                                         "SPECDEC_RUNTIME_IMAGE": "registry.invalid/specdec-runtime:fuzz"})
+    operator = OperatorProcess.watching(
+        namespace,
+        kubeconfig,
+        log,
+        free_port(),
+        {"SPECDEC_RESYNC_SECONDS": "5", "SPECDEC_RUNTIME_IMAGE": "registry.invalid/specdec-runtime:fuzz"},
+    )
     print(f"seed {args.seed}, namespace {namespace}, operator log {log}", flush=True)
     try:
         operator.start()

@@ -39,18 +39,25 @@ SD_CRD = "speculativedeployments.specdec.io"
 
 
 def commit(tree: Path) -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def install_crds(kubeconfig: Path, tree: Path) -> None:
     kubectl = str(toolchain.bin_dir() / "kubectl")
     base = [kubectl, "--kubeconfig", str(kubeconfig)]
-    subprocess.run([*base, "apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [*base, "apply", "--server-side", "--force-conflicts", "-f", str(tree / "crds")],
+        check=True,
+        capture_output=True,
+    )
     names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in sorted((tree / "crds").glob("*.yaml"))]
-    subprocess.run([*base, "wait", "--for=condition=Established", "--timeout=60s",
-                    *(f"crd/{n}" for n in names)], check=True, capture_output=True)
+    subprocess.run(
+        [*base, "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names)],
+        check=True,
+        capture_output=True,
+    )
 
 
 def has_fetch_placement(api: client.ApiClient) -> bool:
@@ -69,12 +76,22 @@ def ready(custom: client.CustomObjectsApi, namespace: str, name: str) -> bool:
 
 def job_pods(api: client.ApiClient, namespace: str) -> list[dict]:
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
-    return [api.sanitize_for_serialization(p) for p in pods
-            if any(o.kind == "Job" for o in p.metadata.owner_references or [])]
+    return [
+        api.sanitize_for_serialization(p)
+        for p in pods
+        if any(o.kind == "Job" for o in p.metadata.owner_references or [])
+    ]
 
 
-def run_tree(api: client.ApiClient, kubeconfig: Path, label: str, tree: Path, step_seconds: dict[str, float],
-             logs: Path, timeout: float) -> list[dict]:
+def run_tree(
+    api: client.ApiClient,
+    kubeconfig: Path,
+    label: str,
+    tree: Path,
+    step_seconds: dict[str, float],
+    logs: Path,
+    timeout: float,
+) -> list[dict]:
     """Deploy the examples with the operator of `tree`; the GPU time of each deployment's Job pods."""
     install_crds(kubeconfig, tree)
     fetch_placement = has_fetch_placement(api)
@@ -83,16 +100,26 @@ def run_tree(api: client.ApiClient, kubeconfig: Path, label: str, tree: Path, st
     for namespace in namespaces.values():
         core.create_namespace({"metadata": {"name": namespace}})
     port = free_port()
-    operator = OperatorProcess(kubeconfig, logs / f"operator-{label}.log", port,
-                               ["operator", *(a for n in namespaces.values() for a in ("--namespace", n)),
-                                "--liveness", f"http://127.0.0.1:{port}/healthz"],
-                               {**OPERATOR_ENV, "PYTHONPATH": str(tree / "operator")}, isolated=True)
+    operator = OperatorProcess(
+        kubeconfig,
+        logs / f"operator-{label}.log",
+        port,
+        [
+            "operator",
+            *(a for n in namespaces.values() for a in ("--namespace", n)),
+            "--liveness",
+            f"http://127.0.0.1:{port}/healthz",
+        ],
+        {**OPERATOR_ENV, "PYTHONPATH": str(tree / "operator")},
+        isolated=True,
+    )
     operator.start()
     try:
         applied = {}
         for example, namespace in namespaces.items():
             body = simulated_steps.deployment_with_step_seconds(
-                yaml.safe_load((tree / "examples" / example).read_text()), step_seconds, fetch_placement)
+                yaml.safe_load((tree / "examples" / example).read_text()), step_seconds, fetch_placement
+            )
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
             applied[example] = (time.time(), body["metadata"]["name"])
         waiting, ready_after = dict(applied), {}
@@ -104,19 +131,31 @@ def run_tree(api: client.ApiClient, kubeconfig: Path, label: str, tree: Path, st
                     del waiting[example]
             time.sleep(0.5)
         if waiting:
-            raise SystemExit(f"{label}: not Ready after {timeout:.0f}s: {', '.join(waiting)} "
-                             f"(operator log {operator.log_path})")
+            raise SystemExit(
+                f"{label}: not Ready after {timeout:.0f}s: {', '.join(waiting)} (operator log {operator.log_path})"
+            )
         now = time.time()
         results = []
         for example, namespace in namespaces.items():
             pods = [pod_gpu_time(p, now) for p in job_pods(api, namespace)]
-            results.append({
-                "example": example, "namespace": namespace, "readySeconds": ready_after[example],
-                "buildGpuSeconds": sum(p.gpu_seconds for p in pods),
-                "idleGpuSeconds": sum(p.idle_gpu_seconds for p in pods),
-                "pods": [{"pod": p.pod, "gpus": p.gpus, "heldSeconds": p.held_seconds,
-                          "gpuStepSeconds": p.gpu_step_seconds} for p in pods],
-            })
+            results.append(
+                {
+                    "example": example,
+                    "namespace": namespace,
+                    "readySeconds": ready_after[example],
+                    "buildGpuSeconds": sum(p.gpu_seconds for p in pods),
+                    "idleGpuSeconds": sum(p.idle_gpu_seconds for p in pods),
+                    "pods": [
+                        {
+                            "pod": p.pod,
+                            "gpus": p.gpus,
+                            "heldSeconds": p.held_seconds,
+                            "gpuStepSeconds": p.gpu_step_seconds,
+                        }
+                        for p in pods
+                    ],
+                }
+            )
         return results
     finally:
         operator.stop()
@@ -136,18 +175,29 @@ def main(argv: list[str] | None = None) -> int:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%S%z")
     logs = Path(tempfile.mkdtemp(prefix="gpu-seconds-"))  # the operators' logs
     trees = ([("before", args.before_tree.resolve())] if args.before_tree else []) + [("after", ROOT)]
-    runs = {label: {"commit": commit(tree), "deployments": run_tree(api, args.kubeconfig, label, tree, step_seconds,
-                                                                     logs, args.timeout)}
-            for label, tree in trees}
-    result = {"bench": "gpu-seconds", "commit": commit(ROOT), "stepSeconds": step_seconds,
-              "examples": list(EXAMPLES), "runs": runs}
+    runs = {
+        label: {
+            "commit": commit(tree),
+            "deployments": run_tree(api, args.kubeconfig, label, tree, step_seconds, logs, args.timeout),
+        }
+        for label, tree in trees
+    }
+    result = {
+        "bench": "gpu-seconds",
+        "commit": commit(ROOT),
+        "stepSeconds": step_seconds,
+        "examples": list(EXAMPLES),
+        "runs": runs,
+    }
     out = ROOT / "bench" / "results" / f"gpu-seconds-{stamp}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'run':<7} {'commit':<9} {'example':<36} {'ready s':>8} {'build GPU-s':>12} {'idle GPU-s':>11}")
     for label, run in runs.items():
         for d in run["deployments"]:
-            print(f"{label:<7} {run['commit']:<9} {d['example']:<36} {d['readySeconds']:>8} "
-                  f"{d['buildGpuSeconds']:>12.0f} {d['idleGpuSeconds']:>11.0f}")
+            print(
+                f"{label:<7} {run['commit']:<9} {d['example']:<36} {d['readySeconds']:>8} "
+                f"{d['buildGpuSeconds']:>12.0f} {d['idleGpuSeconds']:>11.0f}"
+            )
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

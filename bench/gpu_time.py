@@ -23,14 +23,17 @@ def seconds(timestamp: str) -> float:
 
 def container_gpus(container: dict[str, Any]) -> int:
     resources = container.get("resources") or {}
-    return int((resources.get("requests") or {}).get(GPU_RESOURCE)
-               or (resources.get("limits") or {}).get(GPU_RESOURCE) or 0)
+    return int(
+        (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(GPU_RESOURCE) or 0
+    )
 
 
 def pod_gpus(pod: dict[str, Any]) -> int:
     spec = pod["spec"]
-    return max([container_gpus(c) for c in spec.get("initContainers") or []]
-               + [sum(container_gpus(c) for c in spec.get("containers") or [])])
+    return max(
+        [container_gpus(c) for c in spec.get("initContainers") or []]
+        + [sum(container_gpus(c) for c in spec.get("containers") or [])]
+    )
 
 
 def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -41,14 +44,19 @@ def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
 def held(pod: dict[str, Any], now: float) -> Interval | None:
     """When the pod held its node's resources (None: never scheduled)."""
     status = pod.get("status") or {}
-    scheduled = next((c for c in status.get("conditions") or []
-                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    scheduled = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "True"),
+        None,
+    )
     if scheduled is None:
         return None
     start = seconds(scheduled["lastTransitionTime"])
     if status.get("phase") in ("Succeeded", "Failed"):
-        ends = [seconds(t["finishedAt"]) for cs in _statuses(pod)
-                if (t := (cs.get("state") or {}).get("terminated")) and t.get("finishedAt")]
+        ends = [
+            seconds(t["finishedAt"])
+            for cs in _statuses(pod)
+            if (t := (cs.get("state") or {}).get("terminated")) and t.get("finishedAt")
+        ]
         end = max(ends, default=start)
     elif pod["metadata"].get("deletionTimestamp"):
         end = seconds(pod["metadata"]["deletionTimestamp"])
@@ -72,8 +80,7 @@ def step_intervals(pod: dict[str, Any], now: float) -> dict[str, Interval]:
 
 def gpu_steps(pod: dict[str, Any]) -> set[str]:
     spec = pod["spec"]
-    return {c["name"] for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
-            if container_gpus(c)}
+    return {c["name"] for c in (spec.get("initContainers") or []) + (spec.get("containers") or []) if container_gpus(c)}
 
 
 def covered(intervals: list[Interval], within: Interval) -> float:

@@ -41,10 +41,12 @@ def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: floa
     # The pass's own writes: from its start (its end, seen within a poll, less its duration) on. Before it, the
     # Event poster may still be posting the fleet's Events: those are the rollout's, counted apart.
     began = time.time() - passes.get("resync_duration_seconds_sum", 0.0) - RESYNC_POLL_SECONDS
-    resync = {"seconds": passes.get("resync_duration_seconds_sum", float("nan")),
-              "writes": audit_writes(audit, offset, since=began),
-              "writes_before_it": audit_writes(audit, offset, until=began),
-              "requests": {k: v for k, v in passes.items() if k.startswith("requests")}}
+    resync = {
+        "seconds": passes.get("resync_duration_seconds_sum", float("nan")),
+        "writes": audit_writes(audit, offset, since=began),
+        "writes_before_it": audit_writes(audit, offset, until=began),
+        "requests": {k: v for k, v in passes.items() if k.startswith("requests")},
+    }
     offset = audit.stat().st_size
     stats = process_stats(pid)
     print(f"idle: {seconds:.0f}s", file=sys.stderr)
@@ -52,6 +54,12 @@ def idle(local: dev.LocalCluster, pid: int, seconds: float, resync_seconds: floa
     after_stats = process_stats(pid)
     writes = audit_writes(audit, offset)
     cpu = after_stats["cpu_seconds"] - stats["cpu_seconds"]
-    return {"seconds": seconds, "operator_writes": sum(writes.values()), "writes_by_kind": writes,
-            "cpu_seconds": cpu, "cpu_percent_of_a_core": 100 * cpu / seconds, "rss_mib": after_stats["rss_mib"],
-            "resync": resync}
+    return {
+        "seconds": seconds,
+        "operator_writes": sum(writes.values()),
+        "writes_by_kind": writes,
+        "cpu_seconds": cpu,
+        "cpu_percent_of_a_core": 100 * cpu / seconds,
+        "rss_mib": after_stats["rss_mib"],
+        "resync": resync,
+    }

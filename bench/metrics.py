@@ -9,15 +9,20 @@ from prometheus_client.parser import text_string_to_metric_families
 METRICS_PORT = 18091  # the bench's operator serves its metrics here
 
 
-TIMINGS = {"specdec_api_request_duration_seconds": "request seconds",  # histograms: where time goes
-           "specdec_workqueue_wait_seconds": "queue wait", "specdec_reconcile_duration_seconds": "reconcile seconds"}
+TIMINGS = {
+    "specdec_api_request_duration_seconds": "request seconds",  # histograms: where time goes
+    "specdec_workqueue_wait_seconds": "queue wait",
+    "specdec_reconcile_duration_seconds": "reconcile seconds",
+}
 
 
 def mean_timings(counters: dict[str, float]) -> dict[str, float]:
     """'<what> <verb or kind>' -> mean seconds, from the histograms' sums and counts."""
-    return {key.removesuffix(" sum"): value / counters[key.removesuffix("sum") + "count"]
-            for key, value in counters.items()
-            if key.endswith(" sum") and counters.get(key.removesuffix("sum") + "count")}
+    return {
+        key.removesuffix(" sum"): value / counters[key.removesuffix("sum") + "count"]
+        for key, value in counters.items()
+        if key.endswith(" sum") and counters.get(key.removesuffix("sum") + "count")
+    }
 
 
 def scrape(port: int) -> dict[str, float]:

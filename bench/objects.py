@@ -26,10 +26,23 @@ STAND_IN_CONTAINER = {"name": "c", "image": "registry.invalid/x"}
 
 
 def direct_engine_build(name: str, model: str) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": name},
-            "spec": {"recipe": {"model": model, "dtype": "float16", "quantization": "none", "kvCacheDtype": "auto",
-                                "tensorParallelSize": 1, "image": "x"},
-                     "cacheClaim": "c", "enginePath": f"engines/{name}"}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "EngineBuild",
+        "metadata": {"name": name},
+        "spec": {
+            "recipe": {
+                "model": model,
+                "dtype": "float16",
+                "quantization": "none",
+                "kvCacheDtype": "auto",
+                "tensorParallelSize": 1,
+                "image": "x",
+            },
+            "cacheClaim": "c",
+            "enginePath": f"engines/{name}",
+        },
+    }
 
 
 def direct_job(name: str, suspend: bool = True) -> dict:
@@ -39,8 +52,14 @@ def direct_job(name: str, suspend: bool = True) -> dict:
 
 def direct_deployment(name: str, app: str | None = None) -> dict:
     labels = {"app": app or name}
-    return {"metadata": {"name": name}, "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
-        "metadata": {"labels": labels}, "spec": {"containers": [STAND_IN_CONTAINER]}}}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [STAND_IN_CONTAINER]}},
+        },
+    }
 
 
 def create_namespace(core: client.CoreV1Api, name: str) -> None:

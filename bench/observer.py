@@ -46,15 +46,17 @@ class Observer:
         ns, status = deployment["metadata"]["namespace"], deployment.get("status") or {}
         self.mark(ns, "deployment-created")
         self.mark(ns, f"deployment:{deployment['metadata']['name']}")
-        if any(c["type"] == "Available" and c["status"] == "True" for c in status.get("conditions") or []) \
-                and status.get("readyReplicas", 0) >= deployment["spec"].get("replicas", 1):
+        if any(
+            c["type"] == "Available" and c["status"] == "True" for c in status.get("conditions") or []
+        ) and status.get("readyReplicas", 0) >= deployment["spec"].get("replicas", 1):
             self.mark(ns, "deployment-available")
 
     def _sd(self, kind, sd) -> None:
         ns = sd["metadata"]["namespace"]
         status = sd.get("status") or {}
         if status.get("observedGeneration") == sd["metadata"].get("generation") and any(
-                c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []):
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []
+        ):
             self.mark(ns, f"ready:{sd['metadata']['name']}")
 
     def start(self) -> None:

@@ -57,10 +57,19 @@ def latest(runs: list[dict]) -> dict:
 
 def _setup():
     import matplotlib
+
     matplotlib.use("svg")
     import matplotlib.pyplot as plt
-    plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "specdec", "font.size": 10,
-                         "axes.spines.top": False, "axes.spines.right": False})
+
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "specdec",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     return plt
 
 
@@ -79,12 +88,23 @@ def plot_ready_vs_n(runs: list[dict], path: Path) -> None:
     if all(a is not None for a in applied):
         ax.plot(ns, applied, "s--", color="#7f7f7f", label="all applied (the bench's creates)")
     ax.axhline(120, color="#d62728", linestyle=":", linewidth=1)
-    ax.annotate("target at N = 1000: 120 s", (ns[0], 120), xytext=(0, 4), textcoords="offset points",
-                color="#d62728", fontsize=8)
+    ax.annotate(
+        "target at N = 1000: 120 s",
+        (ns[0], 120),
+        xytext=(0, 4),
+        textcoords="offset points",
+        color="#d62728",
+        fontsize=8,
+    )
     for n, seconds in zip(ns, ready):
         run = points[n][0]
-        ax.annotate(f"{seconds:.0f} s\n{run['commit']}, {run['date'][:10]}", (n, seconds), xytext=(6, -24),
-                    textcoords="offset points", fontsize=8)
+        ax.annotate(
+            f"{seconds:.0f} s\n{run['commit']}, {run['date'][:10]}",
+            (n, seconds),
+            xytext=(6, -24),
+            textcoords="offset points",
+            fontsize=8,
+        )
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlim(0, max(ns) * 1.15)
     ax.set_xlabel("deployments in the fleet (N), applied at once")
@@ -104,14 +124,23 @@ def plot_ratios(runs: list[dict], path: Path) -> None:
     bars = [  # (label, value, target)
         (f"N={n}: apply → first Job\n/ loaded floor, p50", fleet["apply_to_job"]["loaded_ratio_p50"], 1.5),
         (f"N={n}: apply → first Job\n/ loaded floor, p95", fleet["apply_to_job"]["loaded_ratio_p95"], 1.5),
-        (f"N={n}: Jobs done → Deployment\n/ loaded floor, p50",
-         fleet["jobs_done_to_deployment"]["loaded_ratio_p50"], 1.5),
-        (f"N={n}: Jobs done → Deployment\n/ loaded floor, p95",
-         fleet["jobs_done_to_deployment"]["loaded_ratio_p95"], 1.5),
+        (
+            f"N={n}: Jobs done → Deployment\n/ loaded floor, p50",
+            fleet["jobs_done_to_deployment"]["loaded_ratio_p50"],
+            1.5,
+        ),
+        (
+            f"N={n}: Jobs done → Deployment\n/ loaded floor, p95",
+            fleet["jobs_done_to_deployment"]["loaded_ratio_p95"],
+            1.5,
+        ),
     ]
     latency = run.get("latency") or {}
-    for key, label in (("apply_to_job", "apply → Job"), ("jobs_done_to_deployment", "last Job done → Deployment"),
-                       ("available_to_ready", "Deployment available → Ready")):
+    for key, label in (
+        ("apply_to_job", "apply → Job"),
+        ("jobs_done_to_deployment", "last Job done → Deployment"),
+        ("available_to_ready", "Deployment available → Ready"),
+    ):
         if key in latency:
             bars.append((f"one deployment: {label}\n/ sequential floor, p50", latency[key]["ratio_p50"], 3.0))
     fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(bars) + 1.2))
@@ -119,8 +148,9 @@ def plot_ratios(runs: list[dict], path: Path) -> None:
     for y, (label, value, target) in zip(ys, bars):
         ax.barh(y, value, color="#1f77b4" if value <= target else "#ff7f0e", height=0.6)
         ax.plot([target, target], [y - 0.4, y + 0.4], color="#d62728", linewidth=1.5)
-        ax.annotate(f"{value:.2f} (target ≤ {target:g})", (value, y), xytext=(4, -3), textcoords="offset points",
-                    fontsize=8)
+        ax.annotate(
+            f"{value:.2f} (target ≤ {target:g})", (value, y), xytext=(4, -3), textcoords="offset points", fontsize=8
+        )
     ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
     ax.set_xlabel("operator / floor (1 = as fast as the same writes made directly)")
     ax.set_xlim(0, max(max(b[1] for b in bars), 3.0) * 1.35)
@@ -142,32 +172,58 @@ def table(runs: list[dict]) -> str:
     idle = run.get("idle") or {}
     lat = run.get("latency") or {}
     rows = [
-        ("all Ready (all applied in)", "≤ 120 s", f"{fleet['all_ready_seconds']:.1f} s ({fleet['apply_seconds']:.1f} s)"),
+        (
+            "all Ready (all applied in)",
+            "≤ 120 s",
+            f"{fleet['all_ready_seconds']:.1f} s ({fleet['apply_seconds']:.1f} s)",
+        ),
         ("apply → first Job, p50 / p95", "p95 ≤ 0.5 s", f"{_f(a['p50'])} / {_f(a['p95'])} s"),
         ("  its loaded floor, p50 / p95", "", f"{_f(lf['apply_to_job']['p50'])} / {_f(lf['apply_to_job']['p95'])} s"),
         ("  operator / loaded floor, p50 / p95", "≤ 1.5", f"{_f(a['loaded_ratio_p50'])} / {_f(a['loaded_ratio_p95'])}"),
         ("Jobs done → Deployment, p50 / p95", "", f"{_f(j['p50'])} / {_f(j['p95'])} s"),
-        ("  its loaded floor, p50 / p95", "",
-         f"{_f(lf['jobs_done_to_deployment']['p50'])} / {_f(lf['jobs_done_to_deployment']['p95'])} s"),
+        (
+            "  its loaded floor, p50 / p95",
+            "",
+            f"{_f(lf['jobs_done_to_deployment']['p50'])} / {_f(lf['jobs_done_to_deployment']['p95'])} s",
+        ),
         ("  operator / loaded floor, p50 / p95", "≤ 1.5", f"{_f(j['loaded_ratio_p50'])} / {_f(j['loaded_ratio_p95'])}"),
         ("  operator / fan-out floor, p50", "", _f(j["fanout_ratio_p50"])),
-        ("EngineBuilds / Jobs / distinct recipes", "= recipes",
-         f"{fleet['engine_builds']} / {fleet['jobs']} / {fleet['distinct_recipes']}"),
+        (
+            "EngineBuilds / Jobs / distinct recipes",
+            "= recipes",
+            f"{fleet['engine_builds']} / {fleet['jobs']} / {fleet['distinct_recipes']}",
+        ),
         ("operator CPU during the fleet", "", f"{fleet['operator_cpu_seconds']:.1f} s"),
-        ("operator peak RSS (fleet; idle after it)", "≤ 250 MiB",
-         f"{fleet['operator_peak_rss_mib']:.0f} MiB; {idle.get('rss_mib', 0):.0f} MiB"),
+        (
+            "operator peak RSS (fleet; idle after it)",
+            "≤ 250 MiB",
+            f"{fleet['operator_peak_rss_mib']:.0f} MiB; {idle.get('rss_mib', 0):.0f} MiB",
+        ),
         ("resync pass after the fleet", "< 10 s", f"{idle.get('resync', {}).get('seconds', 0):.1f} s"),
-        ("operator writes while idle; idle CPU", "0; < 2 %",
-         f"{idle.get('operator_writes')}; {idle.get('cpu_percent_of_a_core', 0):.1f} % of a core"),
+        (
+            "operator writes while idle; idle CPU",
+            "0; < 2 %",
+            f"{idle.get('operator_writes')}; {idle.get('cpu_percent_of_a_core', 0):.1f} % of a core",
+        ),
     ]
-    for key, label in (("apply_to_job", "apply → first Job"), ("jobs_done_to_deployment", "last Job done → Deployment"),
-                       ("available_to_ready", "Deployment available → Ready")):
+    for key, label in (
+        ("apply_to_job", "apply → first Job"),
+        ("jobs_done_to_deployment", "last Job done → Deployment"),
+        ("available_to_ready", "Deployment available → Ready"),
+    ):
         if key in lat:
-            rows.append((f"one deployment: {label}, p50 / p95; / sequential floor", "≤ 3",
-                         f"{_f(lat[key]['p50'], 3)} / {_f(lat[key]['p95'], 3)} s; {_f(lat[key]['ratio_p50'])}"))
+            rows.append(
+                (
+                    f"one deployment: {label}, p50 / p95; / sequential floor",
+                    "≤ 3",
+                    f"{_f(lat[key]['p50'], 3)} / {_f(lat[key]['p95'], 3)} s; {_f(lat[key]['ratio_p50'])}",
+                )
+            )
     out = [f"| N = {fleet['deployments']} | target | {run['commit']}, {run['date'][:10]} |", "|---|---|---|"]
-    out += [f"| {name.strip() if not name.startswith('  ') else '&nbsp;&nbsp;' + name.strip()} | {target} | {value} |"
-            for name, target, value in rows]
+    out += [
+        f"| {name.strip() if not name.startswith('  ') else '&nbsp;&nbsp;' + name.strip()} | {target} | {value} |"
+        for name, target, value in rows
+    ]
     return "\n".join(out)
 
 

@@ -15,8 +15,11 @@ def cpu_seconds(pid: int | str) -> float:
 def process_stats(pid: int) -> dict[str, float]:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_mib": int(fields["VmRSS"].split()[0]) / 1024, "peak_rss_mib": int(fields["VmHWM"].split()[0]) / 1024,
-            "cpu_seconds": cpu_seconds(pid)}
+    return {
+        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "peak_rss_mib": int(fields["VmHWM"].split()[0]) / 1024,
+        "cpu_seconds": cpu_seconds(pid),
+    }
 
 
 CLUSTER_PROCESSES = ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok")  # /proc comm prefixes

@@ -90,18 +90,28 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
             by_release["its apply" if released == applied[name] else "a Job done"].append(deployment - released)
             # Released by its own apply (its Jobs were done before): timed from before its SD create, as apply →
             # Job is, so its floor has that create's seconds too.
-            loaded["jobs_done_to_deployment"].append(probe.near("jobs_done_to_deployment", released)
-                                                     + (posted[name] if released == applied[name] else 0.0))
+            loaded["jobs_done_to_deployment"].append(
+                probe.near("jobs_done_to_deployment", released) + (posted[name] if released == applied[name] else 0.0)
+            )
     builds = custom.list_namespaced_custom_object(GROUP, VERSION, ns, "enginebuilds")["items"]
     jobs = client.BatchV1Api(api).list_namespaced_job(ns).items
     recipes = {json.dumps(b["spec"]["recipe"], sort_keys=True) for b in builds}
     expected = len({target_model(i, models, own_every) for i in range(count)}) + 1  # + the shared draft
-    return {"deployments": count, "ready": observer.count(ns, "ready:"), "apply_seconds": apply_seconds,
-            "all_ready_seconds": all_ready, "ready_at": start + all_ready, "apply_to_job": summary(to_job),
-            "jobs_done_to_deployment": summary(to_deployment),
-            "jobs_done_to_deployment_by_release": {k: summary(v) for k, v in by_release.items()},
-            "loaded_floor": {k: summary(v) for k, v in loaded.items()},
-            "probes": {k: len(v) for k, v in probe.samples.items()}, "first_jobs": first_jobs,
-            "sent_at": {name: sent_at[name] for name in first_jobs},
-            "engine_builds": len(builds), "jobs": len(jobs),
-            "distinct_recipes": len(recipes), "expected_recipes": expected}
+    return {
+        "deployments": count,
+        "ready": observer.count(ns, "ready:"),
+        "apply_seconds": apply_seconds,
+        "all_ready_seconds": all_ready,
+        "ready_at": start + all_ready,
+        "apply_to_job": summary(to_job),
+        "jobs_done_to_deployment": summary(to_deployment),
+        "jobs_done_to_deployment_by_release": {k: summary(v) for k, v in by_release.items()},
+        "loaded_floor": {k: summary(v) for k, v in loaded.items()},
+        "probes": {k: len(v) for k, v in probe.samples.items()},
+        "first_jobs": first_jobs,
+        "sent_at": {name: sent_at[name] for name in first_jobs},
+        "engine_builds": len(builds),
+        "jobs": len(jobs),
+        "distinct_recipes": len(recipes),
+        "expected_recipes": expected,
+    }

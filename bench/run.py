@@ -50,18 +50,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--scale", type=int, help="one fleet size (the same as --scales N)")
-    parser.add_argument("--scales", default="100,300,1000", help="fleet sizes, comma-separated, each with "
-                        "a fresh operator (default: %(default)s)")
+    parser.add_argument(
+        "--scales",
+        default="100,300,1000",
+        help="fleet sizes, comma-separated, each with a fresh operator (default: %(default)s)",
+    )
     parser.add_argument("--models", type=int, default=10, help="target models the fleet shares")
-    parser.add_argument("--own-every", type=int, default=10, help="every Nth deployment has a model of its own "
-                        "(0: none)")
-    parser.add_argument("--idle-seconds", type=float, default=60,
-                        help="idle window after the largest fleet is Ready (must be under --resync-seconds)")
-    parser.add_argument("--resync-seconds", type=float, default=Settings().resync_seconds,
-                        help="the operator's resync interval (default: the operator's own, %(default)s)")
+    parser.add_argument(
+        "--own-every", type=int, default=10, help="every Nth deployment has a model of its own (0: none)"
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=60,
+        help="idle window after the largest fleet is Ready (must be under --resync-seconds)",
+    )
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=Settings().resync_seconds,
+        help="the operator's resync interval (default: the operator's own, %(default)s)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the bench cluster afterwards")
-    parser.add_argument("--profile", type=Path, help="record the operator with py-spy during the largest fleet "
-                        "into this file (collapsed stacks; `pip install py-spy`)")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="record the operator with py-spy during the largest fleet "
+        "into this file (collapsed stacks; `pip install py-spy`)",
+    )
     args = parser.parse_args()
     scales = [args.scale] if args.scale else sorted(int(n) for n in args.scales.split(","))
     if args.idle_seconds >= args.resync_seconds:
@@ -76,16 +92,22 @@ def main() -> int:
     gpu_nodes = math.ceil(max(scales) * 2 / 8) + 4
     dev.up(local, gpu_nodes=gpu_nodes, audit_policy=policy)
     local.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(render_crds().values()))
-    local.kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specdec.io",
-                  "crd/enginebuilds.specdec.io")
+    local.kubectl(
+        "wait", "--for=condition=Established", "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io"
+    )
     os.environ["SPECDEC_RESYNC_SECONDS"] = str(args.resync_seconds)  # the operator inherits it
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "operator", "bench"],
-                           capture_output=True, text=True).stdout.strip()
-    results: dict = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                     "commit": commit + ("+dirty" if dirty else ""),
-                     "machine": f"{os.cpu_count()} cores, {os.uname().machine}", "args": vars(args)}
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "operator", "bench"], capture_output=True, text=True
+    ).stdout.strip()
+    results: dict = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit + ("+dirty" if dirty else ""),
+        "machine": f"{os.cpu_count()} cores, {os.uname().machine}",
+        "args": vars(args),
+    }
     try:
         api = config.new_client_from_config(config_file=str(local.kubeconfig))
         api.configuration.connection_pool_maxsize = 16
@@ -95,8 +117,12 @@ def main() -> int:
         floor_fleets = {n: floor_scale(api, n, args.models, args.own_every) for n in scales}
         for n in scales:
             floor_fleets[n]["fanout"] = floor_fanout(api, n)
-        delete_namespaces(local, [f"bench-floor-{i}" for i in range(args.reps)]
-                          + [f"bench-floor-scale-{n}" for n in scales] + [f"bench-floor-fanout-{n}" for n in scales])
+        delete_namespaces(
+            local,
+            [f"bench-floor-{i}" for i in range(args.reps)]
+            + [f"bench-floor-scale-{n}" for n in scales]
+            + [f"bench-floor-fanout-{n}" for n in scales],
+        )
         dev.start_operator(local, metrics_port=METRICS_PORT)
         observer = Observer(api)
         observer.start()
@@ -117,9 +143,24 @@ def main() -> int:
                 # --nonblocking: py-spy pausing the operator 50 times a second (its default) slowed the fleet
                 # it measured by minutes; unpaused samples may be torn now and then (py-spy counts them).
                 py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))  # e.g. in .venv
-                subprocess.Popen([py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "20",
-                                  "--nonblocking", "--gil", "--output", str(args.profile)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.Popen(
+                    [
+                        py_spy,
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--format",
+                        "raw",
+                        "--rate",
+                        "20",
+                        "--nonblocking",
+                        "--gil",
+                        "--output",
+                        str(args.profile),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             print(f"scale: {n} deployments", file=sys.stderr)
             audit = local.logs_dir / "audit.log"
             counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
@@ -130,8 +171,9 @@ def main() -> int:
             row["cpu_seconds_by_process"] = {k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid).items()}
             row["requests"] = delta(scrape(METRICS_PORT), counters)
             row["writes"] = audit_writes(audit, offset)
-            row["apply_chain"] = apply_chain(audit, offset, f"bench-scale-{n}", row.pop("first_jobs"),
-                                             row.pop("sent_at"))
+            row["apply_chain"] = apply_chain(
+                audit, offset, f"bench-scale-{n}", row.pop("first_jobs"), row.pop("sent_at")
+            )
             row["writes_by_client"] = writes_by_client(audit, offset)
             row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
             row["operator_peak_rss_mib"] = after["peak_rss_mib"]

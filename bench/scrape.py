@@ -73,15 +73,35 @@ def store_of(pods: int) -> Store:
     store = Store(("SpeculativeDeployment", "Pod"), indexed_labels=(LABEL_INSTANCE,))
     for i in range(pods):
         name = f"sd-{i}"
-        store.put({"kind": "SpeculativeDeployment",
-                   "metadata": {"name": name, "namespace": "bench", "uid": f"u{i}", "generation": 1},
-                   "spec": {"target": {"model": "hf://meta-llama/Llama-3.1-70B-Instruct"},
-                            "speculation": {"mode": "draftTarget", "draftTarget": {
-                                "draft": {"model": "hf://meta-llama/Llama-3.2-1B-Instruct"}, "draftLen": "auto",
-                                "maxDraftLen": 8}}}})
-        store.put({"kind": "Pod", "metadata": {"name": f"{name}-pod", "namespace": "bench", "uid": f"p{i}",
-                                               "labels": {LABEL_INSTANCE: name, LABEL_COMPONENT: "runtime"}},
-                   "status": {"podIP": address(i), "conditions": [{"type": "Ready", "status": "True"}]}})
+        store.put(
+            {
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": name, "namespace": "bench", "uid": f"u{i}", "generation": 1},
+                "spec": {
+                    "target": {"model": "hf://meta-llama/Llama-3.1-70B-Instruct"},
+                    "speculation": {
+                        "mode": "draftTarget",
+                        "draftTarget": {
+                            "draft": {"model": "hf://meta-llama/Llama-3.2-1B-Instruct"},
+                            "draftLen": "auto",
+                            "maxDraftLen": 8,
+                        },
+                    },
+                },
+            }
+        )
+        store.put(
+            {
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-pod",
+                    "namespace": "bench",
+                    "uid": f"p{i}",
+                    "labels": {LABEL_INSTANCE: name, LABEL_COMPONENT: "runtime"},
+                },
+                "status": {"podIP": address(i), "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
     return store
 
 
@@ -98,8 +118,9 @@ def main() -> int:
         print("the endpoints did not start", file=sys.stderr)
         return 1
     enqueued = []
-    monitor = SpeculationMonitor(store_of(args.pods), lambda *a: None, lambda ns, name: enqueued.append(name),
-                                 interval=args.interval)
+    monitor = SpeculationMonitor(
+        store_of(args.pods), lambda *a: None, lambda ns, name: enqueued.append(name), interval=args.interval
+    )
     cpu, wall = [], []
     for n in range(args.passes + 1):
         c0, w0 = time.process_time(), time.monotonic()
@@ -110,13 +131,19 @@ def main() -> int:
         time.sleep(0.5)
     server.terminate()
     published = sum(1 for i in range(args.pods) if monitor.published("bench", f"sd-{i}", 1))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    result = {"commit": commit, "pods": args.pods, "interval_seconds": args.interval, "passes": args.passes,
-              "cpu_seconds_per_pass_median": round(statistics.median(cpu), 3),
-              "wall_seconds_per_pass_median": round(statistics.median(wall), 3),
-              "core_share_at_interval": round(statistics.median(cpu) / args.interval, 4),
-              "deployments_published": published}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    result = {
+        "commit": commit,
+        "pods": args.pods,
+        "interval_seconds": args.interval,
+        "passes": args.passes,
+        "cpu_seconds_per_pass_median": round(statistics.median(cpu), 3),
+        "wall_seconds_per_pass_median": round(statistics.median(wall), 3),
+        "core_share_at_interval": round(statistics.median(cpu) / args.interval, 4),
+        "deployments_published": published,
+    }
     print(json.dumps(result, indent=2))
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H%M%S%z")
     out = ROOT / "bench" / "results" / f"scrape-{stamp}.json"

@@ -50,18 +50,34 @@ def one_round(kube: Kube, core: client.CoreV1Api, count: int) -> dict[str, dict[
         sds.append(kube.create(body)[0])
 
     def patch_status(phase: str) -> Callable[[int], object]:
-        return lambda i: kube.patch("SpeculativeDeployment", namespace, f"sd-{i}",
-                                    {"status": {"observedGeneration": 1, "phase": phase}}, subresource="status")
+        return lambda i: kube.patch(
+            "SpeculativeDeployment",
+            namespace,
+            f"sd-{i}",
+            {"status": {"observedGeneration": 1, "phase": phase}},
+            subresource="status",
+        )
 
     try:
-        return {"SD create": measure(count, create_sd),
-                "SD status patch (a new phase)": measure(count, patch_status("RollingOut")),
-                "SD status patch (nothing changes)": measure(count, patch_status("RollingOut")),
-                "Event create": measure(count, lambda i: kube.events.post(sds[i], "Ready", "serving", False,
-                                                                         conditions.now())),
-                "ConfigMap create (1 kB)": measure(count, lambda i: kube.create(
-                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": namespace},
-                     "data": {"config.json": "x" * 1024}}))}
+        return {
+            "SD create": measure(count, create_sd),
+            "SD status patch (a new phase)": measure(count, patch_status("RollingOut")),
+            "SD status patch (nothing changes)": measure(count, patch_status("RollingOut")),
+            "Event create": measure(
+                count, lambda i: kube.events.post(sds[i], "Ready", "serving", False, conditions.now())
+            ),
+            "ConfigMap create (1 kB)": measure(
+                count,
+                lambda i: kube.create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": f"cm-{i}", "namespace": namespace},
+                        "data": {"config.json": "x" * 1024},
+                    }
+                ),
+            ),
+        }
     finally:
         core.delete_namespace(namespace)
         while True:
@@ -77,8 +93,9 @@ def one_round(kube: Kube, core: client.CoreV1Api, count: int) -> dict[str, dict[
 def main() -> int:
     args, kube, core = cost_command(__doc__, rounds=3)
     rounds = [one_round(kube, core, args.count) for _ in range(args.rounds)]
-    result = {what: {k: statistics.median(r[what][k] for r in rounds) for k in ("cpu_ms", "wall_ms")}
-              for what in rounds[0]}
+    result = {
+        what: {k: statistics.median(r[what][k] for r in rounds) for k in ("cpu_ms", "wall_ms")} for what in rounds[0]
+    }
     for what, row in result.items():
         print(f"{what:36} {row['cpu_ms']:6.2f} ms CPU  ({row['wall_ms']:.1f} ms wall)")
     print(json.dumps(result))

@@ -48,8 +48,11 @@ def kubeconfig(request) -> Path:
     if os.environ.get("SPECDEC_TEST_KIND") == "1" and _docker_works():
         from pytest_kind import KindCluster  # only needed where Docker runs
 
-        kind = KindCluster(TEST_CLUSTER_NAME, kind_path=Path(shutil.which("kind")),
-                           kubectl_path=Path(shutil.which("kubectl") or "kubectl"))
+        kind = KindCluster(
+            TEST_CLUSTER_NAME,
+            kind_path=Path(shutil.which("kind")),
+            kubectl_path=Path(shutil.which("kubectl") or "kubectl"),
+        )
         kind.create()
         request.addfinalizer(kind.delete)
         return Path(kind.kubeconfig_path)
@@ -96,9 +99,13 @@ def crds(kube: Kube) -> list[str]:
             kube.apiext.create_custom_resource_definition(crd)
         names.append(name)
     for name in names:
-        wait_for(lambda: any(c.type == "Established" and c.status == "True"
-                             for c in kube.apiext.read_custom_resource_definition(name).status.conditions or []),
-                 f"CRD {name} Established")
+        wait_for(
+            lambda: any(
+                c.type == "Established" and c.status == "True"
+                for c in kube.apiext.read_custom_resource_definition(name).status.conditions or []
+            ),
+            f"CRD {name} Established",
+        )
     return names
 
 

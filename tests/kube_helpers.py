@@ -56,14 +56,16 @@ class Kube:
         """A ResourceQuota of `hard` on `resource`, once the quota controller has observed it (until then
         the API server admits everything)."""
         name = "q-" + "".join(c if c.isalnum() else "-" for c in resource)
-        self.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": name},
-                                                               "spec": {"hard": {resource: hard}}})
-        wait_for(lambda: (self.core.read_namespaced_resource_quota(name, namespace).status.hard or {})
-                 .get(resource) == hard, f"quota on {resource} observed")
+        self.core.create_namespaced_resource_quota(
+            namespace, {"metadata": {"name": name}, "spec": {"hard": {resource: hard}}}
+        )
+        wait_for(
+            lambda: (self.core.read_namespaced_resource_quota(name, namespace).status.hard or {}).get(resource) == hard,
+            f"quota on {resource} observed",
+        )
 
     def events_for(self, namespace: str, name: str) -> list:
-        return self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}").items
+        return self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60.0, interval: float = 0.25) -> T:
@@ -82,8 +84,7 @@ def scrape(url: str) -> dict[str, float]:
     """The unlabelled samples of a Prometheus text page (a runtime front's /metrics), by name."""
     with urllib.request.urlopen(url, timeout=5) as response:
         text = response.read().decode()
-    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
-            if not s.labels}
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples if not s.labels}
 
 
 def scrape_if_served(url: str) -> dict[str, float] | None:
@@ -96,7 +97,7 @@ def scrape_if_served(url: str) -> dict[str, float] | None:
 
 def condition(obj, kind: str) -> str | None:
     """Status of the condition `kind` on a typed object with status.conditions."""
-    for c in (obj.status.conditions or []):
+    for c in obj.status.conditions or []:
         if c.type == kind:
             return c.status
     return None

@@ -20,8 +20,15 @@ class OperatorProcess:
 
     With `isolated`, no SPECDEC_* setting of the test environment leaks in: only `env` counts."""
 
-    def __init__(self, kubeconfig: Path, log_path: Path, port: int, args: list[str],
-                 env: dict[str, str] | None = None, isolated: bool = False):
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        port: int,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        isolated: bool = False,
+    ):
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.port = port
@@ -31,18 +38,28 @@ class OperatorProcess:
         self.process: subprocess.Popen | None = None
 
     @classmethod
-    def watching(cls, namespace: str, kubeconfig: Path, log_path: Path, port: int,
-                 env: dict[str, str] | None = None) -> OperatorProcess:
-        return cls(kubeconfig, log_path, port, ["operator", "--namespace", namespace,
-                                                "--liveness", f"http://127.0.0.1:{port}/healthz"], env)
+    def watching(
+        cls, namespace: str, kubeconfig: Path, log_path: Path, port: int, env: dict[str, str] | None = None
+    ) -> OperatorProcess:
+        return cls(
+            kubeconfig,
+            log_path,
+            port,
+            ["operator", "--namespace", namespace, "--liveness", f"http://127.0.0.1:{port}/healthz"],
+            env,
+        )
 
     def start(self, timeout: float = 60.0) -> None:
-        base = {k: v for k, v in os.environ.items()
-                if not (self.isolated and (k.startswith("SPECDEC_") or k == "KUBECONFIG"))}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not (self.isolated and (k.startswith("SPECDEC_") or k == "KUBECONFIG"))
+        }
         env = {**base, "KUBECONFIG": str(self.kubeconfig), **self.env}
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "specdec.cli", *self.args],
-                                        env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "specdec.cli", *self.args], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         problem = wait_healthy(self.process, self.port, timeout)
         if problem:
             raise AssertionError(f"{problem}:\n{self.logs()}")

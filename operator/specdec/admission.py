@@ -56,8 +56,11 @@ class Observed:
 
     def awaits_fetch(self, source: ModelSource) -> bool:
         """An hf:// model whose facts only its fetch can tell: not in the catalog, not fetched yet."""
-        return (source.model.startswith("hf://") and checkpoint(source) not in self.fetched
-                and _catalog_facts(source) is None)
+        return (
+            source.model.startswith("hf://")
+            and checkpoint(source) not in self.fetched
+            and _catalog_facts(source) is None
+        )
 
 
 def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[Served]:
@@ -66,19 +69,44 @@ def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[S
     target's process, on its GPUs with its tensor parallelism; a drafter in the target's engine always does."""
     target = spec.target
     fp8 = spec.backend == "tensorrt"
-    served = [Served("target", target, observed.model_facts(target), tuple(target.effective_devices),
-                     target.tensor_parallel_size, "spec.target.tensorParallelSize", fp8)]
+    served = [
+        Served(
+            "target",
+            target,
+            observed.model_facts(target),
+            tuple(target.effective_devices),
+            target.tensor_parallel_size,
+            "spec.target.tensorParallelSize",
+            fp8,
+        )
+    ]
     mode, block = modes.mode_of(spec.speculation)
     draft = mode.draft(block)
     if draft is not None:
         if spec.backend == "pytorch":
-            served.append(Served("draft", draft, observed.model_facts(draft), served[0].devices,
-                                 target.tensor_parallel_size,
-                                 "spec.target.tensorParallelSize (the draft's on backend pytorch)"))
+            served.append(
+                Served(
+                    "draft",
+                    draft,
+                    observed.model_facts(draft),
+                    served[0].devices,
+                    target.tensor_parallel_size,
+                    "spec.target.tensorParallelSize (the draft's on backend pytorch)",
+                )
+            )
         else:
-            served.append(Served("draft", draft, observed.model_facts(draft), tuple(draft.effective_devices),
-                                 draft.tensor_parallel_size, f"spec.speculation.{mode.name}.draft.tensorParallelSize",
-                                 fp8, engine="draft"))
+            served.append(
+                Served(
+                    "draft",
+                    draft,
+                    observed.model_facts(draft),
+                    tuple(draft.effective_devices),
+                    draft.tensor_parallel_size,
+                    f"spec.speculation.{mode.name}.draft.tensorParallelSize",
+                    fp8,
+                    engine="draft",
+                )
+            )
     drafter = mode.engine_drafter(block)
     if drafter is not None:
         served += _engine_drafter(drafter, served[0], observed)
@@ -94,14 +122,35 @@ def _engine_drafter(drafter: EngineDrafter, target: Served, observed: Observed) 
     if drafter.checkpoint in (None, target.source.model):
         if drafter.kv_layers is None or target.facts is None:
             return []
-        return [Served("drafter", target.source, target.facts, target.devices, target.tensor_parallel_size, field,
-                       label=drafter.label, kv_layers=drafter.kv_layers, own_weights=False)]
+        return [
+            Served(
+                "drafter",
+                target.source,
+                target.facts,
+                target.devices,
+                target.tensor_parallel_size,
+                field,
+                label=drafter.label,
+                kv_layers=drafter.kv_layers,
+                own_weights=False,
+            )
+        ]
     source = target.source.model_copy(update={"model": drafter.checkpoint, "revision": None, "quantization": "none"})
     facts = observed.model_facts(source)
     if facts is None and target.facts is not None and not observed.awaits_fetch(source):
         facts = estimated_head(drafter.checkpoint.removeprefix("hf://"), target.facts)
-    return [Served("drafter", source, facts, target.devices, target.tensor_parallel_size, field,
-                   label=drafter.label, kv_layers=drafter.kv_layers)]
+    return [
+        Served(
+            "drafter",
+            source,
+            facts,
+            target.devices,
+            target.tensor_parallel_size,
+            field,
+            label=drafter.label,
+            kv_layers=drafter.kv_layers,
+        )
+    ]
 
 
 def facts_awaited(spec: SpeculativeDeploymentSpec, observed: Observed) -> tuple[str, ...]:
@@ -126,8 +175,10 @@ def _unchecked(m: Served, observed: Observed) -> list[str]:
     if m.facts is None:
         return [f"the vocabulary, attention heads and GPU memory of {m.source.model} ({_why_no_facts(m, observed)})"]
     if m.facts.source == HEAD_ESTIMATE:
-        return [f"the exact size of the {m.name} {m.source.model} ({_why_no_facts(m, observed)}): its GPU memory "
-                f"is {HEAD_ESTIMATE}"]
+        return [
+            f"the exact size of the {m.name} {m.source.model} ({_why_no_facts(m, observed)}): its GPU memory "
+            f"is {HEAD_ESTIMATE}"
+        ]
     return []
 
 
@@ -140,16 +191,19 @@ def _origins(served: list[Served]) -> str:
     return "facts of " + "; ".join(f"{f.model}: {f.source}" for f in known)
 
 
-def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_selector: dict[str, str],
-          observed: Observed) -> Problem | tuple[str, ...]:
+def admit(
+    spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_selector: dict[str, str], observed: Observed
+) -> Problem | tuple[str, ...]:
     """The first Problem, or the notes of what could not be checked."""
     served = served_models(spec, observed)
     notes = [note for m in served for note in _unchecked(m, observed)]
     mode, block = modes.mode_of(spec.speculation)
-    results = (check_vocabulary(served, mode.acceptance(block)),
-               check_target_fits_mode(spec, served),
-               check_tensor_parallel(served),
-               check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len))
+    results = (
+        check_vocabulary(served, mode.acceptance(block)),
+        check_target_fits_mode(spec, served),
+        check_tensor_parallel(served),
+        check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len),
+    )
     for result in results:
         if isinstance(result, Problem):
             return Problem(result.reason, f"{result.message} ({_origins(served)})")
@@ -158,6 +212,7 @@ def admit(spec: SpeculativeDeploymentSpec, kv_fraction: float, gpus: int, node_s
 
 
 # --- vocabulary ------------------------------------------------------------------------------------
+
 
 def _tokenizer_name(facts: ModelFacts) -> str:
     kind, _, value = facts.tokenizer.partition(":")
@@ -169,23 +224,37 @@ def check_vocabulary(served: list[Served], acceptance: str) -> Problem | list[st
     target, draft = known.get("target"), known.get("draft")
     if target is None or draft is None:
         return []
-    numbers = (f"draft {draft.model}: {_tokenizer_name(draft)}, vocab_size {draft.vocab_size}; "
-               f"target {target.model}: {_tokenizer_name(target)}, vocab_size {target.vocab_size}")
+    numbers = (
+        f"draft {draft.model}: {_tokenizer_name(draft)}, vocab_size {draft.vocab_size}; "
+        f"target {target.model}: {_tokenizer_name(target)}, vocab_size {target.vocab_size}"
+    )
     shared = same_tokenizer(draft, target)
     if shared is False:
         alternative = model_catalog.smallest_of_family(target.tokenizer, target.model)
-        return Problem("VocabularyMismatch", (
-            f"the draft and the target do not share a tokenizer ({numbers}): a token id means different "
-            "text to each, so the target would reject nearly every drafted token. Use a draft of the "
-            "target's family" + (f", e.g. {alternative}" if alternative else "")))
+        return Problem(
+            "VocabularyMismatch",
+            (
+                f"the draft and the target do not share a tokenizer ({numbers}): a token id means different "
+                "text to each, so the target would reject nearly every drafted token. Use a draft of the "
+                "target's family" + (f", e.g. {alternative}" if alternative else "")
+            ),
+        )
     if acceptance == "logits" and draft.vocab_size != target.vocab_size:
-        return Problem("VocabularyMismatch", (
-            f"acceptance: logits compares the draft's and the target's logits token by token, so their "
-            f"vocab_size must be equal ({numbers}); use acceptance: tokens"))
+        return Problem(
+            "VocabularyMismatch",
+            (
+                f"acceptance: logits compares the draft's and the target's logits token by token, so their "
+                f"vocab_size must be equal ({numbers}); use acceptance: tokens"
+            ),
+        )
     if shared is None:
         mixed = (draft.source == CATALOG_SOURCE) != (target.source == CATALOG_SOURCE)
-        why = (f"the draft's facts come from {draft.source}, the target's from {target.source}: a catalog family "
-               "and an identity read from files are not comparable" if mixed else "identities of different kinds")
+        why = (
+            f"the draft's facts come from {draft.source}, the target's from {target.source}: a catalog family "
+            "and an identity read from files are not comparable"
+            if mixed
+            else "identities of different kinds"
+        )
         return [f"the tokenizers of {draft.model} and {target.model} ({why}: {draft.tokenizer}, {target.tokenizer})"]
     # Same tokenizer, vocab_size may differ by padding (Qwen2.5-0.5B 151936, Qwen2.5-7B 152064):
     # tokens acceptance compares token ids only.
@@ -208,18 +277,27 @@ def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]
     for field in LAYER_FIELDS:
         beyond = sorted(layer for layer in getattr(block, field, None) or () if layer >= target.layers)
         if beyond:
-            return Problem("InvalidSpec", (
-                f"spec.speculation.{mode.name}.{to_camel(field)}: {target.model} has {target.layers} layers "
-                f"(0 to {target.layers - 1}), not {', '.join(map(str, beyond))}: name the layers the draft was "
-                "trained on, or leave the field unset to read them from the draft's config"))
+            return Problem(
+                "InvalidSpec",
+                (
+                    f"spec.speculation.{mode.name}.{to_camel(field)}: {target.model} has {target.layers} layers "
+                    f"(0 to {target.layers - 1}), not {', '.join(map(str, beyond))}: name the layers the draft was "
+                    "trained on, or leave the field unset to read them from the draft's config"
+                ),
+            )
     if mode is dspark.MODE and block.draft_model == spec.target.model and target.architecture != dspark.EMBEDDED:
-        return Problem("InvalidSpec", (
-            f"spec.speculation.dspark.draftModel is the target, but only a {dspark.EMBEDDED} target holds a DSpark "
-            f"draft in its own weights; {target.model} is {target.architecture}: name a DSpark draft trained for it"))
+        return Problem(
+            "InvalidSpec",
+            (
+                f"spec.speculation.dspark.draftModel is the target, but only a {dspark.EMBEDDED} target holds a DSpark "
+                f"draft in its own weights; {target.model} is {target.architecture}: name a DSpark draft trained for it"
+            ),
+        )
     return []
 
 
 # --- tensor parallelism ----------------------------------------------------------------------------
+
 
 def valid_tensor_parallel_sizes(facts: ModelFacts) -> list[int]:
     """TensorRT-LLM gives each GPU num_attention_heads / tp heads, and splits the KV heads evenly or,
@@ -236,11 +314,16 @@ def check_tensor_parallel(served: list[Served]) -> Problem | list[str]:
             continue
         valid = ", ".join(map(str, valid_tensor_parallel_sizes(f)))
         if f.attention_heads % tp:
-            why = (f"does not divide the {f.attention_heads} attention heads of {f.model} "
-                   f"({f.attention_heads} / {tp} = {f.attention_heads / tp:.2f}): each GPU computes whole heads")
+            why = (
+                f"does not divide the {f.attention_heads} attention heads of {f.model} "
+                f"({f.attention_heads} / {tp} = {f.attention_heads / tp:.2f}): each GPU computes whole heads"
+            )
         else:
-            why = (f"and the {f.kv_heads} KV heads of {f.model} do not divide one another: KV heads are split "
-                   f"evenly across GPUs, or copied when there are fewer than GPUs")
-        return Problem("TensorParallelDoesNotDivideHeads",
-                       f"{m.tensor_parallel_field} {tp} {why}; sizes that work for it: {valid}")
+            why = (
+                f"and the {f.kv_heads} KV heads of {f.model} do not divide one another: KV heads are split "
+                f"evenly across GPUs, or copied when there are fewer than GPUs"
+            )
+        return Problem(
+            "TensorParallelDoesNotDivideHeads", f"{m.tensor_parallel_field} {tp} {why}; sizes that work for it: {valid}"
+        )
     return []

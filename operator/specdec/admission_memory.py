@@ -29,7 +29,7 @@ USABLE_GPU_MEMORY_FRACTION = 0.9
 # ("maxAttentionWindow and maxSequenceLen are too large for at least one sequence to fit in kvCache.
 # They are reduced to ...", trtGptModelInflightBatching.cpp and _torch/pyexecutor/resource_manager.py).
 MINIMAL_KV_TOKENS = 4096
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,9 @@ def kv_bytes_per_token(m: Served) -> float:
 
 def _kv_formula(m: Served) -> str:
     f, size = m.facts, _kv_element_bytes(m)
-    per_token = f"{kv_bytes_per_token(m):g} bytes per token: {_kv_layers(m)} layer{'s' if _kv_layers(m) != 1 else ''} × "
+    per_token = (
+        f"{kv_bytes_per_token(m):g} bytes per token: {_kv_layers(m)} layer{'s' if _kv_layers(m) != 1 else ''} × "
+    )
     unit = f"{size:g} byte{'s' if size != 1 else ''}"
     if f.kv_latent_dim:
         return per_token + f"{f.kv_latent_dim} (latent) × {unit}"
@@ -105,9 +107,11 @@ def _weights_text(m: Served) -> str:
     detail = precision if precision == m.source.dtype else f"{precision}, embeddings {m.source.dtype}"
     size = BYTES_PER_PARAMETER[precision]
     estimated = "estimated " if f.source == HEAD_ESTIMATE else ""
-    return (f"{m.name} {f.model}: {f.parameters / 1e9:.3g}B {estimated}parameters × {size:g} "
-            f"byte{'s' if size != 1 else ''} ({detail}) / tensorParallelSize {m.tensor_parallel_size} = "
-            f"{weight_bytes_per_gpu(m) / GIB:.1f} GiB")
+    return (
+        f"{m.name} {f.model}: {f.parameters / 1e9:.3g}B {estimated}parameters × {size:g} "
+        f"byte{'s' if size != 1 else ''} ({detail}) / tensorParallelSize {m.tensor_parallel_size} = "
+        f"{weight_bytes_per_gpu(m) / GIB:.1f} GiB"
+    )
 
 
 def _minimal_tokens(m: Served, max_seq_len: int | None) -> int:
@@ -130,16 +134,20 @@ def _kv_shortfall(pool: list[Served], budget: float, tokens: int) -> str | None:
     if total <= budget:
         return None
     parts = " + ".join(f"{m.name} {need / GIB:.2f} GiB ({_kv_formula(m)})" for m, need in needs)
-    return (f"{budget / GIB:.2f} GiB, less than one sequence of {tokens} tokens needs: " + parts
-            + (f" = {total / GIB:.2f} GiB" if len(needs) > 1 else ""))
+    return (
+        f"{budget / GIB:.2f} GiB, less than one sequence of {tokens} tokens needs: "
+        + parts
+        + (f" = {total / GIB:.2f} GiB" if len(needs) > 1 else "")
+    )
 
 
 def _percent(fraction: float) -> str:
     return f"{fraction * 100:.3g}%"
 
 
-def _kv_pools_shortfall(pools: list[list[Served]], kv_fraction: float, free: float,
-                        max_seq_len: int | None) -> str | None:
+def _kv_pools_shortfall(
+    pools: list[list[Served]], kv_fraction: float, free: float, max_seq_len: int | None
+) -> str | None:
     """Why the KV caches do not fit what the weights leave on one GPU, or None. With several executors
     there, the one starting later gets the fraction of what the earlier left: refused when no order fits."""
     failures = []
@@ -157,45 +165,65 @@ def _kv_pools_shortfall(pools: list[list[Served]], kv_fraction: float, free: flo
     if len(pools) == 1:
         return f"{names} {_percent(kv_fraction)} of that, {why}"
     engines = " and the ".join(p[0].name for p in order)
-    return (f"the {engines} engines each take {_percent(kv_fraction)} of the memory free when they start, the later one "
-            f"{_percent(kv_fraction)} of what the earlier left, in either order; with {order[0][0].owner} first, "
-            f"{names} {why}")
+    return (
+        f"the {engines} engines each take {_percent(kv_fraction)} of the memory free when they start, the later one "
+        f"{_percent(kv_fraction)} of what the earlier left, in either order; with {order[0][0].owner} first, "
+        f"{names} {why}"
+    )
 
 
-def shortfall(served: list[Served], kv_fraction: float, max_seq_len: int | None, memory_mib: int,
-              product: str) -> str | None:
+def shortfall(
+    served: list[Served], kv_fraction: float, max_seq_len: int | None, memory_mib: int, product: str
+) -> str | None:
     """Why the models do not fit GPUs of this size, or None."""
-    usable = memory_mib * 2 ** 20 * USABLE_GPU_MEMORY_FRACTION
-    gpu_text = (f"one {product} GPU ({memory_mib} MiB; {USABLE_GPU_MEMORY_FRACTION:.0%} usable = "
-                f"{usable / GIB:.1f} GiB)")
+    usable = memory_mib * 2**20 * USABLE_GPU_MEMORY_FRACTION
+    gpu_text = f"one {product} GPU ({memory_mib} MiB; {USABLE_GPU_MEMORY_FRACTION:.0%} usable = {usable / GIB:.1f} GiB)"
     devices = sorted({d for m in served for d in m.devices})
     for gpu in devices:
         here = [m for m in served if gpu in m.devices]
         weighed = [m for m in here if m.own_weights]
         weights = sum(weight_bytes_per_gpu(m) for m in weighed)
-        where = ("the GPU" if len(devices) == 1 else "each GPU" if all(len(m.devices) == len(devices) for m in served)
-                 else f"GPU {gpu}")
+        where = (
+            "the GPU"
+            if len(devices) == 1
+            else "each GPU"
+            if all(len(m.devices) == len(devices) for m in served)
+            else f"GPU {gpu}"
+        )
         parts = " + ".join(_weights_text(m) for m in weighed)
         with_draft = len(weighed) > 1
         if weights > usable:
             fp8 = any(m.fp8_possible and BYTES_PER_PARAMETER[_weight_precision(m)] > 1 for m in weighed)
             total = f" (= {weights / GIB:.1f} GiB)" if len(weighed) > 1 else ""
-            return (f"{where} cannot hold the weights: {parts}{total}, more than {gpu_text}. Use more GPUs "
-                    "(tensorParallelSize), " + ("quantization: fp8, " if fp8 else "") + ("a smaller draft, " if with_draft else "")
-                    + "or nodes with larger GPUs")
+            return (
+                f"{where} cannot hold the weights: {parts}{total}, more than {gpu_text}. Use more GPUs "
+                "(tensorParallelSize), "
+                + ("quantization: fp8, " if fp8 else "")
+                + ("a smaller draft, " if with_draft else "")
+                + "or nodes with larger GPUs"
+            )
         free = usable - weights
         why = _kv_pools_shortfall(_pools(here), kv_fraction, free, max_seq_len)
         if why:
             fp8_kv = any(_kv_element_bytes(m) > 1 and m.fp8_possible for m in here)
-            return (f"{where} holds {weights / GIB:.1f} GiB of weights ({parts}), leaving {free / GIB:.2f} GiB "
-                    f"of {gpu_text}; {why}. Raise runtime.kvCache.freeGpuMemoryFraction, "
-                    + ("quantize the KV cache (fp8), " if fp8_kv else "")
-                    + ("use a smaller draft, " if with_draft else "") + "or use more GPUs")
+            return (
+                f"{where} holds {weights / GIB:.1f} GiB of weights ({parts}), leaving {free / GIB:.2f} GiB "
+                f"of {gpu_text}; {why}. Raise runtime.kvCache.freeGpuMemoryFraction, "
+                + ("quantize the KV cache (fp8), " if fp8_kv else "")
+                + ("use a smaller draft, " if with_draft else "")
+                + "or use more GPUs"
+            )
     return None
 
 
-def check_gpu_memory(served: list[Served], kv_fraction: float, gpus: int, node_selector: dict[str, str],
-                     nodes: GpuNodes, max_seq_len: int | None) -> Problem | list[str]:
+def check_gpu_memory(
+    served: list[Served],
+    kv_fraction: float,
+    gpus: int,
+    node_selector: dict[str, str],
+    nodes: GpuNodes,
+    max_seq_len: int | None,
+) -> Problem | list[str]:
     known = [m for m in served if m.facts is not None]
     if not known:
         return []
@@ -204,8 +232,10 @@ def check_gpu_memory(served: list[Served], kv_fraction: float, gpus: int, node_s
     pool = candidates(nodes.nodes, node_selector, gpus)
     if not pool:
         selector = ", ".join(f"{k}={v}" for k, v in node_selector.items()) or "none"
-        return [f"GPU memory, as no node with a {LABEL_MEMORY} label matches the runtime pods' node selector "
-                f"({selector}) and has {gpus} allocatable GPU(s)"]
+        return [
+            f"GPU memory, as no node with a {LABEL_MEMORY} label matches the runtime pods' node selector "
+            f"({selector}) and has {gpus} allocatable GPU(s)"
+        ]
     # Every node the pod may land on must do: a pod on the smallest GPUs would fail at load time.
     sizes = sorted({(n.memory_mib, n.product) for n in pool})
     verdicts = [(size, shortfall(known, kv_fraction, max_seq_len, *size)) for size in sizes]
@@ -215,6 +245,8 @@ def check_gpu_memory(served: list[Served], kv_fraction: float, gpus: int, node_s
     message = failing[0][1]
     fitting = sorted({product for (_, product), why in verdicts if not why})
     if fitting:
-        message += (f". It fits the {', '.join(fitting)} GPUs of other nodes: select them with "
-                    f"spec.runtime.nodeSelector ({LABEL_PRODUCT}: {fitting[-1]})")
+        message += (
+            f". It fits the {', '.join(fitting)} GPUs of other nodes: select them with "
+            f"spec.runtime.nodeSelector ({LABEL_PRODUCT}: {fitting[-1]})"
+        )
     return Problem("ModelDoesNotFitGpu", message)

@@ -33,9 +33,14 @@ ROLLING = "; trtllm-serve reads it at start: rolling the pods (a new pod ready b
 
 
 class Autopilot:
-    def __init__(self, post_event: Callable[..., None], policy: speculation.AutoPolicy,
-                 rollout_policy: speculation.AutoPolicy, rollout_seconds: float,
-                 told_schedule: Callable[[str, str], trtllm_schedule.Schedule | None] = lambda ns, name: None):
+    def __init__(
+        self,
+        post_event: Callable[..., None],
+        policy: speculation.AutoPolicy,
+        rollout_policy: speculation.AutoPolicy,
+        rollout_seconds: float,
+        told_schedule: Callable[[str, str], trtllm_schedule.Schedule | None] = lambda ns, name: None,
+    ):
         self.post_event = post_event
         self.policy = policy  # where a change is live (the Triton route)
         self.rollout_policy = rollout_policy  # where a change is a rollout (trtllm-serve)
@@ -58,8 +63,9 @@ class Autopilot:
     def _may_roll(self, key: Key, now: float) -> bool:
         return now - self._rolled_at.get(key, -float("inf")) >= self.rollout_seconds
 
-    def draft_len(self, sd: dict[str, Any], key: Key, m: speculation.Measurement, lo: int, hi: int,
-                  restarts: bool, now: float) -> bool:
+    def draft_len(
+        self, sd: dict[str, Any], key: Key, m: speculation.Measurement, lo: int, hi: int, restarts: bool, now: float
+    ) -> bool:
         """Decide on the draft length from a settled window; True when it changed."""
         with self._lock:
             asked = self._draft_lens.get(key)
@@ -78,15 +84,19 @@ class Autopilot:
             self._rolled_at[key] = now
         before = speculation.speedup(state.alpha, m.draft_len, m.cost_ratio)
         after = speculation.speedup(state.alpha, choice, m.cost_ratio)
-        self.post_event(sd, "DraftLenChanged",
-                        f"draftLen {m.draft_len} -> {choice}: per-token acceptance {state.alpha:.2f} (measured "
-                        f"acceptance {m.acceptance_rate:.2f} at draftLen {m.draft_len}), draft cost "
-                        f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x"
-                        + (ROLLING if restarts else ""))
+        self.post_event(
+            sd,
+            "DraftLenChanged",
+            f"draftLen {m.draft_len} -> {choice}: per-token acceptance {state.alpha:.2f} (measured "
+            f"acceptance {m.acceptance_rate:.2f} at draftLen {m.draft_len}), draft cost "
+            f"{m.cost_ratio:.3f} ({m.cost_source}); estimated speedup {before:.2f}x -> {after:.2f}x"
+            + (ROLLING if restarts else ""),
+        )
         return True
 
-    def schedule(self, sd: dict[str, Any], key: Key, draft_len: int, load: Window | None, fits: LoadSchedules,
-                 now: float) -> bool:
+    def schedule(
+        self, sd: dict[str, Any], key: Key, draft_len: int, load: Window | None, fits: LoadSchedules, now: float
+    ) -> bool:
         """trtllm-serve: roll out the load model's draft lengths by load when they would pay at the load this
         window measured; True when the choice changed."""
         found = fits.schedule(*key)
@@ -99,18 +109,22 @@ class Autopilot:
         proposed = trtllm_schedule.from_load_schedule(entries, draft_len, SCHEDULE_FLOOR)
         if proposed == current:
             return False
-        gain = trtllm_schedule.predicted_gain(fit.step, fit.alpha, fit.cost_ratio, load.batch, draft_len, current,
-                                              proposed)
+        gain = trtllm_schedule.predicted_gain(
+            fit.step, fit.alpha, fit.cost_ratio, load.batch, draft_len, current, proposed
+        )
         if gain < ROLLOUT_GAIN:
             return False
         with self._lock:
             self._schedules[key] = proposed
         self._rolled_at[key] = now
-        self.post_event(sd, "DraftLenScheduleChanged",
-                        f"draft_len_schedule {current or 'none'} -> {proposed} (largest batch size: draft length): "
-                        f"estimated {gain:+.0%} tokens/s at the {load.batch:.1f} sequences in flight measured, from "
-                        f"step time {fit.step.floor * 1000:.2f} ms + {fit.step.per_token * 1e6:.0f} us per token, "
-                        f"per-token acceptance {fit.alpha:.2f}, draft cost {fit.cost_ratio:.3f}" + ROLLING)
+        self.post_event(
+            sd,
+            "DraftLenScheduleChanged",
+            f"draft_len_schedule {current or 'none'} -> {proposed} (largest batch size: draft length): "
+            f"estimated {gain:+.0%} tokens/s at the {load.batch:.1f} sequences in flight measured, from "
+            f"step time {fit.step.floor * 1000:.2f} ms + {fit.step.per_token * 1e6:.0f} us per token, "
+            f"per-token acceptance {fit.alpha:.2f}, draft cost {fit.cost_ratio:.3f}" + ROLLING,
+        )
         return True
 
     def forget_gone(self, present: set[Key]) -> None:

@@ -26,9 +26,13 @@ from specdec.status.capture import CAPTURE_SPACE, CapturePlace, CaptureSample, c
 log = logging.getLogger("specdec.monitor")
 
 CAPACITY_SECONDS = 300.0  # a claim's capacity is read again after this long: it changes only when it is resized
-GAUGES = {"files": "specdec_capture_files", "bytes": "specdec_capture_bytes",
-          "requests": "specdec_capture_requests", "tokens": "specdec_capture_tokens",
-          "last_write": "specdec_capture_last_write_timestamp_seconds"}
+GAUGES = {
+    "files": "specdec_capture_files",
+    "bytes": "specdec_capture_bytes",
+    "requests": "specdec_capture_requests",
+    "tokens": "specdec_capture_tokens",
+    "last_write": "specdec_capture_last_write_timestamp_seconds",
+}
 PREFIX = "specdec_capture_"
 
 
@@ -78,8 +82,12 @@ def claim_capacity(claim: dict[str, Any] | None) -> int | None:
 class CaptureWatch:
     """`read_claim(namespace, name)`: the claim as the API server has it (the operator caches its own claims only)."""
 
-    def __init__(self, read_claim: Callable[[str, str], dict[str, Any] | None], post_event: Callable[..., None],
-                 enqueue: Callable[[str, str], None]):
+    def __init__(
+        self,
+        read_claim: Callable[[str, str], dict[str, Any] | None],
+        post_event: Callable[..., None],
+        enqueue: Callable[[str, str], None],
+    ):
         self.read_claim = read_claim
         self.post_event = post_event
         self.enqueue = enqueue
@@ -92,8 +100,7 @@ class CaptureWatch:
             found = self._published.get((namespace, name))
         return found if found and found.generation == generation else None
 
-    def account(self, sd: dict[str, Any], facts: CaptureFacts, samples: list[CaptureSample | None],
-                now: float) -> None:
+    def account(self, sd: dict[str, Any], facts: CaptureFacts, samples: list[CaptureSample | None], now: float) -> None:
         seen = [s for s in samples if s is not None]
         if not seen:
             return
@@ -107,7 +114,10 @@ class CaptureWatch:
         with self._guard:
             before = self._published.get(key)
             if before is not None and (before.generation, before.status, before.condition) == (
-                    facts.generation, status, condition):
+                facts.generation,
+                status,
+                condition,
+            ):
                 return
             self._published[key] = PublishedCapture(facts.generation, status, condition)
         if before is not None:

@@ -61,14 +61,20 @@ def _operator(args: argparse.Namespace) -> int:
 
     import specdec.handlers  # noqa: F401  (registers the handlers)
 
-    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.log_level != "DEBUG":  # kopf logs every handled watch event at INFO: noise at any scale
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     namespaces = args.namespace or []
     try:
-        kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces,
-                 liveness_endpoint=args.liveness,
-                 memo=kopf.Memo(namespaces=namespaces, metrics_port=args.metrics_port))
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=args.liveness,
+            memo=kopf.Memo(namespaces=namespaces, metrics_port=args.metrics_port),
+        )
     except Exception as error:
         cause = error
         while cause is not None and not isinstance(cause, kopf.PermanentError):
@@ -93,18 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=_render)
 
     crds = commands.add_parser("crds", help="generate crds/ from the API models")
-    crds.add_argument("-o", "--output", action="append",
-                      help=f"directory to write (repeatable; default: {' and '.join(CRD_DIRS)})")
+    crds.add_argument(
+        "-o", "--output", action="append", help=f"directory to write (repeatable; default: {' and '.join(CRD_DIRS)})"
+    )
     crds.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     crds.set_defaults(func=_crds)
 
     operator = commands.add_parser("operator", help="run the operator (uses KUBECONFIG or in-cluster config)")
-    operator.add_argument("-n", "--namespace", action="append",
-                          help="watch only this namespace (repeatable); default: all namespaces")
-    operator.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                          help="liveness endpoint URL (default: %(default)s)")
-    operator.add_argument("--metrics-port", type=int, default=0,
-                          help="serve Prometheus /metrics on this port (default: 0, off)")
+    operator.add_argument(
+        "-n", "--namespace", action="append", help="watch only this namespace (repeatable); default: all namespaces"
+    )
+    operator.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="liveness endpoint URL (default: %(default)s)"
+    )
+    operator.add_argument(
+        "--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (default: 0, off)"
+    )
     operator.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     operator.set_defaults(func=_operator)
     return parser

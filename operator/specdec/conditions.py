@@ -26,8 +26,7 @@ class Cond:
 
     def as_dict(self, generation: int | None) -> dict[str, Any]:
         status = "Unknown" if self.status is None else "True" if self.status else "False"
-        out = {"type": self.type, "status": status,
-               "reason": self.reason, "message": self.message}
+        out = {"type": self.type, "status": status, "reason": self.reason, "message": self.message}
         if generation is not None:
             out["observedGeneration"] = generation
         return out
@@ -37,8 +36,9 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def merge(old: Iterable[dict[str, Any]] | None, new: Iterable[Cond], generation: int | None,
-          timestamp: str) -> list[dict[str, Any]]:
+def merge(
+    old: Iterable[dict[str, Any]] | None, new: Iterable[Cond], generation: int | None, timestamp: str
+) -> list[dict[str, Any]]:
     """New conditions, keeping each one's lastTransitionTime when its status did not change."""
     previous = {c.get("type"): c for c in old or []}
     merged = []

@@ -48,8 +48,9 @@ def gpu_node(node: dict) -> GpuNode | None:
         gpus = int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, "0"))
     except ValueError:
         return None
-    return GpuNode(node["metadata"]["name"], tuple(sorted(labels.items())), gpus, memory,
-                   labels.get(LABEL_PRODUCT, "GPU"))
+    return GpuNode(
+        node["metadata"]["name"], tuple(sorted(labels.items())), gpus, memory, labels.get(LABEL_PRODUCT, "GPU")
+    )
 
 
 def node_selector(settings_selector: tuple[tuple[str, str], ...], extra: dict[str, str] | None) -> dict[str, str]:
@@ -72,9 +73,13 @@ class GpuNodeInventory:
         self._list_nodes = list_nodes  # (label_selector) -> list of Node objects
         self._enabled = enabled
         self._lock = threading.Lock()
-        self._nodes = GpuNodes(None, "the operator is set not to read Nodes (SPECDEC_READ_GPU_NODES=false: a "
-                                     "namespaced install has no right to list them)" if not enabled
-                               else "the operator has not read Nodes yet")
+        self._nodes = GpuNodes(
+            None,
+            "the operator is set not to read Nodes (SPECDEC_READ_GPU_NODES=false: a "
+            "namespaced install has no right to list them)"
+            if not enabled
+            else "the operator has not read Nodes yet",
+        )
 
     def refresh(self) -> None:
         if not self._enabled:
@@ -86,8 +91,11 @@ class GpuNodeInventory:
             if error.status != 403 and self.snapshot().nodes is not None:
                 log.warning("listing Nodes failed (HTTP %s); keeping the GPU nodes read before", error.status)
                 return
-            reason = ("the operator may not list Nodes (RBAC: list nodes)" if error.status == 403 else
-                      f"listing Nodes failed (HTTP {error.status})")
+            reason = (
+                "the operator may not list Nodes (RBAC: list nodes)"
+                if error.status == 403
+                else f"listing Nodes failed (HTTP {error.status})"
+            )
             log.warning("GPU memory checks skipped: %s", reason)
             read = GpuNodes(None, reason)
         except Exception:  # noqa: BLE001 — a bug here must not stop the resync loop: keep what was read

@@ -97,16 +97,21 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         if watched.label_selector:
             group, version = watched.group_version
             settings.watching.label_selectors[group or version, watched.plural] = watched.label_selector
-    store = Store((w.kind for w in WATCHED), indexed_labels=(LABEL_INSTANCE, LABEL_ENGINE_BUILD, LABEL_MODEL_CACHE),
-                  selectors={w.kind: w.label_selector for w in WATCHED if w.label_selector})
+    store = Store(
+        (w.kind for w in WATCHED),
+        indexed_labels=(LABEL_INSTANCE, LABEL_ENGINE_BUILD, LABEL_MODEL_CACHE),
+        selectors={w.kind: w.label_selector for w in WATCHED if w.label_selector},
+    )
     kube = Kube.from_environment(store)
     # With scanning off, kopf would wait silently for CRDs that appear later: say what is missing instead.
     missing = {w.plural for w in WATCHED if w.group_version == (GROUP, VERSION)} - kube.served_resources(
-        f"{GROUP}/{VERSION}")
+        f"{GROUP}/{VERSION}"
+    )
     if missing:
         raise kopf.PermanentError(
             f"the API server does not serve {', '.join(sorted(missing))} ({GROUP}/{VERSION}): install the CRDs "
-            "first (kubectl apply -f crds/, or the Helm chart)")
+            "first (kubectl apply -f crds/, or the Helm chart)"
+        )
     try:
         leadership = Leadership.from_env(kube.api, on_started=_started_leading, on_stopped=_stopped_leading)
     except ValueError as error:
@@ -119,8 +124,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
         metrics.serve(memo["metrics_port"], lambda kind: store.list(kind, None))
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
-    resync = threading.Thread(target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True,
-                              name="specdec-resync")
+    resync = threading.Thread(
+        target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True, name="specdec-resync"
+    )
     resync.start()
     _state["resync"] = resync
     if leadership:
@@ -181,14 +187,18 @@ def _resync_loop(interval: float, namespaces: list[str | None]) -> None:
 def workers_alive(**_) -> str:
     """Liveness: kopf's own /healthz answers while its loop runs; our threads must be alive too."""
     r = _state.get("reconciler")
-    dead = [name for name, alive in (
-        ("event poster", r is None or r.kube.events.alive),
-        ("delayed reconciles", r is None or r.delays.alive),
-        ("reconcile workers", r is None or r.workers_alive),
-        ("resync", "resync" not in _state or _state["resync"].is_alive()),
-        ("speculation monitor", r is None or r.speculation.alive),
-        ("leader election", "leadership" not in _state or _state["leadership"].alive),
-    ) if not alive]
+    dead = [
+        name
+        for name, alive in (
+            ("event poster", r is None or r.kube.events.alive),
+            ("delayed reconciles", r is None or r.delays.alive),
+            ("reconcile workers", r is None or r.workers_alive),
+            ("resync", "resync" not in _state or _state["resync"].is_alive()),
+            ("speculation monitor", r is None or r.speculation.alive),
+            ("leader election", "leadership" not in _state or _state["leadership"].alive),
+        )
+        if not alive
+    ]
     if dead:
         raise kopf.PermanentError(f"worker thread(s) died: {', '.join(dead)}")
     return "ok"

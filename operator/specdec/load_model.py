@@ -64,8 +64,7 @@ def speedup(t: StepTime, n: float, k: int, alpha: float, cost_ratio: float) -> f
 
 def best_draft_len_at(t: StepTime, n: float, alpha: float, cost_ratio: float, lo: int, hi: int) -> int:
     """The draft length in {0} + [lo, hi] with the highest speedup at concurrency n (0: do not speculate)."""
-    return max([0, *range(lo, hi + 1)],
-               key=lambda k: (round(speedup(t, n, k, alpha, cost_ratio), 9) if k else 1.0, -k))
+    return max([0, *range(lo, hi + 1)], key=lambda k: (round(speedup(t, n, k, alpha, cost_ratio), 9) if k else 1.0, -k))
 
 
 def crossing(t: StepTime, k: int, alpha: float, cost_ratio: float) -> float:
@@ -98,6 +97,7 @@ COUNTERS = {
 }
 WINDOWS_KEPT = 64  # the fit's memory: enough to span the loads a day sees
 
+
 @dataclasses.dataclass(frozen=True)
 class Window:
     """One window of the target model: mean sequences per iteration, draft length, seconds per iteration."""
@@ -112,15 +112,21 @@ def window_of(counted: dict[str, float]) -> Window | None:
     iterations, sequences = counted.get("iterations", 0.0), counted.get("batch_sequences", 0.0)
     if iterations <= 0 or sequences <= 0:
         return None
-    return Window(sequences / iterations, counted.get("batch_draft_tokens", 0.0) / sequences,
-                  counted.get("iteration_seconds", 0.0) / iterations)
+    return Window(
+        sequences / iterations,
+        counted.get("batch_draft_tokens", 0.0) / sequences,
+        counted.get("iteration_seconds", 0.0) / iterations,
+    )
 
 
 def fit_step_time(windows: Iterable[Window], cost_ratio: float) -> StepTime | None:
     """Least squares of seconds = a*(1 + k*c) + b*n*(k + 1 + k*c) over the windows (with b >= 0); None without
     MIN_WINDOWS windows whose batch tokens span MIN_SPREAD."""
-    rows = [(1 + w.draft_len * cost_ratio, w.batch * (w.draft_len + 1 + w.draft_len * cost_ratio), w.seconds)
-            for w in windows if w.batch > 0 and w.seconds > 0 and math.isfinite(w.seconds)]
+    rows = [
+        (1 + w.draft_len * cost_ratio, w.batch * (w.draft_len + 1 + w.draft_len * cost_ratio), w.seconds)
+        for w in windows
+        if w.batch > 0 and w.seconds > 0 and math.isfinite(w.seconds)
+    ]
     if len(rows) < MIN_WINDOWS:
         return None
     tokens = [x2 / x1 for x1, x2, _ in rows]
@@ -141,6 +147,7 @@ def fit_step_time(windows: Iterable[Window], cost_ratio: float) -> StepTime | No
 
 
 # --- the front's gate -------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Gate:
@@ -193,8 +200,12 @@ def parse_schedule(text: str) -> list[tuple[int, int]] | None:
         entries = [(int(n), int(k)) for n, _, k in (item.partition(":") for item in text.split())]
     except ValueError:
         return None
-    ok = entries and entries[0][0] == 1 and all(k >= 0 for _, k in entries) and \
-        all(a[0] < b[0] for a, b in zip(entries, entries[1:]))
+    ok = (
+        entries
+        and entries[0][0] == 1
+        and all(k >= 0 for _, k in entries)
+        and all(a[0] < b[0] for a, b in zip(entries, entries[1:]))
+    )
     return entries if ok else None
 
 
@@ -202,8 +213,9 @@ def scheduled_draft_len(entries: list[tuple[int, int]], in_flight: int) -> int:
     return next((k for n, k in reversed(entries) if n <= in_flight), entries[0][1])
 
 
-def measured_fit(windows: list[Window], cost_ratio: float, measured_at: float | None,
-                 sent: float) -> tuple[StepTime, float] | None:
+def measured_fit(
+    windows: list[Window], cost_ratio: float, measured_at: float | None, sent: float
+) -> tuple[StepTime, float] | None:
     """The step time fitted on measured windows, and the draft's cost at one batch; None without a fit. A cost
     ratio measured from the route's times (`measured_at`: the batch it was measured at; `sent`: the mean draft
     length then) is the draft's time over the target's at (n, n*(k+1)) tokens, not at the same batch: it is

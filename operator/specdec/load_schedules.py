@@ -69,8 +69,9 @@ class LoadSchedules:
                 self._windows.setdefault(key, deque(maxlen=load_model.WINDOWS_KEPT)).append(found)
         return found
 
-    def update(self, key: Key, m: speculation.Measurement, window: dict[str, float],
-               load: load_model.Window | None, now: float) -> bool:
+    def update(
+        self, key: Key, m: speculation.Measurement, window: dict[str, float], load: load_model.Window | None, now: float
+    ) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
         schedule moved enough to tell the pods, CHANGE_SECONDS or more after it last did."""
         # The route's times price the draft against the target at the batch they were measured at: only a window

@@ -29,8 +29,13 @@ def _by_id() -> dict[str, str]:
     """Hub ids are case-insensitive; Meta's repositories were renamed from "Meta-Llama-3.1-*" (the old names
     still resolve)."""
     by_id = {hub_id.lower(): hub_id for hub_id in _entries()}
-    by_id.update({hub_id.lower().replace("/llama-3.1-", "/meta-llama-3.1-"): hub_id
-                  for hub_id in _entries() if "/Llama-3.1-" in hub_id})
+    by_id.update(
+        {
+            hub_id.lower().replace("/llama-3.1-", "/meta-llama-3.1-"): hub_id
+            for hub_id in _entries()
+            if "/Llama-3.1-" in hub_id
+        }
+    )
     return by_id
 
 

@@ -45,25 +45,32 @@ class ModelFacts:
     source: str = ""  # where the facts come from, for messages
 
     @classmethod
-    def from_config(cls, model: str, config: dict[str, Any], *, parameters: int, tokenizer: str,
-                    source: str) -> ModelFacts:
+    def from_config(
+        cls, model: str, config: dict[str, Any], *, parameters: int, tokenizer: str, source: str
+    ) -> ModelFacts:
         """From a config.json as Hugging Face transformers writes it (LLaMA, Qwen2, DeepSeek-V3 keys)."""
         heads = config["num_attention_heads"]
         latent = config.get("kv_lora_rank")
         return cls(
-            model=model, architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
-            vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], layers=config["num_hidden_layers"],
-            attention_heads=heads, kv_heads=config.get("num_key_value_heads") or heads,
+            model=model,
+            architecture=(config.get("architectures") or [config.get("model_type", "unknown")])[0],
+            vocab_size=config["vocab_size"],
+            hidden_size=config["hidden_size"],
+            layers=config["num_hidden_layers"],
+            attention_heads=heads,
+            kv_heads=config.get("num_key_value_heads") or heads,
             head_dim=config.get("head_dim") or config["hidden_size"] // heads,
             # transformers 4.56 renamed torch_dtype to dtype
-            dtype=config.get("torch_dtype") or config.get("dtype") or "float16", parameters=parameters,
+            dtype=config.get("torch_dtype") or config.get("dtype") or "float16",
+            parameters=parameters,
             tokenizer=tokenizer,
             # LlamaConfig's and Qwen2Config's default when the key is absent
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             max_position_embeddings=config.get("max_position_embeddings"),
             weight_quantization=_stored_quantization(config.get("quantization_config")),
             kv_latent_dim=latent + config.get("qk_rope_head_dim", 0) if latent else None,
-            source=source)
+            source=source,
+        )
 
     def to_status(self) -> dict[str, Any]:
         """As a ModelCache's status.facts holds them (the model and source are the ModelCache's own)."""
@@ -110,6 +117,13 @@ HEAD_ESTIMATE = "an estimate from the target's hidden size h and vocabulary: 12Â
 
 def estimated_head(model: str, target: ModelFacts) -> ModelFacts:
     h = target.hidden_size
-    return dataclasses.replace(target, model=model, architecture="unknown", layers=1,
-                               parameters=15 * h * h + h * target.vocab_size, tied_embeddings=True,
-                               weight_quantization=None, source=HEAD_ESTIMATE)
+    return dataclasses.replace(
+        target,
+        model=model,
+        architecture="unknown",
+        layers=1,
+        parameters=15 * h * h + h * target.vocab_size,
+        tied_embeddings=True,
+        weight_quantization=None,
+        source=HEAD_ESTIMATE,
+    )

@@ -100,11 +100,18 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
     rearm = spec.speculation.rearm
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
-    return Facts(generation=sd["metadata"].get("generation"), drafter=mode.drafter, target=spec.target.model,
-                 draft=draft.model if draft else None, draft_len=draft_len,
-                 draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-                 auto=mode.auto_draft_len(block), restarts=spec.backend == "pytorch", port=spec.runtime.port,
-                 rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None)
+    return Facts(
+        generation=sd["metadata"].get("generation"),
+        drafter=mode.drafter,
+        target=spec.target.model,
+        draft=draft.model if draft else None,
+        draft_len=draft_len,
+        draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
+        auto=mode.auto_draft_len(block),
+        restarts=spec.backend == "pytorch",
+        port=spec.runtime.port,
+        rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None,
+    )
 
 
 def parse_sample(text: str) -> speculation.Sample | None:
@@ -120,8 +127,11 @@ def parse_sample(text: str) -> speculation.Sample | None:
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return bool((pod.get("status") or {}).get("podIP")) and not pod["metadata"].get("deletionTimestamp") \
+    return (
+        bool((pod.get("status") or {}).get("podIP"))
+        and not pod["metadata"].get("deletionTimestamp")
         and condition_true(pod, "Ready")
+    )
 
 
 def _moved(before: dict[str, Any] | None, after: dict[str, Any]) -> bool:
@@ -135,13 +145,21 @@ def _state(condition: conditions.Cond) -> tuple[bool | None, str]:
 
 
 class SpeculationMonitor:
-    def __init__(self, store, post_event: Callable[..., None], enqueue: Callable[[str, str], None],
-                 interval: float, refresh_seconds: float = 300.0, active: Callable[[], bool] = lambda: True,
-                 policy: speculation.AutoPolicy = speculation.AutoPolicy(), rollout_seconds: float = 900.0,
-                 told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
-                 guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
-                 wall_clock: Callable[[], float] = time.time,
-                 read_claim: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None):
+    def __init__(
+        self,
+        store,
+        post_event: Callable[..., None],
+        enqueue: Callable[[str, str], None],
+        interval: float,
+        refresh_seconds: float = 300.0,
+        active: Callable[[], bool] = lambda: True,
+        policy: speculation.AutoPolicy = speculation.AutoPolicy(),
+        rollout_seconds: float = 900.0,
+        told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
+        guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
+        wall_clock: Callable[[], float] = time.time,
+        read_claim: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
+    ):
         self.store = store
         self.post_event = post_event
         self.enqueue = enqueue  # (namespace, name): the deployment's status should be rewritten
@@ -152,8 +170,9 @@ class SpeculationMonitor:
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
-        self._http = urllib3.PoolManager(num_pools=64, maxsize=1, retries=False,
-                                         timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS))
+        self._http = urllib3.PoolManager(
+            num_pools=64, maxsize=1, retries=False, timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS)
+        )
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
         self._samples: dict[str, tuple[speculation.Sample, float]] = {}  # pod uid -> last sample, when
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
@@ -216,18 +235,32 @@ class SpeculationMonitor:
             if facts is None:
                 continue
             meta = sd["metadata"]
-            pods = [p for p in self.store.list("Pod", meta["namespace"],
-                                                f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=runtime")
-                    if _ready(p)]
+            pods = [
+                p
+                for p in self.store.list(
+                    "Pod", meta["namespace"], f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=runtime"
+                )
+                if _ready(p)
+            ]
             if pods:
                 work.append((sd, facts, pods))
         self._pass += 1
-        urls = [(p["metadata"]["uid"], f"http://{p['status']['podIP']}:{facts.port}/metrics",
-                 parse_capture if isinstance(facts, CaptureFacts) else parse_sample)
-                for _, facts, pods in work for p in pods
-                if self._failing.get(p["metadata"]["uid"], (0, 0))[1] <= self._pass]
-        scraped = dict(zip((uid for uid, _, _ in urls),
-                           self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls])))
+        urls = [
+            (
+                p["metadata"]["uid"],
+                f"http://{p['status']['podIP']}:{facts.port}/metrics",
+                parse_capture if isinstance(facts, CaptureFacts) else parse_sample,
+            )
+            for _, facts, pods in work
+            for p in pods
+            if self._failing.get(p["metadata"]["uid"], (0, 0))[1] <= self._pass
+        ]
+        scraped = dict(
+            zip(
+                (uid for uid, _, _ in urls),
+                self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls]),
+            )
+        )
         # A pod that failed is tried again after 1, 2, 4 ... 16 passes: pods without our metrics (an image
         # of their own, a kwok pod) cost little.
         for uid, sample in scraped.items():
@@ -271,8 +304,14 @@ class SpeculationMonitor:
             if response is not None:
                 response.release_conn()
 
-    def _account(self, sd: dict[str, Any], facts: Facts, pods: list[dict[str, Any]],
-                 scraped: dict[str, speculation.Sample | None], now: float) -> None:
+    def _account(
+        self,
+        sd: dict[str, Any],
+        facts: Facts,
+        pods: list[dict[str, Any]],
+        scraped: dict[str, speculation.Sample | None],
+        now: float,
+    ) -> None:
         key = (sd["metadata"]["namespace"], sd["metadata"]["name"])
         window: dict[str, float] = {}
         seconds, counted, lengths, switched = [], 0, set(), False
@@ -306,9 +345,17 @@ class SpeculationMonitor:
         changed |= rearmed
         self._publish(sd, key, facts, m, changed, active_condition(state), sum(seconds) / len(seconds), now)
 
-    def _measure(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts, window: dict[str, float],
-                 draft_len: int | None, pods: int, switched: bool,
-                 now: float) -> tuple[speculation.Measurement | None, bool]:
+    def _measure(
+        self,
+        sd: dict[str, Any],
+        key: tuple[str, str],
+        facts: Facts,
+        window: dict[str, float],
+        draft_len: int | None,
+        pods: int,
+        switched: bool,
+        now: float,
+    ) -> tuple[speculation.Measurement | None, bool]:
         """The window's Measurement (None: nothing drafted, or no draft length known), and whether the load
         model or the autopilot (specdec.autopilot) changed something from it."""
         if draft_len is None:
@@ -322,8 +369,9 @@ class SpeculationMonitor:
         lo, hi = facts.draft_len_range
         # A route reports its times on its own schedule (the front polls Triton's metrics): a window
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
-        fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(facts.drafter, facts.target,
-                                                                                    facts.draft)
+        fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(
+            facts.drafter, facts.target, facts.draft
+        )
         load = self.load.observe(key, window)
         m = speculation.measure(window, draft_len, pods, hi, fallback)
         if m is None:
@@ -337,9 +385,17 @@ class SpeculationMonitor:
             changed = self.autopilot.schedule(sd, key, m.draft_len, load, self.load, now)
         return m, fitted or changed
 
-    def _publish(self, sd: dict[str, Any], key: tuple[str, str], facts: Facts,
-                 m: speculation.Measurement | None, changed: bool, active: conditions.Cond, window_seconds: float,
-                 now: float) -> None:
+    def _publish(
+        self,
+        sd: dict[str, Any],
+        key: tuple[str, str],
+        facts: Facts,
+        m: speculation.Measurement | None,
+        changed: bool,
+        active: conditions.Cond,
+        window_seconds: float,
+        now: float,
+    ) -> None:
         """Publish when a condition changed, the measurement moved (or is due for a refresh), or the autopilot
         chose: a window that measured nothing keeps the measurement published before."""
         break_even = self.load.break_even(*key)
@@ -356,8 +412,9 @@ class SpeculationMonitor:
             if current is None:
                 due = m is not None or active.status is not None
             else:
-                due = changed or any(_state(a) != _state(b) for a, b in ((current.condition, condition),
-                                                                         (current.active, active)))
+                due = changed or any(
+                    _state(a) != _state(b) for a, b in ((current.condition, condition), (current.active, active))
+                )
                 due |= m is not None and (now - current.at >= self.refresh_seconds or _moved(current.status, status))
             if not due:
                 return

@@ -85,8 +85,7 @@ class Plan:
     @property
     def model_caches(self) -> tuple[ModelCachePlan, ...]:
         """Every checkpoint the engines (or the runtime, on backend pytorch) read, once, in their order."""
-        return tuple({c.name: c for c in (*(c for e in self.engines for c in e.inputs),
-                                          *self.runtime_inputs)}.values())
+        return tuple({c.name: c for c in (*(c for e in self.engines for c in e.inputs), *self.runtime_inputs)}.values())
 
     @property
     def spec_valid_message(self) -> str:
@@ -122,6 +121,7 @@ def model_claims(*uris: str) -> tuple[str, ...]:
 
 # --- checks: ordered, small, pure; the first Problem decides SpecValid -----------------------------
 
+
 def _sources(spec: models.SpeculativeDeploymentSpec) -> list[tuple[str, models.ModelSource]]:
     """The models with an engine of their own: the target, and the mode's draft model if it has one."""
     sources = [("spec.target", spec.target)]
@@ -137,17 +137,21 @@ def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec) -> Problem
         return None
     used = sorted({d for _, source in _sources(spec) for d in source.effective_devices})
     if used != list(range(len(used))):
-        return Problem("DevicesNotContiguous",
-                       f"the device lists use GPUs {used}; a runtime pod sees its GPUs as "
-                       f"0..{len(used) - 1}, so use those indices")
+        return Problem(
+            "DevicesNotContiguous",
+            f"the device lists use GPUs {used}; a runtime pod sees its GPUs as "
+            f"0..{len(used) - 1}, so use those indices",
+        )
     return None
 
 
 def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
     if spec.backend == "pytorch" and any(source.devices is not None for _, source in _sources(spec)):
-        return Problem("DeviceListsUnsupported",
-                       "backend pytorch places the models itself (draft and target in one process); remove "
-                       "the devices lists (they apply to backend tensorrt)")
+        return Problem(
+            "DeviceListsUnsupported",
+            "backend pytorch places the models itself (draft and target in one process); remove "
+            "the devices lists (they apply to backend tensorrt)",
+        )
     return None
 
 
@@ -161,9 +165,11 @@ def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
 def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
     mode, block = modes.mode_of(spec.speculation)
     if spec.backend == "pytorch" and mode.acceptance(block) == "logits":
-        return Problem("LogitsAcceptanceUnsupported",
-                       "trtllm-serve's PyTorch backend accepts draft tokens by comparing tokens; use "
-                       "acceptance: tokens, or backend: tensorrt for logits-based acceptance")
+        return Problem(
+            "LogitsAcceptanceUnsupported",
+            "trtllm-serve's PyTorch backend accepts draft tokens by comparing tokens; use "
+            "acceptance: tokens, or backend: tensorrt for logits-based acceptance",
+        )
     return None
 
 
@@ -185,12 +191,14 @@ def _parse_canonical(text: str) -> models.SpeculativeDeploymentSpec | Problem:
     """Memoised: every reconcile plans, specs rarely change, and evaluating the CEL rules offline
     (specdec.schema.cel) takes milliseconds. The results are immutable (frozen models, dataclasses)."""
     try:
-        return models.SpeculativeDeploymentSpec.model_validate(json.loads(text), strict=True, by_alias=True,
-                                                               by_name=False)
+        return models.SpeculativeDeploymentSpec.model_validate(
+            json.loads(text), strict=True, by_alias=True, by_name=False
+        )
     except ValidationError as error:
         details = "; ".join(
             f"spec{''.join(f'.{p}' for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
-            for e in error.errors())
+            for e in error.errors()
+        )
         return Problem("InvalidSpec", details)
 
 
@@ -202,6 +210,7 @@ def check_name(name: str) -> Problem | None:
 
 
 # --- derivations ---------------------------------------------------------------------------------
+
 
 def _cache_plan(spec: models.SpeculativeDeploymentSpec) -> CachePlan:
     cache = spec.cache
@@ -215,15 +224,23 @@ def cache_claim_name(spec: models.SpeculativeDeploymentSpec) -> str:
     return _cache_plan(spec).claim_name
 
 
-def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, image: str,
-            role: str) -> models.EngineRecipe:
+def _recipe(
+    source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, image: str, role: str
+) -> models.EngineRecipe:
     limits = spec.engine
     fields: dict[str, Any] = dict(
-        model=source.model, revision=source.revision, family=source.family, dtype=source.dtype,
-        quantization=source.quantization, kv_cache_dtype=source.effective_kv_cache_dtype,
-        tensor_parallel_size=source.tensor_parallel_size, image=image,
-        max_batch_size=limits.max_batch_size, max_input_len=limits.max_input_len,
-        max_seq_len=limits.max_seq_len, max_num_tokens=limits.max_num_tokens,
+        model=source.model,
+        revision=source.revision,
+        family=source.family,
+        dtype=source.dtype,
+        quantization=source.quantization,
+        kv_cache_dtype=source.effective_kv_cache_dtype,
+        tensor_parallel_size=source.tensor_parallel_size,
+        image=image,
+        max_batch_size=limits.max_batch_size,
+        max_input_len=limits.max_input_len,
+        max_seq_len=limits.max_seq_len,
+        max_num_tokens=limits.max_num_tokens,
     )
     fields.update((limits.tuning or models.EngineTuning()).recipe_fields(role, source))
     mode, block = modes.mode_of(spec.speculation)
@@ -236,9 +253,21 @@ def _recipe(source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, 
 # The EngineRecipe's optional fields that its hash holds even when null: the names of the engines already
 # built hash them so. Any field added since is left out while null, so that adding one (a new mode's part of
 # the recipe, a new flag) renames no engine.
-HASHED_WHEN_NULL = frozenset({
-    "revision", "max_draft_len", "redrafter", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
-    "gpt_attention_plugin", "use_fused_mlp", "multiple_profiles", "reduce_fusion"})
+HASHED_WHEN_NULL = frozenset(
+    {
+        "revision",
+        "max_draft_len",
+        "redrafter",
+        "max_batch_size",
+        "max_input_len",
+        "max_seq_len",
+        "max_num_tokens",
+        "gpt_attention_plugin",
+        "use_fused_mlp",
+        "multiple_profiles",
+        "reduce_fusion",
+    }
+)
 
 
 def engine_name(recipe: models.EngineRecipe, cache_claim: str) -> str:
@@ -258,8 +287,12 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
     name = f"{slug(model)}-{content_hash([uri, revision, cache.claim_name])}"
     if pod != models.FetchSpec():
         name = f"{name}-{content_hash(pod.model_dump(mode='json'), 6)}"
-    return ModelCachePlan(name, models.ModelCacheSpec(model=uri, revision=revision, cache_claim=cache.claim_name,
-                                                      path=cache_path(uri, revision), pod=pod))
+    return ModelCachePlan(
+        name,
+        models.ModelCacheSpec(
+            model=uri, revision=revision, cache_claim=cache.claim_name, path=cache_path(uri, revision), pod=pod
+        ),
+    )
 
 
 def recipe_models(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
@@ -274,8 +307,9 @@ def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
     return [(uri, revision) for uri, revision in recipe_models(recipe) if uri.startswith("hf://")]
 
 
-def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec,
-            cache: CachePlan, settings: Settings) -> EnginePlan:
+def _engine(
+    role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, cache: CachePlan, settings: Settings
+) -> EnginePlan:
     """An EngineBuild's identity is the recipe plus how its pods are placed (spec.build): one
     deployment's build settings (a node selector nothing matches, a memory limit too small) must
     never decide whether another deployment's engine gets built. Deployments with the same build
@@ -285,13 +319,22 @@ def _engine(role: str, source: models.ModelSource, spec: models.SpeculativeDeplo
     engine = engine_name(recipe, cache.claim_name)
     build = spec.build
     pod = models.BuildPodSpec(
-        node_selector=build.node_selector, tolerations=build.tolerations, resources=build.resources,
-        backoff_limit=build.backoff_limit, active_deadline_seconds=build.active_deadline_seconds,
-        pod_labels=build.pod_labels, pod_annotations=build.pod_annotations)
+        node_selector=build.node_selector,
+        tolerations=build.tolerations,
+        resources=build.resources,
+        backoff_limit=build.backoff_limit,
+        active_deadline_seconds=build.active_deadline_seconds,
+        pod_labels=build.pod_labels,
+        pod_annotations=build.pod_annotations,
+    )
     name = engine if pod == models.BuildPodSpec() else f"{engine}-{content_hash(pod.model_dump(mode='json'), 6)}"
     inputs = tuple(model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in recipe_checkpoints(recipe))
-    return EnginePlan(role, name, models.EngineBuildSpec(
-        recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod), inputs)
+    return EnginePlan(
+        role,
+        name,
+        models.EngineBuildSpec(recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod),
+        inputs,
+    )
 
 
 def _runtime_checkpoints(spec: models.SpeculativeDeploymentSpec) -> dict[str, str | None]:
@@ -309,10 +352,12 @@ def _runtime_checkpoints(spec: models.SpeculativeDeploymentSpec) -> dict[str, st
 def _served(source: models.ModelSource, engine: EnginePlan | None) -> ServedModel:
     """Checkpoints are read from the cache (hf://, fetched by a ModelCache) or a pvc:// mount, on either
     backend: no runtime pod downloads from the Hub."""
-    return ServedModel(engine_dir=f"{CACHE_MOUNT}/{engine.spec.engine_path}" if engine else None,
-                       checkpoint=model_dir(source.model, source.revision),
-                       devices=source.effective_devices,
-                       tensor_parallel_size=source.tensor_parallel_size)
+    return ServedModel(
+        engine_dir=f"{CACHE_MOUNT}/{engine.spec.engine_path}" if engine else None,
+        checkpoint=model_dir(source.model, source.revision),
+        devices=source.effective_devices,
+        tensor_parallel_size=source.tensor_parallel_size,
+    )
 
 
 def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePlan]) -> tuple[RuntimeConfig, int]:
@@ -340,10 +385,14 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
     else:
         speculation = RuntimeNone()
     config = RuntimeConfig(
-        backend=spec.backend, served_model_name=served_name, max_batch_size=spec.engine.max_batch_size,
-        port=spec.runtime.port, target=target,
+        backend=spec.backend,
+        served_model_name=served_name,
+        max_batch_size=spec.engine.max_batch_size,
+        port=spec.runtime.port,
+        target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
-        speculation=speculation)
+        speculation=speculation,
+    )
     return config, gpus
 
 
@@ -367,18 +416,43 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
         if draft is not None:
             engines["draft"] = _engine("draft", draft, spec, cache, settings)
     runtime, gpus = _runtime(spec, engines)
-    admitted = admit(spec, runtime.kv_cache.free_gpu_memory_fraction, gpus,
-                     node_selector(settings.gpu_node_selector, spec.runtime.node_selector), observed)
+    admitted = admit(
+        spec,
+        runtime.kv_cache.free_gpu_memory_fraction,
+        gpus,
+        node_selector(settings.gpu_node_selector, spec.runtime.node_selector),
+        observed,
+    )
     if isinstance(admitted, Problem):
-        return dataclasses.replace(admitted, model_caches=tuple(
-            model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in fetched_checkpoints(spec, observed)))
+        return dataclasses.replace(
+            admitted,
+            model_caches=tuple(
+                model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in fetched_checkpoints(spec, observed)
+            ),
+        )
     checkpoints = _runtime_checkpoints(spec)
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
     if spec.backend == "pytorch":  # trtllm-serve reads the checkpoints themselves: fetched first
-        runtime_inputs = tuple({c.name: c for c in (model_cache(uri, rev, cache, spec.cache.fetch)
-                                                    for uri, rev in checkpoints.items()
-                                                    if uri.startswith("hf://"))}.values())
-    return Plan(name=meta["name"], namespace=meta.get("namespace", "default"), spec=spec,
-                engines=tuple(engines.values()), cache=cache, runtime=runtime, gpus=gpus,
-                model_claims=model_claims(*checkpoints), unchecked=admitted, runtime_inputs=runtime_inputs,
-                facts_awaited=facts_awaited(spec, observed))
+        runtime_inputs = tuple(
+            {
+                c.name: c
+                for c in (
+                    model_cache(uri, rev, cache, spec.cache.fetch)
+                    for uri, rev in checkpoints.items()
+                    if uri.startswith("hf://")
+                )
+            }.values()
+        )
+    return Plan(
+        name=meta["name"],
+        namespace=meta.get("namespace", "default"),
+        spec=spec,
+        engines=tuple(engines.values()),
+        cache=cache,
+        runtime=runtime,
+        gpus=gpus,
+        model_claims=model_claims(*checkpoints),
+        unchecked=admitted,
+        runtime_inputs=runtime_inputs,
+        facts_awaited=facts_awaited(spec, observed),
+    )

@@ -44,10 +44,13 @@ class Rearm:
             return False
         record = {"restarts": (last[1].get("restarts") or 0) + 1 if last else 1, "lastRestartAt": conditions.now()}
         self._last[key] = (now, record)
-        self.post_event(sd, "SpeculationRearmed",
-                        f"no draft tokens under traffic for {now - since:.0f} s (speculation.rearm.cooldownSeconds "
-                        f"{cooldown:.0f}): rolling restart {record['restarts']} of the runtime pods, whose new "
-                        "processes speculate again; if it recurs, the NotDrafting Event says where to look")
+        self.post_event(
+            sd,
+            "SpeculationRearmed",
+            f"no draft tokens under traffic for {now - since:.0f} s (speculation.rearm.cooldownSeconds "
+            f"{cooldown:.0f}): rolling restart {record['restarts']} of the runtime pods, whose new "
+            "processes speculate again; if it recurs, the NotDrafting Event says where to look",
+        )
         return True
 
     def _in_status(self, sd: dict[str, Any], now: float) -> tuple[float, dict[str, Any]] | None:

@@ -40,8 +40,7 @@ def render_objects(obj: dict[str, Any], settings: Settings) -> list[dict[str, An
     for engine in result.engines:
         engine_build = build_engine_build(result.namespace, engine)
         objects += [engine_build, build_job(_created(engine_build), settings)]
-    objects += [build_config_map(result, uid), build_deployment(result, uid, settings),
-                build_service(result, uid)]
+    objects += [build_config_map(result, uid), build_deployment(result, uid, settings), build_service(result, uid)]
     return objects
 
 

@@ -57,12 +57,15 @@ class Settings:
             engine_retention_seconds=int(env.get("SPECDEC_ENGINE_RETENTION_SECONDS", base.engine_retention_seconds)),
             resync_seconds=float(env.get("SPECDEC_RESYNC_SECONDS", base.resync_seconds)),
             calib_size=int(env.get("SPECDEC_CALIB_SIZE", base.calib_size)),
-            speculation_scrape_seconds=float(env.get("SPECDEC_SPECULATION_SCRAPE_SECONDS",
-                                                     base.speculation_scrape_seconds)),
-            speculation_refresh_seconds=float(env.get("SPECDEC_SPECULATION_REFRESH_SECONDS",
-                                                      base.speculation_refresh_seconds)),
-            draft_len_rollout_seconds=float(env.get("SPECDEC_DRAFT_LEN_ROLLOUT_SECONDS",
-                                                    base.draft_len_rollout_seconds)),
+            speculation_scrape_seconds=float(
+                env.get("SPECDEC_SPECULATION_SCRAPE_SECONDS", base.speculation_scrape_seconds)
+            ),
+            speculation_refresh_seconds=float(
+                env.get("SPECDEC_SPECULATION_REFRESH_SECONDS", base.speculation_refresh_seconds)
+            ),
+            draft_len_rollout_seconds=float(
+                env.get("SPECDEC_DRAFT_LEN_ROLLOUT_SECONDS", base.draft_len_rollout_seconds)
+            ),
             read_gpu_nodes=env.get("SPECDEC_READ_GPU_NODES", str(base.read_gpu_nodes)).lower() == "true",
         )
 

@@ -89,6 +89,7 @@ def estimated_cost_ratio(drafter: str, target: str, draft: str | None) -> tuple[
 
 # --- one window of counters ------------------------------------------------------------------------
 
+
 @dataclasses.dataclass(frozen=True)
 class Sample:
     """One scrape of one pod: its counters and the draft length it reports."""
@@ -127,8 +128,9 @@ class Measurement:
     pods: int
 
 
-def measure(window: dict[str, float], draft_len: int, pods: int, max_draft_len: int,
-            estimated_cost: tuple[float, str]) -> Measurement | None:
+def measure(
+    window: dict[str, float], draft_len: int, pods: int, max_draft_len: int, estimated_cost: tuple[float, str]
+) -> Measurement | None:
     """None when the window saw no speculation (no traffic): nothing to say, nothing to write."""
     draft, accepted, steps = window.get("draft", 0.0), window.get("accepted", 0.0), window.get("steps", 0.0)
     if draft <= 0 or draft_len < 1:
@@ -146,14 +148,24 @@ def measure(window: dict[str, float], draft_len: int, pods: int, max_draft_len: 
         cost, source = estimated_cost
     alpha = alpha_from_tokens_per_step(tokens, sent)
     best = best_draft_len(alpha, cost, 1, max(max_draft_len, draft_len))
-    return Measurement(acceptance_rate=accepted / draft, tokens_per_step=tokens, draft_len=draft_len, sent=sent,
-                       alpha=alpha,
-                       cost_ratio=cost, cost_source=source, speedup=tokens / (1.0 + sent * cost),
-                       best_draft_len=best, best_speedup=speedup(alpha, best, cost), draft_tokens=int(draft),
-                       pods=pods)
+    return Measurement(
+        acceptance_rate=accepted / draft,
+        tokens_per_step=tokens,
+        draft_len=draft_len,
+        sent=sent,
+        alpha=alpha,
+        cost_ratio=cost,
+        cost_source=source,
+        speedup=tokens / (1.0 + sent * cost),
+        best_draft_len=best,
+        best_speedup=speedup(alpha, best, cost),
+        draft_tokens=int(draft),
+        pods=pods,
+    )
 
 
 # --- draft length on autopilot ---------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class AutoPolicy:
@@ -182,8 +194,9 @@ SMOOTHING = 0.5  # weight of the newest window in the smoothed acceptance
 ROLLOUT_POLICY = AutoPolicy(min_gain=0.05, confirmations=3)
 
 
-def decide(state: AutoState, m: Measurement, lo: int, hi: int,
-           policy: AutoPolicy = AutoPolicy()) -> tuple[AutoState, int | None]:
+def decide(
+    state: AutoState, m: Measurement, lo: int, hi: int, policy: AutoPolicy = AutoPolicy()
+) -> tuple[AutoState, int | None]:
     """The next state, and the draft length to switch to (None: keep the current one)."""
     alpha = m.alpha if state.alpha is None else SMOOTHING * m.alpha + (1 - SMOOTHING) * state.alpha
     best = best_draft_len(alpha, m.cost_ratio, lo, hi)

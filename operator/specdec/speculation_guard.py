@@ -63,8 +63,13 @@ class Window:
 
 def window_of(counters: dict[str, float], draft_len: int | None) -> Window:
     """A Window from the summed counter increases (specdec.speculation.COUNTERS keys)."""
-    return Window(tokens=counters.get("completion_tokens", 0.0), requests=counters.get("requests", 0.0),
-                  draft=counters.get("draft", 0.0), accepted=counters.get("accepted", 0.0), draft_len=draft_len)
+    return Window(
+        tokens=counters.get("completion_tokens", 0.0),
+        requests=counters.get("requests", 0.0),
+        draft=counters.get("draft", 0.0),
+        accepted=counters.get("accepted", 0.0),
+        draft_len=draft_len,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +92,11 @@ def evidence(state: GuardState, w: Window, policy: GuardPolicy) -> str | None:
         if traffic and not drafted:
             return NOT_DRAFTING
         return DRAFTING if w.draft > 0 and traffic else None
-    judged = state.baseline is not None and state.baseline_windows >= policy.warmup \
+    judged = (
+        state.baseline is not None
+        and state.baseline_windows >= policy.warmup
         and state.baseline_draft_len == w.draft_len
+    )
     if judged and w.acceptance <= policy.collapse_ratio * state.baseline:
         return COLLAPSED
     if judged and state.verdict == COLLAPSED and w.acceptance < policy.recover_ratio * state.baseline:
@@ -124,5 +132,8 @@ def observe(state: GuardState, w: Window, policy: GuardPolicy = GuardPolicy()) -
 def rearm_due(not_drafting_since: float | None, last_restart: float | None, now: float, cooldown: float) -> bool:
     """speculation.rearm: a rolling restart once NotDrafting has lasted `cooldown` seconds, and at most one per
     `cooldown` seconds (times in seconds on one clock)."""
-    return not_drafting_since is not None and now - not_drafting_since >= cooldown \
+    return (
+        not_drafting_since is not None
+        and now - not_drafting_since >= cooldown
         and (last_restart is None or now - last_restart >= cooldown)
+    )

@@ -41,11 +41,20 @@ def draft_len_at(schedule: Schedule | None, draft_len: int, batch: float) -> int
     return next((k for largest, k in sorted(schedule.items()) if batch <= largest), 0)
 
 
-def predicted_gain(fit: load_model.StepTime, alpha: float, cost_ratio: float, batch: float, draft_len: int,
-                   current: Schedule | None, proposed: Schedule | None) -> float:
+def predicted_gain(
+    fit: load_model.StepTime,
+    alpha: float,
+    cost_ratio: float,
+    batch: float,
+    draft_len: int,
+    current: Schedule | None,
+    proposed: Schedule | None,
+) -> float:
     """Relative gain in tokens per second at `batch` sequences in flight of `proposed` over `current`."""
+
     def rate(schedule: Schedule | None) -> float:
         return load_model.speedup(fit, batch, draft_len_at(schedule, draft_len, batch), alpha, cost_ratio)
+
     return rate(proposed) / rate(current) - 1.0
 
 

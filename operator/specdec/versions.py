@@ -25,10 +25,16 @@ class Release:
         return f"v{self.trtllm}"
 
 
-ENGINE = Release("engine", "1.2.1", "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3",
-                 "runtime_image/Dockerfile", "")
-PYTORCH = Release("pytorch", "1.4.0rc1", "nvcr.io/nvidia/tensorrt-llm/release:1.4.0rc1",
-                  "runtime_image/Dockerfile.pytorch", "-pytorch")
+ENGINE = Release(
+    "engine", "1.2.1", "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3", "runtime_image/Dockerfile", ""
+)
+PYTORCH = Release(
+    "pytorch",
+    "1.4.0rc1",
+    "nvcr.io/nvidia/tensorrt-llm/release:1.4.0rc1",
+    "runtime_image/Dockerfile.pytorch",
+    "-pytorch",
+)
 RELEASES = (ENGINE, PYTORCH)
 
 

@@ -35,18 +35,31 @@ class Releases:
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return helm(*args, kubeconfig=self.kubeconfig, home=self.home, check=check)
 
-    def install(self, name: str, namespace: str, values: dict[str, Any] | None = None,
-                chart: Path = CHART) -> subprocess.CompletedProcess:
+    def install(
+        self, name: str, namespace: str, values: dict[str, Any] | None = None, chart: Path = CHART
+    ) -> subprocess.CompletedProcess:
         # --take-ownership: the CRDs may exist already (the session's `crds` fixture, an earlier
         # release that uninstall kept them from, or `make up`); the release adopts them.
         self.installed.append((name, namespace))
-        return self.helm("install", name, str(chart), "--namespace", namespace, "--take-ownership",
-                         "--wait", "--timeout", "120s", *set_args(values))
+        return self.helm(
+            "install",
+            name,
+            str(chart),
+            "--namespace",
+            namespace,
+            "--take-ownership",
+            "--wait",
+            "--timeout",
+            "120s",
+            *set_args(values),
+        )
 
-    def upgrade(self, name: str, namespace: str, values: dict[str, Any] | None = None,
-                chart: Path = CHART) -> subprocess.CompletedProcess:
-        return self.helm("upgrade", name, str(chart), "--namespace", namespace, "--wait", "--timeout", "120s",
-                         *set_args(values))
+    def upgrade(
+        self, name: str, namespace: str, values: dict[str, Any] | None = None, chart: Path = CHART
+    ) -> subprocess.CompletedProcess:
+        return self.helm(
+            "upgrade", name, str(chart), "--namespace", namespace, "--wait", "--timeout", "120s", *set_args(values)
+        )
 
     def uninstall(self, name: str, namespace: str) -> subprocess.CompletedProcess:
         result = self.helm("uninstall", name, "--namespace", namespace, "--wait", "--timeout", "120s")
@@ -59,25 +72,32 @@ class Releases:
         self.installed.clear()
 
 
-def service_account_kubeconfig(kube: Kube, admin_kubeconfig: Path, namespace: str, service_account: str,
-                               path: Path) -> Path:
+def service_account_kubeconfig(
+    kube: Kube, admin_kubeconfig: Path, namespace: str, service_account: str, path: Path
+) -> Path:
     """A kubeconfig for the API server of `admin_kubeconfig` that authenticates as the ServiceAccount
     (a TokenRequest token, as the kubelet would mount it), with nothing of the admin's credentials."""
     token = kube.core.create_namespaced_service_account_token(
-        service_account, namespace, {"spec": {"expirationSeconds": 3600}}).status.token
+        service_account, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
     admin = yaml.safe_load(admin_kubeconfig.read_text())
     context_name = admin.get("current-context") or admin["contexts"][0]["name"]
     context = next(c["context"] for c in admin["contexts"] if c["name"] == context_name)
     cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))
     if "certificate-authority" in cluster:  # relative to the admin kubeconfig's directory
         cluster["certificate-authority"] = str((admin_kubeconfig.parent / cluster["certificate-authority"]).resolve())
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "cluster", "cluster": cluster}],
-        "users": [{"name": service_account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": service_account}}],
-        "current-context": "sa",
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "cluster", "cluster": cluster}],
+                "users": [{"name": service_account, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "cluster", "user": service_account}}],
+                "current-context": "sa",
+            }
+        )
+    )
     return path
 
 
@@ -90,8 +110,12 @@ def allowed(api: client.ApiClient, group: str, resource: str, verb: str, namespa
     if namespace:
         attributes["namespace"] = namespace
     review = client.AuthorizationV1Api(api).create_self_subject_access_review(
-        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-         "spec": {"resourceAttributes": attributes}})
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+    )
     return bool(review.status.allowed)
 
 
@@ -99,11 +123,14 @@ def client_for(kubeconfig: Path) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
-def can_i_list(admin_kubeconfig: Path, namespace: str, service_account: str) -> tuple[str, dict[tuple[str, str], set[str]]]:
+def can_i_list(
+    admin_kubeconfig: Path, namespace: str, service_account: str
+) -> tuple[str, dict[tuple[str, str], set[str]]]:
     """`kubectl auth can-i --list` for the ServiceAccount: the raw table and its resource rows
     ({(group, resource): verbs}, without the self-review rights every account has)."""
-    text = kubectl("auth", "can-i", "--list", f"--as={service_account}", "-n", namespace,
-                   kubeconfig=admin_kubeconfig).stdout
+    text = kubectl(
+        "auth", "can-i", "--list", f"--as={service_account}", "-n", namespace, kubeconfig=admin_kubeconfig
+    ).stdout
     rows: dict[tuple[str, str], set[str]] = {}
     for line in text.splitlines()[1:]:
         match = re.match(r"^(\S+)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]\s*$", line)
@@ -123,8 +150,9 @@ def can_i_list(admin_kubeconfig: Path, namespace: str, service_account: str) -> 
 class ChartOperator(OperatorProcess):
     """`specdec operator` with the args and env of the chart's Deployment, as a local child process."""
 
-    def __init__(self, deployment: Any, kubeconfig: Path, log_path: Path, port: int,
-                 extra_args: list[str] | None = None):
+    def __init__(
+        self, deployment: Any, kubeconfig: Path, log_path: Path, port: int, extra_args: list[str] | None = None
+    ):
         (container,) = deployment.spec.template.spec.containers
         assert container.command == ["specdec"], container.command
         args = list(container.args)
@@ -132,11 +160,15 @@ class ChartOperator(OperatorProcess):
         args[liveness] = re.sub(r"//0\.0\.0\.0:\d+/", f"//127.0.0.1:{port}/", args[liveness])
         args[args.index("--metrics-port") + 1] = str(free_port())  # several may run on this machine
         # The downward API's values for a pod of this Deployment (leader election reads them).
-        fields = {"metadata.namespace": deployment.metadata.namespace,
-                  "metadata.name": f"{deployment.metadata.name}-local-{port}"}
+        fields = {
+            "metadata.namespace": deployment.metadata.namespace,
+            "metadata.name": f"{deployment.metadata.name}-local-{port}",
+        }
         # An empty value comes back from the API server as no value; the kubelet sets it to "".
-        env = {e.name: e.value or "" if e.value_from is None else fields[e.value_from.field_ref.field_path]
-               for e in container.env or []}
+        env = {
+            e.name: e.value or "" if e.value_from is None else fields[e.value_from.field_ref.field_path]
+            for e in container.env or []
+        }
         # `specdec` (the chart's command) is this package's console script for specdec.cli:main
         super().__init__(kubeconfig, log_path, port, args + (extra_args or []), env, isolated=True)
 
@@ -145,8 +177,11 @@ class ChartOperator(OperatorProcess):
         (kopf's namespace/CRD scanning, which would need rights we do not grant, is switched off)."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         # the timestamp is left out: its milliseconds can read ",403"
-        return [line for line in text.splitlines()
-                if re.search(r"forbidden|\b403\b", TIMESTAMP.sub("", line), re.IGNORECASE)]
+        return [
+            line
+            for line in text.splitlines()
+            if re.search(r"forbidden|\b403\b", TIMESTAMP.sub("", line), re.IGNORECASE)
+        ]
 
 
 class SD:
@@ -158,8 +193,9 @@ class SD:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
 
     def get(self) -> dict:
-        return self.kube.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                             "speculativedeployments", self.name)
+        return self.kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "speculativedeployments", self.name
+        )
 
     def ready(self) -> dict | None:
         obj = self.get()
@@ -169,8 +205,9 @@ class SD:
         return obj if fresh and cond.get("status") == "True" else None
 
     def wait_ready(self, timeout: float) -> dict:
-        return wait_for(self.ready, f"SpeculativeDeployment {self.namespace}/{self.name} Ready=True",
-                        timeout=timeout, interval=0.5)
+        return wait_for(
+            self.ready, f"SpeculativeDeployment {self.namespace}/{self.name} Ready=True", timeout=timeout, interval=0.5
+        )
 
     def assert_untouched(self, seconds: float = 5.0) -> None:
         """Before our operator starts, nothing may reconcile this object: else another operator (e.g.
@@ -179,10 +216,12 @@ class SD:
         while time.monotonic() < deadline:
             status = self.get().get("status")
             if status:
-                reason = ("another specdec operator reconciles this cluster (status appeared before the "
-                          f"test's operator started: {status.get('phase')}); the chart's RBAC tests need a "
-                          "cluster where only their operator acts: unset SPECDEC_TEST_KUBECONFIG (a fresh "
-                          "cluster) or stop that operator")
+                reason = (
+                    "another specdec operator reconciles this cluster (status appeared before the "
+                    f"test's operator started: {status.get('phase')}); the chart's RBAC tests need a "
+                    "cluster where only their operator acts: unset SPECDEC_TEST_KUBECONFIG (a fresh "
+                    "cluster) or stop that operator"
+                )
                 if os.environ.get("CI", "").lower() == "true":
                     pytest.fail(reason, pytrace=False)
                 pytest.skip(reason)

@@ -22,19 +22,37 @@ OPERATOR_RULES: dict[tuple[str, str], set[str]] = {
 CLUSTER_RULES: dict[tuple[str, str], set[str]] = {**OPERATOR_RULES, ("", "nodes"): {"list"}}
 
 # The resources kopf watches (list + watch): what a cluster-wide install must allow at cluster scope.
-WATCHED = [("specdec.io", "speculativedeployments"), ("specdec.io", "enginebuilds"), ("specdec.io", "modelcaches"),
-           ("batch", "jobs"),
-           ("", "pods"), ("apps", "deployments"), ("", "configmaps"), ("", "services"),
-           ("", "persistentvolumeclaims")]
+WATCHED = [
+    ("specdec.io", "speculativedeployments"),
+    ("specdec.io", "enginebuilds"),
+    ("specdec.io", "modelcaches"),
+    ("batch", "jobs"),
+    ("", "pods"),
+    ("apps", "deployments"),
+    ("", "configmaps"),
+    ("", "services"),
+    ("", "persistentvolumeclaims"),
+]
 
 # Rights the operator must never have (the issue: no wildcard, no secret or pod/exec rights).
 FORBIDDEN = [
-    ("", "secrets", "get"), ("", "secrets", "list"), ("", "pods", "create"), ("", "pods/exec", "create"),
-    ("", "pods/log", "get"), ("", "pods/attach", "create"), ("", "pods/portforward", "create"),
-    ("", "serviceaccounts/token", "create"), ("", "namespaces", "list"), ("", "nodes", "watch"),
-    ("apps", "deployments", "delete"), ("batch", "jobs", "delete"), ("", "configmaps", "delete"),
-    ("specdec.io", "speculativedeployments", "patch"), ("specdec.io", "speculativedeployments", "delete"),
-    ("rbac.authorization.k8s.io", "roles", "create"), ("rbac.authorization.k8s.io", "rolebindings", "create"),
+    ("", "secrets", "get"),
+    ("", "secrets", "list"),
+    ("", "pods", "create"),
+    ("", "pods/exec", "create"),
+    ("", "pods/log", "get"),
+    ("", "pods/attach", "create"),
+    ("", "pods/portforward", "create"),
+    ("", "serviceaccounts/token", "create"),
+    ("", "namespaces", "list"),
+    ("", "nodes", "watch"),
+    ("apps", "deployments", "delete"),
+    ("batch", "jobs", "delete"),
+    ("", "configmaps", "delete"),
+    ("specdec.io", "speculativedeployments", "patch"),
+    ("specdec.io", "speculativedeployments", "delete"),
+    ("rbac.authorization.k8s.io", "roles", "create"),
+    ("rbac.authorization.k8s.io", "rolebindings", "create"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
 ]
 
@@ -54,8 +72,10 @@ def flatten(rules: list[dict]) -> dict[tuple[str, str], set[str]]:
 def lease_rules(lease: str) -> dict[tuple[str, str, tuple[str, ...]], set[str]]:
     """Leader election's Role (operator/specdec/kube/leader.py): create any Lease (a create cannot name one),
     read and replace only the release's own. {(group, resource, resourceNames): verbs}."""
-    return {("coordination.k8s.io", "leases", ()): {"create"},
-            ("coordination.k8s.io", "leases", (lease,)): {"get", "update"}}
+    return {
+        ("coordination.k8s.io", "leases", ()): {"create"},
+        ("coordination.k8s.io", "leases", (lease,)): {"get", "update"},
+    }
 
 
 LEASE_RULES = lease_rules("rel-specdec-operator")

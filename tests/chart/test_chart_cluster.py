@@ -46,13 +46,24 @@ def fullname(release: str) -> str:
     return f"{release}-specdec-operator"
 
 
-def start_operator(kube: Kube, kubeconfig: Path, release: str, namespace: str, tmp_path: Path,
-                   chart_operators: list, extra_args: list[str] | None = None,
-                   name: str = "operator") -> ChartOperator:
+def start_operator(
+    kube: Kube,
+    kubeconfig: Path,
+    release: str,
+    namespace: str,
+    tmp_path: Path,
+    chart_operators: list,
+    extra_args: list[str] | None = None,
+    name: str = "operator",
+) -> ChartOperator:
     deployment = kube.apps.read_namespaced_deployment(fullname(release), namespace)
-    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, namespace,
-                                               deployment.spec.template.spec.service_account_name,
-                                               tmp_path / f"{name}-kubeconfig.yaml")
+    sa_kubeconfig = service_account_kubeconfig(
+        kube,
+        kubeconfig,
+        namespace,
+        deployment.spec.template.spec.service_account_name,
+        tmp_path / f"{name}-kubeconfig.yaml",
+    )
     runner = ChartOperator(deployment, sa_kubeconfig, tmp_path / f"{name}.log", free_port(), extra_args)
     chart_operators.append(runner)
     runner.start()
@@ -61,12 +72,18 @@ def start_operator(kube: Kube, kubeconfig: Path, release: str, namespace: str, t
 
 def assert_pod_security_enforced(kube: Kube, namespace: str) -> None:
     """Sanity: the API server really refuses a non-restricted pod here (else the tests prove nothing)."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-restricted"},
-           "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "not-restricted"},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]},
+    }
     # On a fresh cluster the namespace's default ServiceAccount may not exist yet: the pod would be
     # refused for that (also a 403) before Pod Security is asked.
-    wait_for(lambda: kube.core.list_namespaced_service_account(
-        namespace, field_selector="metadata.name=default").items, f"ServiceAccount default in {namespace}")
+    wait_for(
+        lambda: kube.core.list_namespaced_service_account(namespace, field_selector="metadata.name=default").items,
+        f"ServiceAccount default in {namespace}",
+    )
     with pytest.raises(ApiException) as refused:
         kube.core.create_namespaced_pod(namespace, pod)
     assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body
@@ -75,16 +92,17 @@ def assert_pod_security_enforced(kube: Kube, namespace: str) -> None:
 def assert_crds_match_the_repository(kube: Kube, release: str, namespace: str) -> None:
     for path in sorted(CRDS.glob("*.yaml")):
         want = yaml.safe_load(path.read_text())
-        crd = kube.api.sanitize_for_serialization(
-            kube.apiext.read_custom_resource_definition(want["metadata"]["name"]))
+        crd = kube.api.sanitize_for_serialization(kube.apiext.read_custom_resource_definition(want["metadata"]["name"]))
         annotations = crd["metadata"]["annotations"]
         assert annotations["helm.sh/resource-policy"] == "keep"
         assert annotations["meta.helm.sh/release-name"] == release
         assert annotations["meta.helm.sh/release-namespace"] == namespace
         for version, served in zip(want["spec"]["versions"], crd["spec"]["versions"]):
             assert served["additionalPrinterColumns"] == version["additionalPrinterColumns"]
-            assert served["schema"]["openAPIV3Schema"]["properties"]["spec"] == \
-                version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            assert (
+                served["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                == version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            )
         assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
 
 
@@ -106,7 +124,8 @@ def assert_runtime_is_up(kube: Kube, namespace: str, sd: SD) -> None:
 
 
 def test_cluster_wide_install_reconciles_with_the_charts_own_credentials(
-        kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path):
+    kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path
+):
     ops = restricted_namespace(prefix="ops")
     work = restricted_namespace(namespace)
     assert_pod_security_enforced(kube, ops)
@@ -165,7 +184,8 @@ def test_cluster_wide_install_reconciles_with_the_charts_own_credentials(
 
 
 def test_namespaced_install_needs_no_cluster_wide_rights(
-        kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path):
+    kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path
+):
     ops = restricted_namespace(prefix="ops")
     work = restricted_namespace(namespace)
     other = restricted_namespace(prefix="other")
@@ -173,13 +193,15 @@ def test_namespaced_install_needs_no_cluster_wide_rights(
     release = "ns"
 
     installed = releases.install(release, ops, {"watchNamespaces": [work, other]})
-    assert f"It watches only these namespaces (Roles there, no cluster-wide rights): {work}, {other}." \
-        in installed.stdout
+    assert (
+        f"It watches only these namespaces (Roles there, no cluster-wide rights): {work}, {other}." in installed.stdout
+    )
     assert f"kubectl -n {work} apply -f examples/llama-2-13b-draft-7b-logits.yaml" in installed.stdout
     subject = f"system:serviceaccount:{ops}:{fullname(release)}"
     cluster_bindings = kube.rbac.list_cluster_role_binding().items
-    assert not [b for b in cluster_bindings
-                if any(s.kind == "ServiceAccount" and s.namespace == ops for s in b.subjects or [])]
+    assert not [
+        b for b in cluster_bindings if any(s.kind == "ServiceAccount" and s.namespace == ops for s in b.subjects or [])
+    ]
     for ns in (work, other):
         assert kube.rbac.read_namespaced_role(fullname(release), ns).rules
     with pytest.raises(ApiException) as missing:
@@ -237,7 +259,8 @@ def printer_columns(kube: Kube) -> list[str]:
 
 
 def test_upgrade_from_the_previous_version_keeps_deployments_ready(
-        kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path):
+    kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path
+):
     ops = restricted_namespace(prefix="ops")
     work = restricted_namespace(namespace)
     release = "up"
@@ -258,9 +281,15 @@ def test_upgrade_from_the_previous_version_keeps_deployments_ready(
     releases.upgrade(release, ops, values)
     history = releases.helm("history", release, "-n", ops, "-o", "yaml").stdout
     assert [(h["revision"], h["chart"], h["status"]) for h in yaml.safe_load(history)] == [
-        (1, "specdec-operator-0.0.9", "superseded"), (2, "specdec-operator-0.1.0", "deployed")]
-    assert printer_columns(kube) == [c["name"] for c in yaml.safe_load(
-        (CRDS / "specdec.io_speculativedeployments.yaml").read_text())["spec"]["versions"][0]["additionalPrinterColumns"]]
+        (1, "specdec-operator-0.0.9", "superseded"),
+        (2, "specdec-operator-0.1.0", "deployed"),
+    ]
+    assert printer_columns(kube) == [
+        c["name"]
+        for c in yaml.safe_load((CRDS / "specdec.io_speculativedeployments.yaml").read_text())["spec"]["versions"][0][
+            "additionalPrinterColumns"
+        ]
+    ]
     assert_crds_match_the_repository(kube, release, ops)
     operator_deployment = kube.apps.read_namespaced_deployment(fullname(release), ops)
     assert operator_deployment.spec.template.spec.containers[0].image.endswith(":0.1.0")
@@ -273,8 +302,9 @@ def test_upgrade_from_the_previous_version_keeps_deployments_ready(
 
     # the upgraded operator (new args/env, same ServiceAccount) carries on: same engines, a change applies
     new = start_operator(kube, kubeconfig, release, ops, tmp_path, chart_operators, ["--namespace", work], name="new")
-    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, work, "speculativedeployments", sd.name,
-                                               {"spec": {"runtime": {"replicas": 2}}})
+    kube.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, work, "speculativedeployments", sd.name, {"spec": {"runtime": {"replicas": 2}}}
+    )
     obj = sd.wait_ready(timeout=READY_TIMEOUT)
     assert obj["status"]["readyReplicas"] == 2
     assert sorted(b["metadata"]["name"] for b in sd.engine_builds()) == builds  # nothing rebuilt
@@ -284,7 +314,8 @@ def test_upgrade_from_the_previous_version_keeps_deployments_ready(
 
 
 def test_uninstall_keeps_crds_and_user_objects(
-        kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path):
+    kube: Kube, kubeconfig: Path, namespace: str, releases, restricted_namespace, chart_operators, tmp_path
+):
     ops = restricted_namespace(prefix="ops")
     work = restricted_namespace(namespace)
     release = "un"
@@ -302,11 +333,13 @@ def test_uninstall_keeps_crds_and_user_objects(
     for name in CRD_NAMES:
         assert f"[CustomResourceDefinition] {name}" in removed.stdout
     # the chart's own objects are gone ...
-    for read in (lambda: kube.apps.read_namespaced_deployment(fullname(release), ops),
-                 lambda: kube.core.read_namespaced_service_account(fullname(release), ops),
-                 lambda: kube.core.read_namespaced_service(f"{fullname(release)}-metrics", ops),
-                 lambda: kube.rbac.read_cluster_role(fullname(release)),
-                 lambda: kube.rbac.read_cluster_role_binding(fullname(release))):
+    for read in (
+        lambda: kube.apps.read_namespaced_deployment(fullname(release), ops),
+        lambda: kube.core.read_namespaced_service_account(fullname(release), ops),
+        lambda: kube.core.read_namespaced_service(f"{fullname(release)}-metrics", ops),
+        lambda: kube.rbac.read_cluster_role(fullname(release)),
+        lambda: kube.rbac.read_cluster_role_binding(fullname(release)),
+    ):
         with pytest.raises(ApiException) as gone:
             read()
         assert gone.value.status == 404
@@ -328,7 +361,8 @@ def test_uninstall_keeps_crds_and_user_objects(
 
 
 def test_two_replicas_elect_one_leader_on_the_charts_lease_rights(
-        kube: Kube, kubeconfig: Path, releases, restricted_namespace, tmp_path):
+    kube: Kube, kubeconfig: Path, releases, restricted_namespace, tmp_path
+):
     """Two candidates with the chart pod's leader-election env and its ServiceAccount's token: the Role
     lets them create, renew, take over and release the release's Lease, and nothing else."""
     ops = restricted_namespace(prefix="ops")
@@ -337,23 +371,41 @@ def test_two_replicas_elect_one_leader_on_the_charts_lease_rights(
     deployment = kube.apps.read_namespaced_deployment(fullname(release), ops)
     assert deployment.status.ready_replicas == 2
     pdb = kube.api.sanitize_for_serialization(
-        client_policy(kube).read_namespaced_pod_disruption_budget(fullname(release), ops))
+        client_policy(kube).read_namespaced_pod_disruption_budget(fullname(release), ops)
+    )
     assert pdb["spec"]["minAvailable"] == 1
-    wait_for(lambda: client_policy(kube).read_namespaced_pod_disruption_budget(
-        fullname(release), ops).status.disruptions_allowed == 1, "the PDB to allow one disruption of two pods")
+    wait_for(
+        lambda: (
+            client_policy(kube).read_namespaced_pod_disruption_budget(fullname(release), ops).status.disruptions_allowed
+            == 1
+        ),
+        "the PDB to allow one disruption of two pods",
+    )
 
     (container,) = deployment.spec.template.spec.containers
-    sa_kubeconfig = service_account_kubeconfig(kube, kubeconfig, ops, deployment.spec.template.spec.service_account_name,
-                                               tmp_path / "sa.yaml")
+    sa_kubeconfig = service_account_kubeconfig(
+        kube, kubeconfig, ops, deployment.spec.template.spec.service_account_name, tmp_path / "sa.yaml"
+    )
     candidates = []
     for pod in ("a", "b"):
         fields = {"metadata.namespace": ops, "metadata.name": f"{fullname(release)}-{pod}"}
-        env = {e.name: e.value if e.value_from is None else fields[e.value_from.field_ref.field_path]
-               for e in container.env}
+        env = {
+            e.name: e.value if e.value_from is None else fields[e.value_from.field_ref.field_path]
+            for e in container.env
+        }
         settings = ElectionSettings.from_env(env)
         assert (settings.enabled, settings.namespace, settings.name) == (True, ops, fullname(release))
-        candidates.append(Leadership(client_for(sa_kubeconfig), settings.namespace, settings.name, settings.identity,
-                                     settings.lease_seconds, settings.renew_deadline, settings.retry_period))
+        candidates.append(
+            Leadership(
+                client_for(sa_kubeconfig),
+                settings.namespace,
+                settings.name,
+                settings.identity,
+                settings.lease_seconds,
+                settings.renew_deadline,
+                settings.retry_period,
+            )
+        )
     try:
         for candidate in candidates:
             candidate.start()
@@ -376,10 +428,16 @@ def test_two_replicas_elect_one_leader_on_the_charts_lease_rights(
         assert not allowed_named(api, "leases", verb, ops, fullname(release)), verb
     assert allowed(api, "coordination.k8s.io", "leases", "create", ops)
     assert kube.api.sanitize_for_serialization(
-        kube.rbac.read_namespaced_role(f"{fullname(release)}-leader-election", ops))["rules"] == [
+        kube.rbac.read_namespaced_role(f"{fullname(release)}-leader-election", ops)
+    )["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [fullname(release)],
-         "verbs": ["get", "update"]}]
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [fullname(release)],
+            "verbs": ["get", "update"],
+        },
+    ]
 
 
 def client_policy(kube: Kube) -> client.PolicyV1Api:
@@ -389,7 +447,18 @@ def client_policy(kube: Kube) -> client.PolicyV1Api:
 def allowed_named(api: client.ApiClient, resource: str, verb: str, namespace: str, name: str) -> bool:
     """SelfSubjectAccessReview on one named Lease (`allowed` asks about any object of a resource)."""
     review = client.AuthorizationV1Api(api).create_self_subject_access_review(
-        {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-         "spec": {"resourceAttributes": {"group": "coordination.k8s.io", "resource": resource, "verb": verb,
-                                         "namespace": namespace, "name": name}}})
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "group": "coordination.k8s.io",
+                    "resource": resource,
+                    "verb": verb,
+                    "namespace": namespace,
+                    "name": name,
+                }
+            },
+        }
+    )
     return bool(review.status.allowed)

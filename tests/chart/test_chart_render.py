@@ -45,11 +45,15 @@ CUSTOM_IMAGES = {
     "workloadImagePullSecrets": ["team-registry"],
 }
 CUSTOM_GPU = {
-    "gpu": {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}],
-            # maps merge with the chart's defaults: null drops the default label
-            "nodeSelector": {"cloud.example.com/accelerator": "h100", "pool": "inference",
-                             "nvidia.com/gpu.present": None}},
-    "engineRetentionSeconds": 3600, "resyncSeconds": 60, "calibSize": 256, "logLevel": "DEBUG",
+    "gpu": {
+        "tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}],
+        # maps merge with the chart's defaults: null drops the default label
+        "nodeSelector": {"cloud.example.com/accelerator": "h100", "pool": "inference", "nvidia.com/gpu.present": None},
+    },
+    "engineRetentionSeconds": 3600,
+    "resyncSeconds": 60,
+    "calibSize": 256,
+    "logLevel": "DEBUG",
     "speculation": {"scrapeSeconds": 5, "refreshSeconds": 120},
 }
 
@@ -62,12 +66,27 @@ def operator_container(docs):
 
 # -- helm lint ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values", [{}, NAMESPACED, CUSTOM_IMAGES, CUSTOM_GPU,
-                                    {"metrics": {"serviceMonitor": {"enabled": True}}}, {"replicas": 3},
-                                    {"leaderElection": {"enabled": False, "leaseDurationSeconds": 15,
-                                                        "renewDeadlineSeconds": 10, "retryPeriodSeconds": 2}}],
-                         ids=["defaults", "namespaced", "custom-images", "custom-gpu", "servicemonitor", "ha",
-                              "no-leader-election"])
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        NAMESPACED,
+        CUSTOM_IMAGES,
+        CUSTOM_GPU,
+        {"metrics": {"serviceMonitor": {"enabled": True}}},
+        {"replicas": 3},
+        {
+            "leaderElection": {
+                "enabled": False,
+                "leaseDurationSeconds": 15,
+                "renewDeadlineSeconds": 10,
+                "retryPeriodSeconds": 2,
+            }
+        },
+    ],
+    ids=["defaults", "namespaced", "custom-images", "custom-gpu", "servicemonitor", "ha", "no-leader-election"],
+)
 def test_helm_lint_strict(values):
     result = helm("lint", "--strict", str(CHART), *set_args(values))
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -76,13 +95,25 @@ def test_helm_lint_strict(values):
 
 # -- defaults -------------------------------------------------------------------------------------
 
+
 def test_defaults_render_cluster_wide_operator():
     docs = render()
-    assert kinds(docs) == sorted(["ServiceAccount", "CustomResourceDefinition", "CustomResourceDefinition",
-                                  "CustomResourceDefinition",
-                                  "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
-                                  "Role", "RoleBinding",  # leader election, on by default
-                                  "ServiceAccount", "Job"])  # the last two: the helm test hooks
+    assert kinds(docs) == sorted(
+        [
+            "ServiceAccount",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment",
+            "Role",
+            "RoleBinding",  # leader election, on by default
+            "ServiceAccount",
+            "Job",
+        ]
+    )  # the last two: the helm test hooks
     deployment = only(docs, "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1
@@ -94,10 +125,19 @@ def test_defaults_render_cluster_wide_operator():
     container = operator_container(docs)
     assert container["image"] == "ghcr.io/specdec-io/specdec-operator:0.1.0"  # appVersion
     assert container["command"] == ["specdec"]
-    assert container["args"] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz", "--metrics-port", "9090",
-                                 "--log-level", "INFO"]
-    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
-                                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert container["args"] == [
+        "operator",
+        "--liveness",
+        "http://0.0.0.0:8080/healthz",
+        "--metrics-port",
+        "9090",
+        "--log-level",
+        "INFO",
+    ]
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+    ]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
@@ -107,16 +147,23 @@ def test_defaults_render_cluster_wide_operator():
 def test_default_settings_are_the_operators_defaults():
     """The chart's defaults, read back the way the operator reads them, are the operator's own defaults."""
     env = env_of(operator_container(render()))
-    assert set(env) >= {"SPECDEC_RUNTIME_IMAGE", "SPECDEC_BUILD_IMAGE", "SPECDEC_GPU_TOLERATIONS",
-                        "SPECDEC_GPU_NODE_SELECTOR", "SPECDEC_ENGINE_RETENTION_SECONDS"}
+    assert set(env) >= {
+        "SPECDEC_RUNTIME_IMAGE",
+        "SPECDEC_BUILD_IMAGE",
+        "SPECDEC_GPU_TOLERATIONS",
+        "SPECDEC_GPU_NODE_SELECTOR",
+        "SPECDEC_ENGINE_RETENTION_SECONDS",
+    }
     assert Settings.from_env(env) == Settings()
     # leader election: on, with the operator's default timings, the Lease named like the release
     election = ElectionSettings.from_env(env)
     assert dataclasses.replace(election, identity="") == ElectionSettings(
-        enabled=True, namespace="ops", name="rel-specdec-operator")
+        enabled=True, namespace="ops", name="rel-specdec-operator"
+    )
     assert election.identity.startswith("rel-specdec-operator-6c9f7d5b4-x2x7q_")  # the pod name
     assert json.loads(env["SPECDEC_GPU_TOLERATIONS"]) == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
     assert json.loads(env["SPECDEC_GPU_NODE_SELECTOR"]) == {"nvidia.com/gpu.present": "true"}
 
 
@@ -125,11 +172,15 @@ def test_cluster_role_grants_exactly_what_the_operator_calls():
     role = only(docs, "ClusterRole")
     assert flatten(role["rules"]) == CLUSTER_RULES
     binding = only(docs, "ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator", "namespace": "ops"}]
-    assert [d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")] == \
-        ["rel-specdec-operator-leader-election"] * 2  # only leader election's
+    assert [d["metadata"]["name"] for d in docs if d["kind"] in ("Role", "RoleBinding")] == [
+        "rel-specdec-operator-leader-election"
+    ] * 2  # only leader election's
 
 
 @pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 13), ("templates/leader-election.yaml", 2)])
@@ -148,8 +199,12 @@ def test_operator_pod_is_restricted():
     pod = only(docs, "Deployment")["spec"]["template"]["spec"]
     assert restricted_violations(pod) == []
     container = operator_container(docs)
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]  # the only writable path
@@ -163,8 +218,9 @@ def test_metrics_service_selects_the_operator_pod_only():
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
     monitor = only(docs, "ServiceMonitor")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
-                                             "scrapeTimeout": "10s"}]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
     assert monitor["metadata"]["labels"]["release"] == "prom"
     test_pod = only(docs, "Job")["spec"]["template"]["metadata"]["labels"]
     assert not service["spec"]["selector"].items() <= test_pod.items()  # the helm test pod is not selected
@@ -180,20 +236,28 @@ def test_helm_test_job_is_restricted_and_needs_no_rbac():
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "test"
     sa = only(docs, "ServiceAccount", "rel-specdec-operator-test")
     assert sa["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    assert int(sa["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert int(sa["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        job["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "rel-specdec-operator-test"
     assert restricted_violations(pod) == []
-    assert [c["args"][:2] for c in pod["containers"]] == [["explain", "speculativedeployments.spec"],
-                                                          ["explain", "enginebuilds.spec"],
-                                                          ["explain", "modelcaches.spec"]]
+    assert [c["args"][:2] for c in pod["containers"]] == [
+        ["explain", "speculativedeployments.spec"],
+        ["explain", "enginebuilds.spec"],
+        ["explain", "modelcaches.spec"],
+    ]
     assert {c["image"] for c in pod["containers"]} == {"registry.k8s.io/kubectl:v1.36.3"}
     # no Role or binding is rendered for the test's ServiceAccount: discovery is open to every account
-    assert not [d for d in docs if d["kind"].endswith("Binding") and
-                any(s["name"] == "rel-specdec-operator-test" for s in d["subjects"])]
+    assert not [
+        d
+        for d in docs
+        if d["kind"].endswith("Binding") and any(s["name"] == "rel-specdec-operator-test" for s in d["subjects"])
+    ]
 
 
 # -- namespace-scoped -----------------------------------------------------------------------------
+
 
 def test_namespaced_mode_has_roles_per_namespace_and_no_cluster_rights():
     docs = render(NAMESPACED)
@@ -208,13 +272,25 @@ def test_namespaced_mode_has_roles_per_namespace_and_no_cluster_rights():
     assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
     for role, binding in zip(roles, bindings):
         assert flatten(role["rules"]) == OPERATOR_RULES
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                      "name": role["metadata"]["name"]}
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator",
-                                        "namespace": "ops"}]
-    assert operator_container(docs)["args"] == ["operator", "--liveness", "http://0.0.0.0:8080/healthz",
-                                                "--metrics-port", "9090", "--log-level", "INFO",
-                                                "--namespace", "team-a", "--namespace", "team-b"]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator", "namespace": "ops"}]
+    assert operator_container(docs)["args"] == [
+        "operator",
+        "--liveness",
+        "http://0.0.0.0:8080/healthz",
+        "--metrics-port",
+        "9090",
+        "--log-level",
+        "INFO",
+        "--namespace",
+        "team-a",
+        "--namespace",
+        "team-b",
+    ]
 
 
 def test_gpu_node_labels_are_read_only_where_the_operator_may_list_nodes():
@@ -234,6 +310,7 @@ def test_rbac_can_be_left_to_the_cluster_admin():
 
 
 # -- custom images and settings -------------------------------------------------------------------
+
 
 def test_custom_images_reach_the_operator():
     docs = render(CUSTOM_IMAGES)
@@ -274,39 +351,70 @@ def test_large_retention_renders_as_an_integer():
 
 # -- values.schema.json ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("values, complaint", [
-    ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
-    ({"image": {"repository": "x", "tag": "1", "pullPolicy": "IfNotPresent", "digest": "sha256:0"}},
-     "additional properties 'digest' not allowed"),
-    ({"gpu": {"tolerations": [], "nodeSelector": {}, "resources": {}}}, "additional properties 'resources' not allowed"),
-    ({"metrics": {"serviceMonitor": {"enabled": True, "namespace": "monitoring"}}},
-     "additional properties 'namespace' not allowed"),
-    ({"securityContext": {"runAsNonRoot": True, "procMount": "Unmasked"}}, "additional properties 'procMount' not allowed"),
-    ({"gpu": {"tolerations": [{"key": "a", "operator": "Exists", "weight": 1}]}}, "additional properties 'weight' not allowed"),
-    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpression": []}]}}}}, "additional properties 'matchExpression' not allowed"),
-], ids=["top-level", "image", "gpu", "serviceMonitor", "securityContext", "toleration", "affinity-typo"])
+
+@pytest.mark.parametrize(
+    "values, complaint",
+    [
+        ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+        (
+            {"image": {"repository": "x", "tag": "1", "pullPolicy": "IfNotPresent", "digest": "sha256:0"}},
+            "additional properties 'digest' not allowed",
+        ),
+        (
+            {"gpu": {"tolerations": [], "nodeSelector": {}, "resources": {}}},
+            "additional properties 'resources' not allowed",
+        ),
+        (
+            {"metrics": {"serviceMonitor": {"enabled": True, "namespace": "monitoring"}}},
+            "additional properties 'namespace' not allowed",
+        ),
+        (
+            {"securityContext": {"runAsNonRoot": True, "procMount": "Unmasked"}},
+            "additional properties 'procMount' not allowed",
+        ),
+        (
+            {"gpu": {"tolerations": [{"key": "a", "operator": "Exists", "weight": 1}]}},
+            "additional properties 'weight' not allowed",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpression": []}]
+                        }
+                    }
+                }
+            },
+            "additional properties 'matchExpression' not allowed",
+        ),
+    ],
+    ids=["top-level", "image", "gpu", "serviceMonitor", "securityContext", "toleration", "affinity-typo"],
+)
 def test_schema_rejects_unknown_keys(values, complaint):
     result = template(values, check=False)
     assert result.returncode != 0
     assert complaint in result.stderr
 
 
-@pytest.mark.parametrize("values, where", [
-    ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
-    ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
-    ({"engineRetentionSeconds": "1d"}, "/engineRetentionSeconds"),
-    ({"engineRetentionSeconds": 1.5}, "/engineRetentionSeconds"),
-    ({"image": {"tag": 1}}, "/image/tag"),
-    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
-    ({"runtimeImage": ""}, "/runtimeImage"),
-    ({"gpu": {"nodeSelector": {"pool": 1}}}, "/gpu/nodeSelector/pool"),
-    ({"gpu": {"tolerations": {"key": "a"}}}, "/gpu/tolerations"),
-    ({"crds": {"install": "yes"}}, "/crds/install"),
-    ({"logLevel": "TRACE"}, "/logLevel"),
-    ({"healthPort": 70000}, "/healthPort"),
-    ({"resources": {"limits": {"memory": True}}}, "/resources/limits/memory"),
-])
+@pytest.mark.parametrize(
+    "values, where",
+    [
+        ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
+        ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+        ({"engineRetentionSeconds": "1d"}, "/engineRetentionSeconds"),
+        ({"engineRetentionSeconds": 1.5}, "/engineRetentionSeconds"),
+        ({"image": {"tag": 1}}, "/image/tag"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"runtimeImage": ""}, "/runtimeImage"),
+        ({"gpu": {"nodeSelector": {"pool": 1}}}, "/gpu/nodeSelector/pool"),
+        ({"gpu": {"tolerations": {"key": "a"}}}, "/gpu/tolerations"),
+        ({"crds": {"install": "yes"}}, "/crds/install"),
+        ({"logLevel": "TRACE"}, "/logLevel"),
+        ({"healthPort": 70000}, "/healthPort"),
+        ({"resources": {"limits": {"memory": True}}}, "/resources/limits/memory"),
+    ],
+)
 def test_schema_rejects_wrong_types(values, where):
     result = template(values, check=False)
     assert result.returncode != 0, f"{values} was accepted"
@@ -335,10 +443,15 @@ def test_schema_is_strict_everywhere():
         if isinstance(node, dict):
             if node.get("type") == "object":
                 assert "additionalProperties" in node, f"{where}: object without additionalProperties"
-                assert node["additionalProperties"] is False or "type" in node["additionalProperties"] or \
-                    "anyOf" in node["additionalProperties"], where
+                assert (
+                    node["additionalProperties"] is False
+                    or "type" in node["additionalProperties"]
+                    or "anyOf" in node["additionalProperties"]
+                ), where
             if "properties" in node:
-                assert node.get("additionalProperties") is False, f"{where}: properties without additionalProperties: false"
+                assert node.get("additionalProperties") is False, (
+                    f"{where}: properties without additionalProperties: false"
+                )
                 for key, sub in node["properties"].items():
                     assert "type" in sub or "anyOf" in sub, f"{where}.{key}: no type"
             for key, sub in node.items():
@@ -374,19 +487,31 @@ def test_values_yaml_and_schema_describe_the_same_values_and_each_is_documented(
         # the key's line within its parent's block
         start = 0
         for depth, key in enumerate(path[:-1]):
-            start = next(i for i in range(start, len(lines)) if re.match(rf"^{'  ' * depth}{re.escape(key)}:", lines[i]))
+            start = next(
+                i for i in range(start, len(lines)) if re.match(rf"^{'  ' * depth}{re.escape(key)}:", lines[i])
+            )
         index = next(i for i in range(start, len(lines)) if pattern.match(lines[i]))
         above = lines[index - 1].strip()
         assert above.startswith("#"), f"values.yaml: {'.'.join(path)} has no comment above it"
 
 
 def test_valid_custom_values_pass_the_schema():
-    values = {**CUSTOM_IMAGES, **CUSTOM_GPU, **NAMESPACED,
-              "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                  "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]}}},
-              "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
-              "resources": {"requests": {"cpu": 0.5, "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
-              "podAnnotations": {"a": "b"}, "serviceAccount": {"annotations": {"iam": "role"}}}
+    values = {
+        **CUSTOM_IMAGES,
+        **CUSTOM_GPU,
+        **NAMESPACED,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}]
+                }
+            }
+        },
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}],
+        "resources": {"requests": {"cpu": 0.5, "memory": "300Mi"}, "limits": {"memory": "1Gi"}},
+        "podAnnotations": {"a": "b"},
+        "serviceAccount": {"annotations": {"iam": "role"}},
+    }
     docs = render(values)
     pod = only(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["affinity"] == values["affinity"] and pod["tolerations"] == values["tolerations"]
@@ -394,13 +519,16 @@ def test_valid_custom_values_pass_the_schema():
 
 # -- CRDs -----------------------------------------------------------------------------------------
 
+
 def test_chart_crd_copy_matches_crds_and_the_models():
     """files/crds is crds/ byte for byte, and both are what `specdec crds` generates from the models.
     Refresh with `specdec crds -o charts/specdec-operator/files/crds`."""
     copy = {p.name: p.read_text() for p in sorted((CHART / "files" / "crds").glob("*.yaml"))}
     source = {p.name: p.read_text() for p in sorted(CRDS.glob("*.yaml"))}
-    assert copy == source, ("charts/specdec-operator/files/crds drifted from crds/: run "
-                            "`specdec crds && specdec crds -o charts/specdec-operator/files/crds`")
+    assert copy == source, (
+        "charts/specdec-operator/files/crds drifted from crds/: run "
+        "`specdec crds && specdec crds -o charts/specdec-operator/files/crds`"
+    )
     assert copy == render_crds()
 
 
@@ -432,6 +560,7 @@ def test_packaged_chart_carries_the_crds(tmp_path):
 
 
 # -- RBAC against the operator's code -------------------------------------------------------------
+
 
 def _kopf_watched() -> set[tuple[str, str]]:
     import kopf
@@ -472,24 +601,41 @@ def test_the_operator_log_check_flags_every_refusal(tmp_path):
         "kubernetes.client.exceptions.ForbiddenException: (403)\n"
         'HTTP response body: {"message":"configmaps is forbidden: cannot list resource \\"configmaps\\""}\n'
         "INFO kopf.objects: Handler 'engine_build_event' succeeded.\n"
-        "2026-11-26 04:48:13,403 INFO specdec.kube.leader: released Lease ops/up-specdec-operator\n")
+        "2026-11-26 04:48:13,403 INFO specdec.kube.leader: released Lease ops/up-specdec-operator\n"
+    )
     runner = ChartOperator.__new__(ChartOperator)
     runner.log_path = log
     assert runner.forbidden() == [
         "kubernetes.client.exceptions.ForbiddenException: (403)",
-        'HTTP response body: {"message":"configmaps is forbidden: cannot list resource \\"configmaps\\""}']
+        'HTTP response body: {"message":"configmaps is forbidden: cannot list resource \\"configmaps\\""}',
+    ]
 
 
 # -- high availability: replicas, leader election, PodDisruptionBudget ----------------------------
 
 HA = {"replicas": 2}
-NO_ELECTION = {"leaderElection": {"enabled": False, "leaseDurationSeconds": 15, "renewDeadlineSeconds": 10,
-                                  "retryPeriodSeconds": 2}}
+NO_ELECTION = {
+    "leaderElection": {
+        "enabled": False,
+        "leaseDurationSeconds": 15,
+        "renewDeadlineSeconds": 10,
+        "retryPeriodSeconds": 2,
+    }
+}
 
 
 def test_two_replicas_elect_a_leader_and_keep_one_pod_through_drains():
-    docs = render({**HA, "leaderElection": {"enabled": True, "leaseDurationSeconds": 30, "renewDeadlineSeconds": 20,
-                                            "retryPeriodSeconds": 5}})
+    docs = render(
+        {
+            **HA,
+            "leaderElection": {
+                "enabled": True,
+                "leaseDurationSeconds": 30,
+                "renewDeadlineSeconds": 20,
+                "retryPeriodSeconds": 5,
+            },
+        }
+    )
     deployment = only(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
@@ -497,8 +643,10 @@ def test_two_replicas_elect_a_leader_and_keep_one_pod_through_drains():
     assert pdb["metadata"]["namespace"] == "ops"
     assert pdb["spec"]["minAvailable"] == 1 and "maxUnavailable" not in pdb["spec"]
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
-    assert not pdb["spec"]["selector"]["matchLabels"].items() <= only(docs, "Job")["spec"]["template"]["metadata"][
-        "labels"].items()  # not the helm test pod
+    assert (
+        not pdb["spec"]["selector"]["matchLabels"].items()
+        <= only(docs, "Job")["spec"]["template"]["metadata"]["labels"].items()
+    )  # not the helm test pod
     container = operator_container(docs)
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in container["env"]
     assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
@@ -510,8 +658,11 @@ def test_two_replicas_elect_a_leader_and_keep_one_pod_through_drains():
     assert role["metadata"]["namespace"] == election.namespace
     assert flatten_named(role["rules"]) == lease_rules(election.name)
     binding = only(docs, "RoleBinding", "rel-specdec-operator-leader-election")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": "rel-specdec-operator-leader-election"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "rel-specdec-operator-leader-election",
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "rel-specdec-operator", "namespace": "ops"}]
 
 
@@ -539,29 +690,44 @@ def test_replicas_above_one_need_leader_election():
     assert "replicas: 2 needs leaderElection.enabled=true" in refused.stderr, refused.stderr
 
 
-@pytest.mark.parametrize("timing, complaint", [
-    ({"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10, "retryPeriodSeconds": 2},
-     "leaderElection.leaseDurationSeconds (10) must be greater than leaderElection.renewDeadlineSeconds (10)"),
-    ({"leaseDurationSeconds": 15, "renewDeadlineSeconds": 6, "retryPeriodSeconds": 5},
-     "leaderElection.renewDeadlineSeconds (6) must be greater than 1.2 × leaderElection.retryPeriodSeconds (5)"),
-])
+@pytest.mark.parametrize(
+    "timing, complaint",
+    [
+        (
+            {"leaseDurationSeconds": 10, "renewDeadlineSeconds": 10, "retryPeriodSeconds": 2},
+            "leaderElection.leaseDurationSeconds (10) must be greater than leaderElection.renewDeadlineSeconds (10)",
+        ),
+        (
+            {"leaseDurationSeconds": 15, "renewDeadlineSeconds": 6, "retryPeriodSeconds": 5},
+            "leaderElection.renewDeadlineSeconds (6) must be greater than 1.2 × leaderElection.retryPeriodSeconds (5)",
+        ),
+    ],
+)
 def test_lease_timings_the_operator_would_refuse_are_refused_at_install(timing, complaint):
     result = template({"leaderElection": {"enabled": True, **timing}}, check=False)
     assert result.returncode != 0 and complaint in result.stderr, result.stderr
     with pytest.raises(ValueError):  # the operator's own check agrees
-        ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "true", "POD_NAMESPACE": "ops",
-                                   "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": str(timing["leaseDurationSeconds"]),
-                                   "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": str(timing["renewDeadlineSeconds"]),
-                                   "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": str(timing["retryPeriodSeconds"])})
+        ElectionSettings.from_env(
+            {
+                "SPECDEC_LEADER_ELECTION": "true",
+                "POD_NAMESPACE": "ops",
+                "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": str(timing["leaseDurationSeconds"]),
+                "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": str(timing["renewDeadlineSeconds"]),
+                "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": str(timing["retryPeriodSeconds"]),
+            }
+        )
 
 
-@pytest.mark.parametrize("values, where", [
-    ({"replicas": -1}, "/replicas"),
-    ({"replicas": "2"}, "/replicas"),
-    ({"leaderElection": {"enabled": "true"}}, "/leaderElection/enabled"),
-    ({"leaderElection": {"leaseDurationSeconds": 1.5}}, "/leaderElection/leaseDurationSeconds"),
-    ({"leaderElection": {"retryPeriodSeconds": 0}}, "/leaderElection/retryPeriodSeconds"),
-])
+@pytest.mark.parametrize(
+    "values, where",
+    [
+        ({"replicas": -1}, "/replicas"),
+        ({"replicas": "2"}, "/replicas"),
+        ({"leaderElection": {"enabled": "true"}}, "/leaderElection/enabled"),
+        ({"leaderElection": {"leaseDurationSeconds": 1.5}}, "/leaderElection/leaseDurationSeconds"),
+        ({"leaderElection": {"retryPeriodSeconds": 0}}, "/leaderElection/retryPeriodSeconds"),
+    ],
+)
 def test_schema_types_the_ha_values(values, where):
     result = template(values, check=False)
     assert result.returncode != 0, f"{values} was accepted"
@@ -580,11 +746,20 @@ def test_lease_rules_are_the_calls_of_the_leader_election_code():
 
     from kubernetes.leaderelection.resourcelock import leaselock
 
-    verb_of = {"read": "get", "create": "create", "replace": "update", "patch": "patch", "delete": "delete",
-               "list": "list", "watch": "watch", "delete_collection": "deletecollection"}
+    verb_of = {
+        "read": "get",
+        "create": "create",
+        "replace": "update",
+        "patch": "patch",
+        "delete": "delete",
+        "list": "list",
+        "watch": "watch",
+        "delete_collection": "deletecollection",
+    }
     sources = inspect.getsource(leaselock) + (ROOT / "operator" / "specdec" / "kube" / "leader.py").read_text()
-    calls = set(re.findall(r"\b(read|create|replace|patch|delete_collection|delete|list|watch)_namespaced_lease\b",
-                           sources))
+    calls = set(
+        re.findall(r"\b(read|create|replace|patch|delete_collection|delete|list|watch)_namespaced_lease\b", sources)
+    )
     assert calls == {"read", "create", "replace"}
     granted = set().union(*flatten_named(only(render(), "Role")["rules"]).values())
     assert granted == {verb_of[c] for c in calls}

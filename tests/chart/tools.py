@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdec-operator"
 CRDS = ROOT / "crds"
 EXAMPLES = ROOT / "examples"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest",
-              "pod-security.kubernetes.io/warn": "restricted"}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/warn": "restricted",
+}
 
 
 def binary(name: str) -> Path:
@@ -38,20 +40,32 @@ def binary(name: str) -> Path:
 def _env(home: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     if home is not None:  # keep helm's repositories, cache and plugins out of the user's home
-        env.update(HELM_CACHE_HOME=str(home / "cache"), HELM_CONFIG_HOME=str(home / "config"),
-                   HELM_DATA_HOME=str(home / "data"))
+        env.update(
+            HELM_CACHE_HOME=str(home / "cache"),
+            HELM_CONFIG_HOME=str(home / "config"),
+            HELM_DATA_HOME=str(home / "data"),
+        )
     return env
 
 
-def run(tool: str, *args: str, kubeconfig: Path | None = None, check: bool = True, input: str | None = None,
-        home: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(
+    tool: str,
+    *args: str,
+    kubeconfig: Path | None = None,
+    check: bool = True,
+    input: str | None = None,
+    home: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
     command = [str(binary(tool)), *args]
     if kubeconfig is not None:
         command += ["--kubeconfig", str(kubeconfig)]
     result = subprocess.run(command, env=_env(home), input=input, text=True, capture_output=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"`{' '.join(command)}` failed (exit {result.returncode}):\n"
-                             f"{result.stderr.strip()}\n{result.stdout.strip()[-3000:]}")
+        raise AssertionError(
+            f"`{' '.join(command)}` failed (exit {result.returncode}):\n"
+            f"{result.stderr.strip()}\n{result.stdout.strip()[-3000:]}"
+        )
     return result
 
 
@@ -73,8 +87,14 @@ def set_args(values: dict[str, Any] | None) -> list[str]:
     return args
 
 
-def template(values: dict[str, Any] | None = None, *extra: str, chart: Path = CHART, release: str = "rel",
-             namespace: str = "ops", check: bool = True) -> subprocess.CompletedProcess:
+def template(
+    values: dict[str, Any] | None = None,
+    *extra: str,
+    chart: Path = CHART,
+    release: str = "rel",
+    namespace: str = "ops",
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     return helm("template", release, str(chart), "--namespace", namespace, *set_args(values), *extra, check=check)
 
 
@@ -106,8 +126,16 @@ def env_of(container: dict[str, Any], fields: dict[str, str] = POD_FIELDS) -> di
 
 
 # Pod Security Standards, "restricted" profile (latest), as far as a pod template shows it.
-RESTRICTED_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                           "projected", "secret"}
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def restricted_violations(pod_spec: dict[str, Any]) -> list[str]:
@@ -130,7 +158,10 @@ def restricted_violations(pod_spec: dict[str, Any]) -> list[str]:
             problems.append(f"{name}: privileged")
         if sc.get("allowPrivilegeEscalation") is not False:
             problems.append(f"{name}: allowPrivilegeEscalation is not false")
-        if not (sc.get("runAsNonRoot") is True or (pod_sc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)):
+        if not (
+            sc.get("runAsNonRoot") is True
+            or (pod_sc.get("runAsNonRoot") is True and sc.get("runAsNonRoot") is not False)
+        ):
             problems.append(f"{name}: runAsNonRoot is not true")
         if sc.get("runAsUser") == 0:
             problems.append(f"{name}: runAsUser 0")

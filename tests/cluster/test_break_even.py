@@ -42,8 +42,9 @@ def operator_env(operator_env):
     return {**operator_env, "SPECDEC_SPECULATION_SCRAPE_SECONDS": str(SCRAPE_SECONDS)}
 
 
-def test_the_front_stops_drafting_above_the_operators_break_even_and_resumes_below_it(kube, kubeconfig, namespace,
-                                                                                     operator, tmp_path):
+def test_the_front_stops_drafting_above_the_operators_break_even_and_resumes_below_it(
+    kube, kubeconfig, namespace, operator, tmp_path
+):
     name = create_deployment(kube, namespace)
     profile = profile_of(argparse.Namespace(profile="{}"))
     simulation_profile.update(tmp_path / simulation_profile.FILE_NAME, f"{namespace}/{name}", profile_entry(profile))
@@ -58,8 +59,14 @@ def test_the_front_stops_drafting_above_the_operators_break_even_and_resumes_bel
         assert truth / 2 <= break_even <= truth * 2, (break_even, truth)
         assert load_model.schedule_break_even(load_model.parse_schedule(keys[SCHEDULE_KEY])) == break_even
         # status.speculation shows the break-even the ConfigMap holds (the operator may have refitted since).
-        wait_for(lambda: speculation_status(kube, namespace, name).get("breakEven")
-                 == int(load_keys(kube, namespace, name)[BREAK_EVEN_KEY]), "status.speculation.breakEven", timeout=30)
+        wait_for(
+            lambda: (
+                speculation_status(kube, namespace, name).get("breakEven")
+                == int(load_keys(kube, namespace, name)[BREAK_EVEN_KEY])
+            ),
+            "status.speculation.breakEven",
+            timeout=30,
+        )
 
         heavy = 2 * break_even + math.floor(break_even * load_model.HYSTERESIS)
         above = pod.level(heavy, WINDOW)["counters"]

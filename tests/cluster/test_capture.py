@@ -34,17 +34,36 @@ def operator_env(operator_env):
 def bound_claim(kube: Kube, namespace: str):
     """A ReadWriteMany claim bound to a volume made for it, as an administrator provisions one statically."""
     volume = f"{namespace}-captures"
-    kube.core.create_persistent_volume({
-        "metadata": {"name": volume},
-        "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
-                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{volume}"},
-                 "claimRef": {"namespace": namespace, "name": CLAIM}}})
-    kube.core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": CLAIM},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
-                 "resources": {"requests": {"storage": "1Mi"}}}})
-    wait_for(lambda: kube.core.read_namespaced_persistent_volume_claim(CLAIM, namespace).status.phase == "Bound",
-             f"claim {CLAIM} bound", timeout=60)
+    kube.core.create_persistent_volume(
+        {
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Mi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": f"/tmp/{volume}"},
+                "claimRef": {"namespace": namespace, "name": CLAIM},
+            },
+        }
+    )
+    kube.core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": CLAIM},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Mi"}},
+            },
+        },
+    )
+    wait_for(
+        lambda: kube.core.read_namespaced_persistent_volume_claim(CLAIM, namespace).status.phase == "Bound",
+        f"claim {CLAIM} bound",
+        timeout=60,
+    )
     yield CLAIM
     kube.core.delete_persistent_volume(volume)
 
@@ -54,7 +73,8 @@ def capture(sd: SD) -> dict:
 
 
 def test_status_capture_grows_with_the_requests_and_warns_near_the_claims_capacity(
-        kube: Kube, kubeconfig: Path, namespace: str, operator, bound_claim: str, tmp_path: Path):
+    kube: Kube, kubeconfig: Path, namespace: str, operator, bound_claim: str, tmp_path: Path
+):
     body = example("llama-3.1-8b-save-state.yaml")
     body["spec"]["speculation"]["saveState"].update(writeInterval=WRITE_INTERVAL, output={"claimName": bound_claim})
     sd = SD(kube, namespace, body)
@@ -68,12 +88,16 @@ def test_status_capture_grows_with_the_requests_and_warns_near_the_claims_capaci
         assert first["requests"] % WRITE_INTERVAL == 0 and first["tokens"] == first["requests"] * len(PROMPT.split())
         assert first["claimCapacityBytes"] == CAPACITY and first["lastWriteAt"].endswith("Z")
         assert sd.condition("CaptureSpace")["reason"] == "WithinClaim"
-        later = wait_for(lambda: (c := capture(sd)).get("files", 0) > first["files"] and c,
-                         "status.capture growing", timeout=30)
+        later = wait_for(
+            lambda: (c := capture(sd)).get("files", 0) > first["files"] and c, "status.capture growing", timeout=30
+        )
         assert later["bytes"] > first["bytes"] and later["tokens"] > first["tokens"]
         assert later["lastWriteAt"] >= first["lastWriteAt"]
-        space = wait_for(lambda: (c := sd.condition("CaptureSpace")).get("status") == "False" and c,
-                         "CaptureSpace False near the capacity", timeout=120)
+        space = wait_for(
+            lambda: (c := sd.condition("CaptureSpace")).get("status") == "False" and c,
+            "CaptureSpace False near the capacity",
+            timeout=120,
+        )
         assert space["reason"] == "ClaimNearlyFull" and f"claim {bound_claim}" in space["message"]
         assert "Copy the files away" in space["message"]
         warnings = [e for e in kube.events_for(namespace, sd.name) if e.reason == "ClaimNearlyFull"]
@@ -84,5 +108,5 @@ def test_status_capture_grows_with_the_requests_and_warns_near_the_claims_capaci
     final = capture(sd)
     assert final["files"] <= len(files) and final["claimUsedPercent"] >= 90
     # A file scanned while it was being written counts in files and bytes only.
-    written = sum(captured_tokens(p)[1] for p in files[:final["files"]])
+    written = sum(captured_tokens(p)[1] for p in files[: final["files"]])
     assert written - WRITE_INTERVAL * len(PROMPT.split()) <= final["tokens"] <= written

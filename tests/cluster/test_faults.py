@@ -23,12 +23,14 @@ def operator_through_proxy(fault_proxy, crds, namespace, operator_env, tmp_path,
     """The operator watching this test's namespace, talking to the API server only through the proxy.
 
     It starts with faults off (a test turns them on): start-up checks are not what these tests test."""
-    runner = OperatorProcess.watching(namespace, fault_proxy.kubeconfig, tmp_path / "operator.log", free_port(),
-                                      operator_env)
+    runner = OperatorProcess.watching(
+        namespace, fault_proxy.kubeconfig, tmp_path / "operator.log", free_port(), operator_env
+    )
     runner.start()
     yield runner
-    stop_and_report(runner, request,
-                    f"--- injected faults: {fault_proxy.injected()}; forwarded: {fault_proxy.forwarded}")
+    stop_and_report(
+        runner, request, f"--- injected faults: {fault_proxy.injected()}; forwarded: {fault_proxy.forwarded}"
+    )
 
 
 def deployment(name: str, target: str, draft: str) -> dict:
@@ -43,8 +45,10 @@ def deployment(name: str, target: str, draft: str) -> dict:
 
 def batch(kube, namespace: str, tag: str, count: int) -> list[SD]:
     """`count` deployments; pairs share a target engine and all share one draft engine."""
-    return [SD(kube, namespace, deployment(f"{tag}-{i}", f"hf://org-{tag}/target-{i // 2}", f"hf://org-{tag}/draft"))
-            for i in range(count)]
+    return [
+        SD(kube, namespace, deployment(f"{tag}-{i}", f"hf://org-{tag}/target-{i // 2}", f"hf://org-{tag}/draft"))
+        for i in range(count)
+    ]
 
 
 def alive(operator: OperatorProcess) -> bool:
@@ -58,6 +62,7 @@ def wait_all_ready(sds: list[SD], operator: OperatorProcess, timeout: float) -> 
     def ready():
         assert alive(operator), f"the operator exited with {operator.process.returncode}"
         return all(fresh_and_ready(sd.get()) for sd in sds)
+
     wait_for(ready, f"{', '.join(sd.name for sd in sds)} Ready=True", timeout=timeout, interval=0.5)
     return time.monotonic() - start
 
@@ -74,9 +79,11 @@ def summary(sds: list[SD]) -> str:
         obj = sd.get()
         status = obj.get("status") or {}
         ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
-        lines.append(f"{sd.name}: generation {obj['metadata']['generation']}, observed "
-                     f"{status.get('observedGeneration')}, Ready={ready.get('status')}/{ready.get('reason')}: "
-                     f"{ready.get('message')}")
+        lines.append(
+            f"{sd.name}: generation {obj['metadata']['generation']}, observed "
+            f"{status.get('observedGeneration')}, Ready={ready.get('status')}/{ready.get('reason')}: "
+            f"{ready.get('message')}"
+        )
     return "\n".join(lines)
 
 
@@ -94,8 +101,9 @@ def test_all_deployments_get_ready_through_ten_percent_faults(kube, namespace, f
     baseline_sds = batch(kube, namespace, "base", BATCH)
     baseline = wait_all_ready(baseline_sds, operator, timeout=120)
     for sd in baseline_sds:  # free their GPUs for the faulted batch
-        kube.custom.delete_namespaced_custom_object("specdec.io", "v1alpha1", namespace, "speculativedeployments",
-                                                    sd.name)
+        kube.custom.delete_namespaced_custom_object(
+            "specdec.io", "v1alpha1", namespace, "speculativedeployments", sd.name
+        )
     fault_proxy.set_faults(FAULTS)
     fault_proxy.cut_streams()  # the watches opened fault-free: reopen them under faults
     start = time.monotonic()
@@ -109,12 +117,13 @@ def test_all_deployments_get_ready_through_ten_percent_faults(kube, namespace, f
     try:
         wait_all_ready(sds, operator, timeout=deadline)
     except AssertionError as error:
-        raise AssertionError(f"{error}\nbaseline {baseline:.1f}s, deadline {deadline:.1f}s, injected "
-                             f"{fault_proxy.injected()}\n{summary(sds)}") from None
+        raise AssertionError(
+            f"{error}\nbaseline {baseline:.1f}s, deadline {deadline:.1f}s, injected "
+            f"{fault_proxy.injected()}\n{summary(sds)}"
+        ) from None
     took = time.monotonic() - start
     injected = fault_proxy.injected()
-    print(f"baseline {baseline:.1f}s, with faults {took:.1f}s; injected {injected}; forwarded "
-          f"{fault_proxy.forwarded}")
+    print(f"baseline {baseline:.1f}s, with faults {took:.1f}s; injected {injected}; forwarded {fault_proxy.forwarded}")
     # The faults were really there, on both plain and watch requests.
     assert sum(injected.get(k, 0) for k in REQUEST_FAULTS) >= 5, injected
     assert sum(injected.get(k, 0) for k in WATCH_FAULTS) >= 3, injected
@@ -133,9 +142,12 @@ def test_events_and_watches_survive_an_api_server_outage(kube, namespace, fault_
     operator = watch_driven_operator(operator_env, request)
     first = batch(kube, namespace, "before", 3)
     # Cut the API server off while the operator is writing: its first EngineBuild exists, the rest not yet.
-    wait_for(lambda: kube.custom.list_namespaced_custom_object("specdec.io", "v1alpha1", namespace,
-                                                               "enginebuilds")["items"],
-             "the operator's first EngineBuild", timeout=30, interval=0.05)
+    wait_for(
+        lambda: kube.custom.list_namespaced_custom_object("specdec.io", "v1alpha1", namespace, "enginebuilds")["items"],
+        "the operator's first EngineBuild",
+        timeout=30,
+        interval=0.05,
+    )
     fault_proxy.outage(5)
     wait_for(lambda: not fault_proxy.down, "the outage to end", timeout=15)
     assert fault_proxy.injected().get("outage", 0) > 0  # the operator did try to talk during the outage
@@ -146,8 +158,11 @@ def test_events_and_watches_survive_an_api_server_outage(kube, namespace, fault_
         raise AssertionError(f"{error}\n{summary([after])}") from None
     # Posted by the operator's event thread after the outage: it survived it.
     wanted = {"EngineBuildCreated", "RuntimeApplied", "Ready"}
-    reasons = wait_for(lambda: wanted <= (r := {e.reason for e in kube.events_for(namespace, "after")}) and r,
-                       f"Events {sorted(wanted)} for the deployment created after the outage", timeout=30)
+    reasons = wait_for(
+        lambda: wanted <= (r := {e.reason for e in kube.events_for(namespace, "after")}) and r,
+        f"Events {sorted(wanted)} for the deployment created after the outage",
+        timeout=30,
+    )
     assert wanted <= reasons
     # What failed during the outage is retried, not left for the periodic re-list (an hour here).
     try:
@@ -157,13 +172,15 @@ def test_events_and_watches_survive_an_api_server_outage(kube, namespace, fault_
     assert alive(operator)
 
 
-def test_a_watch_request_answered_410_does_not_stop_the_operator(kube, namespace, fault_proxy, operator_env,
-                                                                  request):
+def test_a_watch_request_answered_410_does_not_stop_the_operator(kube, namespace, fault_proxy, operator_env, request):
     operator = watch_driven_operator(operator_env, request)
     fault_proxy.set_faults(FaultPlan(1.0, kinds=("watch_gone",), only=lambda request: request.is_watch))
     fault_proxy.cut_streams()  # every watch reconnects, and every new watch request gets HTTP 410
-    wait_for(lambda: fault_proxy.injected().get("watch_gone", 0) >= WATCHED_KINDS or not alive(operator),
-             "a 410 answer to the watch of every kind", timeout=30)
+    wait_for(
+        lambda: fault_proxy.injected().get("watch_gone", 0) >= WATCHED_KINDS or not alive(operator),
+        "a 410 answer to the watch of every kind",
+        timeout=30,
+    )
     assert alive(operator), f"the operator exited with {operator.process.returncode} after a 410"
     fault_proxy.set_faults(FaultPlan())
     sd = SD(kube, namespace, deployment("after-410", "hf://org-410/target", "hf://org-410/draft"))

@@ -29,14 +29,31 @@ def writes(metrics_port: int) -> float:
 
 def replica(kubeconfig, namespace, tmp_path, name: str) -> tuple[OperatorProcess, int]:
     health, metrics_port = free_port(), free_port()
-    env = {"SPECDEC_RESYNC_SECONDS": "5", "SPECDEC_RUNTIME_IMAGE": "registry.invalid/specdec-runtime:test",
-           "SPECDEC_LEADER_ELECTION": "true", "SPECDEC_LEADER_ELECTION_NAMESPACE": namespace,
-           "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": str(LEASE_SECONDS),
-           "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
-           "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1", "POD_NAME": name}
-    runner = OperatorProcess(kubeconfig, tmp_path / f"{name}.log", health,
-                             ["operator", "--namespace", namespace, "--liveness", f"http://127.0.0.1:{health}/healthz",
-                              "--metrics-port", str(metrics_port)], env)
+    env = {
+        "SPECDEC_RESYNC_SECONDS": "5",
+        "SPECDEC_RUNTIME_IMAGE": "registry.invalid/specdec-runtime:test",
+        "SPECDEC_LEADER_ELECTION": "true",
+        "SPECDEC_LEADER_ELECTION_NAMESPACE": namespace,
+        "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": str(LEASE_SECONDS),
+        "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
+        "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1",
+        "POD_NAME": name,
+    }
+    runner = OperatorProcess(
+        kubeconfig,
+        tmp_path / f"{name}.log",
+        health,
+        [
+            "operator",
+            "--namespace",
+            namespace,
+            "--liveness",
+            f"http://127.0.0.1:{health}/healthz",
+            "--metrics-port",
+            str(metrics_port),
+        ],
+        env,
+    )
     runner.start()
     return runner, metrics_port
 
@@ -57,7 +74,8 @@ def test_only_the_leader_writes_and_a_killed_leader_is_replaced(kube: Kube, kube
     try:
         leader_name = wait_for(lambda: holder(kube, namespace).split("_")[0], "a leader")
         (leader, leader_metrics), (standby, standby_metrics) = (
-            ((a, a_metrics), (b, b_metrics)) if leader_name == "a" else ((b, b_metrics), (a, a_metrics)))
+            ((a, a_metrics), (b, b_metrics)) if leader_name == "a" else ((b, b_metrics), (a, a_metrics))
+        )
         first = example(DRAFT_TARGET)
         second = copy.deepcopy(first)
         second["metadata"]["name"] = "second"
@@ -66,8 +84,10 @@ def test_only_the_leader_writes_and_a_killed_leader_is_replaced(kube: Kube, kube
         assert writes(standby_metrics) == 0, standby.logs()
         assert writes(leader_metrics) > 0
         assert len(jobs(kube, namespace)) == 2  # one target, one draft: no duplicate work
-        reasons = wait_for(lambda: (r := [e.reason for e in kube.events_for(namespace, "second")]) and "Ready" in r
-                           and r, "the Ready Event (posted after the others)")
+        reasons = wait_for(
+            lambda: (r := [e.reason for e in kube.events_for(namespace, "second")]) and "Ready" in r and r,
+            "the Ready Event (posted after the others)",
+        )
         assert reasons.count("RuntimeApplied") == 1, reasons  # no duplicate Events either
 
         leader.kill()
@@ -79,8 +99,10 @@ def test_only_the_leader_writes_and_a_killed_leader_is_replaced(kube: Kube, kube
         took = time.monotonic() - killed
         assert holder(kube, namespace).split("_")[0] != leader_name
         assert writes(standby_metrics) > 0
-        print(f"failover: the standby made a new deployment Ready {took:.1f}s after the leader was killed "
-              f"(lease {LEASE_SECONDS}s)")
+        print(
+            f"failover: the standby made a new deployment Ready {took:.1f}s after the leader was killed "
+            f"(lease {LEASE_SECONDS}s)"
+        )
         assert standby.process.poll() is None
     finally:
         a.stop()

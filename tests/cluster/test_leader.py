@@ -34,9 +34,15 @@ class Candidate:
         self.api = config.new_client_from_config(config_file=str(kubeconfig))
         self.started: list[float] = []
         self.stopped: list[float] = []
-        self.leadership = Leadership(self.api, namespace, LEASE, identity, **TIMING,
-                                     on_started=lambda: self.started.append(time.monotonic()),
-                                     on_stopped=lambda: self.stopped.append(time.monotonic()))
+        self.leadership = Leadership(
+            self.api,
+            namespace,
+            LEASE,
+            identity,
+            **TIMING,
+            on_started=lambda: self.started.append(time.monotonic()),
+            on_stopped=lambda: self.stopped.append(time.monotonic()),
+        )
 
     @property
     def identity(self) -> str:
@@ -71,8 +77,12 @@ def wait_for_renewal(kube: Kube, namespace: str) -> None:
     """Until the holder has renewed the Lease once more: by then a standby started before has tried it."""
     coordination = client.CoordinationV1Api(kube.api)
     before = coordination.read_namespaced_lease(LEASE, namespace).metadata.resource_version
-    wait_for(lambda: coordination.read_namespaced_lease(LEASE, namespace).metadata.resource_version != before,
-             "a renewal of the Lease", timeout=3 * RETRY + 2, interval=0.05)
+    wait_for(
+        lambda: coordination.read_namespaced_lease(LEASE, namespace).metadata.resource_version != before,
+        "a renewal of the Lease",
+        timeout=3 * RETRY + 2,
+        interval=0.05,
+    )
 
 
 def leader_of(*candidates: Candidate) -> Candidate | None:
@@ -108,8 +118,9 @@ def test_exactly_one_of_two_candidates_leads(kube: Kube, namespace: str, candida
     assert leader.leadership.alive
 
 
-def test_stop_releases_the_lease_and_the_standby_takes_over_within_a_retry_period(kube: Kube, namespace: str,
-                                                                                   candidates):
+def test_stop_releases_the_lease_and_the_standby_takes_over_within_a_retry_period(
+    kube: Kube, namespace: str, candidates
+):
     a = candidates("a")
     wait_for(a.is_leader, "a to lead", timeout=10, interval=0.05)
     b = candidates("b")
@@ -140,13 +151,18 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_killed_leader_is_replaced_once_its_lease_expires(kube: Kube, namespace: str, kubeconfig: Path,
-                                                             candidates):
+def test_a_killed_leader_is_replaced_once_its_lease_expires(kube: Kube, namespace: str, kubeconfig: Path, candidates):
     timing = ",".join(str(TIMING[k]) for k in ("lease_seconds", "renew_deadline", "retry_period"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(kubeconfig), namespace, LEASE, "victim", timing],
-                             env=env, stdout=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(kubeconfig), namespace, LEASE, "victim", timing],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "leading"
         assert holder(kube, namespace) == "victim"
@@ -171,8 +187,9 @@ def test_a_killed_leader_is_replaced_once_its_lease_expires(kube: Kube, namespac
     assert holder(kube, namespace) == b.identity
 
 
-def test_a_leader_that_sees_another_holder_stops_leading_at_once_then_campaigns_again(kube: Kube, namespace: str,
-                                                                                    candidates):
+def test_a_leader_that_sees_another_holder_stops_leading_at_once_then_campaigns_again(
+    kube: Kube, namespace: str, candidates
+):
     a = candidates("a")
     wait_for(a.is_leader, "a to lead", timeout=10, interval=0.05)
     coordination = client.CoordinationV1Api(kube.api)
@@ -185,14 +202,18 @@ def test_a_leader_that_sees_another_holder_stops_leading_at_once_then_campaigns_
     # It noticed at its next renewal, not after the renew deadline.
     assert a.stopped[0] - taken < RETRY + 1.0
     # The intruder never renews: a, campaigning again, takes the Lease once it has expired.
-    wait_for(lambda: len(a.started) == 2 and a.is_leader(), "a to lead again",
-             timeout=TIMING["lease_seconds"] + 3 * RETRY + 2)
+    wait_for(
+        lambda: len(a.started) == 2 and a.is_leader(),
+        "a to lead again",
+        timeout=TIMING["lease_seconds"] + 3 * RETRY + 2,
+    )
     assert a.started[1] - a.stopped[0] >= TIMING["lease_seconds"] - 0.5
     assert holder(kube, namespace) == a.identity
 
 
-def test_a_leader_cut_off_from_the_api_server_stops_leading_within_the_renew_deadline(kube: Kube, namespace: str,
-                                                                                     candidates):
+def test_a_leader_cut_off_from_the_api_server_stops_leading_within_the_renew_deadline(
+    kube: Kube, namespace: str, candidates
+):
     a, b = candidates("a"), candidates("b", start=False)
     wait_for(a.is_leader, "a to lead", timeout=10, interval=0.05)
     b.leadership.start()
@@ -210,8 +231,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_leading_within_the_renew_dea
     assert holder(kube, namespace) == b.identity
 
 
-def test_a_deleted_lease_is_recreated_by_its_leader_and_the_standby_stays_idle(kube: Kube, namespace: str,
-                                                                               candidates):
+def test_a_deleted_lease_is_recreated_by_its_leader_and_the_standby_stays_idle(kube: Kube, namespace: str, candidates):
     """The library creates a missing Lease at once: without our guard the standby would take a deleted
     Lease while the leader still leads (until its next attempt)."""
     a, b = candidates("a"), candidates("b")
@@ -224,8 +244,12 @@ def test_a_deleted_lease_is_recreated_by_its_leader_and_the_standby_stays_idle(k
     try:
         for _ in range(3):
             client.CoordinationV1Api(kube.api).delete_namespaced_lease(LEASE, namespace)
-            wait_for(lambda: holder_or_none(kube, namespace) == leader.identity, "the leader to re-create the Lease",
-                     timeout=3 * RETRY, interval=0.05)
+            wait_for(
+                lambda: holder_or_none(kube, namespace) == leader.identity,
+                "the leader to re-create the Lease",
+                timeout=3 * RETRY,
+                interval=0.05,
+            )
     finally:
         stop.set()
         watcher.join()

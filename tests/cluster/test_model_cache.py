@@ -21,9 +21,11 @@ def build_jobs(kube: Kube, namespace: str) -> list:
 def waiting_for_checkpoints(kube: Kube, namespace: str) -> bool:
     """Every EngineBuild exists and waits, Job-less, for its checkpoints."""
     builds = engine_builds(kube, namespace)
-    return bool(builds) and all((b.get("status") or {}).get("phase") == "Pending" and {
-        c["type"]: c["reason"] for c in b["status"]["conditions"]}.get("Ready") == "WaitingForCheckpoints"
-        for b in builds)
+    return bool(builds) and all(
+        (b.get("status") or {}).get("phase") == "Pending"
+        and {c["type"]: c["reason"] for c in b["status"]["conditions"]}.get("Ready") == "WaitingForCheckpoints"
+        for b in builds
+    )
 
 
 def model_caches(kube: Kube, namespace: str) -> list[dict]:
@@ -39,17 +41,23 @@ def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace:
     body = example(SAMPLE)
     body["spec"]["cache"] = {"fetch": {"podAnnotations": {BUILD_DELAY: "3s"}}}  # a download that takes a while
     sd = SD(kube, namespace, body)
-    fetching = wait_for(lambda: (c := sd.condition("EnginesReady")).get("reason") == "Fetching" and c,
-                        "EnginesReady=False with reason Fetching")
+    fetching = wait_for(
+        lambda: (c := sd.condition("EnginesReady")).get("reason") == "Fetching" and c,
+        "EnginesReady=False with reason Fetching",
+    )
     # Names what is still downloading (one fetch may already have finished when we look).
-    assert ("hf://meta-llama/Llama-3.1-70B-Instruct@main" in fetching["message"]
-            or "hf://meta-llama/Llama-3.2-1B-Instruct@main" in fetching["message"]), fetching["message"]
+    assert (
+        "hf://meta-llama/Llama-3.1-70B-Instruct@main" in fetching["message"]
+        or "hf://meta-llama/Llama-3.2-1B-Instruct@main" in fetching["message"]
+    ), fetching["message"]
 
     obj = sd.wait_ready()
     assert obj["status"]["phase"] == "Ready"
     caches = {c["metadata"]["name"]: c for c in model_caches(kube, namespace)}
     assert sorted(c["spec"]["model"] for c in caches.values()) == [
-        "hf://meta-llama/Llama-3.1-70B-Instruct", "hf://meta-llama/Llama-3.2-1B-Instruct"]
+        "hf://meta-llama/Llama-3.1-70B-Instruct",
+        "hf://meta-llama/Llama-3.2-1B-Instruct",
+    ]
     assert all(c["status"]["phase"] == "Fetched" for c in caches.values())
     for cache in caches.values():  # the simulated fetch reports the catalog's facts, as a real one reads them
         facts = catalog_facts(cache["spec"]["model"].split("://", 1)[1])
@@ -75,14 +83,20 @@ def test_sample_fetches_on_cpu_nodes_before_any_build_job(kube: Kube, namespace:
 
 def test_failed_fetch_is_reported_and_builds_nothing(kube: Kube, namespace: str, operator):
     body = example(SAMPLE)
-    annotations = {f"{FAIL_LABEL}/container-name": "fetch", f"{FAIL_LABEL}/exit-code": "1",
-                   f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s",
-                   f"{FAIL_LABEL}/message": "simulated-401-gated-repo"}
-    body["spec"]["cache"] = {"fetch": {"backoffLimit": 0, "podLabels": {FAIL_LABEL: "true"},
-                                       "podAnnotations": annotations}}
+    annotations = {
+        f"{FAIL_LABEL}/container-name": "fetch",
+        f"{FAIL_LABEL}/exit-code": "1",
+        f"{FAIL_LABEL}/delay": "0s",
+        f"{FAIL_LABEL}/jitter-delay": "0s",
+        f"{FAIL_LABEL}/message": "simulated-401-gated-repo",
+    }
+    body["spec"]["cache"] = {
+        "fetch": {"backoffLimit": 0, "podLabels": {FAIL_LABEL: "true"}, "podAnnotations": annotations}
+    }
     sd = SD(kube, namespace, body)
-    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "FetchFailed" and c,
-                     "Ready=False with reason FetchFailed")
+    ready = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "FetchFailed" and c, "Ready=False with reason FetchFailed"
+    )
     assert "simulated-401-gated-repo" in ready["message"] and "step fetch failed with exit code 1" in ready["message"]
     obj = sd.get()
     assert obj["status"]["phase"] == "Failed"

@@ -35,8 +35,12 @@ DRAFT_TARGET = "llama-2-13b-draft-7b-logits.yaml"
 
 def failing_build(backoff_limit: int, exit_code: int, message: str | None = None) -> dict:
     """spec.build whose pods' `build` step fails at once (kwok's chaos stage, driven by pod labels)."""
-    annotations = {f"{FAIL_LABEL}/container-name": "build", f"{FAIL_LABEL}/exit-code": str(exit_code),
-                   f"{FAIL_LABEL}/delay": "0s", f"{FAIL_LABEL}/jitter-delay": "0s"}
+    annotations = {
+        f"{FAIL_LABEL}/container-name": "build",
+        f"{FAIL_LABEL}/exit-code": str(exit_code),
+        f"{FAIL_LABEL}/delay": "0s",
+        f"{FAIL_LABEL}/jitter-delay": "0s",
+    }
     if message:
         annotations[f"{FAIL_LABEL}/message"] = message
     return {"backoffLimit": backoff_limit, "podLabels": {FAIL_LABEL: "true"}, "podAnnotations": annotations}
@@ -51,12 +55,14 @@ class SD:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
 
     def get(self) -> dict:
-        return self.kube.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                             "speculativedeployments", self.name)
+        return self.kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "speculativedeployments", self.name
+        )
 
     def patch(self, patch: dict) -> None:
-        self.kube.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                        "speculativedeployments", self.name, patch)
+        self.kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "speculativedeployments", self.name, patch
+        )
 
     def condition(self, kind: str) -> dict:
         return next((c for c in (self.get().get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
@@ -68,6 +74,7 @@ class SD:
             cond = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
             fresh = status.get("observedGeneration") == obj["metadata"]["generation"]
             return fresh and cond.get("status") == "True" and obj
+
         return wait_for(ready, f"{self.name} Ready=True", timeout=timeout)
 
 
@@ -98,12 +105,18 @@ def test_draft_target_goes_ready_through_builds_and_rollout(kube: Kube, namespac
     assert '"useLogits": true' in config.data["runtime.json"]
     assert kube.core.read_namespaced_service("llama2-13b-spec", namespace).spec.ports[0].port == 8000
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"SpecValid": "True", "EnginesReady": "True", "RuntimeAvailable": "True", "Ready": "True",
-                          "SpeculationEffective": "Unknown",  # no pod serves traffic here (see test_speculation)
-                          "SpeculationActive": "Unknown"}
+    assert conditions == {
+        "SpecValid": "True",
+        "EnginesReady": "True",
+        "RuntimeAvailable": "True",
+        "Ready": "True",
+        "SpeculationEffective": "Unknown",  # no pod serves traffic here (see test_speculation)
+        "SpeculationActive": "Unknown",
+    }
     wanted = {"EngineBuildCreated", "RuntimeApplied", "Ready"}  # posted from a queue, after the status
-    wait_for(lambda: wanted <= {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")},
-             f"Events {sorted(wanted)}")
+    wait_for(
+        lambda: wanted <= {e.reason for e in kube.events_for(namespace, "llama2-13b-spec")}, f"Events {sorted(wanted)}"
+    )
 
 
 def test_same_target_is_built_once_for_two_deployments(kube: Kube, namespace: str, operator):
@@ -119,8 +132,10 @@ def test_same_target_is_built_once_for_two_deployments(kube: Kube, namespace: st
     assert len(jobs(kube, namespace)) == 3
     shared = set(a.get()["status"]["engineBuilds"]) & set(b.get()["status"]["engineBuilds"])
     assert len(shared) == 1
-    assert next(x for x in builds if x["metadata"]["name"] in shared)["spec"]["recipe"]["model"] == \
-        "hf://meta-llama/Llama-2-13b-hf"
+    assert (
+        next(x for x in builds if x["metadata"]["name"] in shared)["spec"]["recipe"]["model"]
+        == "hf://meta-llama/Llama-2-13b-hf"
+    )
 
 
 def test_recipe_change_builds_then_rolls_without_dropping_the_old_runtime(kube: Kube, namespace: str, operator):
@@ -130,10 +145,12 @@ def test_recipe_change_builds_then_rolls_without_dropping_the_old_runtime(kube: 
     before = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
     old_hash = before.spec.template.metadata.annotations["specdec.io/config-hash"]
     # Hold the new builds for a few seconds so we can look at the cluster while they run.
-    sd.patch({"spec": {"speculation": {"draftTarget": {"maxDraftLen": 8}},
-                       "build": {"podAnnotations": {BUILD_DELAY: "4s"}}}})
-    building = wait_for(lambda: sd.condition("EnginesReady").get("reason") == "EnginesBuilding" and sd.get(),
-                        "new engines building")
+    sd.patch(
+        {"spec": {"speculation": {"draftTarget": {"maxDraftLen": 8}}, "build": {"podAnnotations": {BUILD_DELAY: "4s"}}}}
+    )
+    building = wait_for(
+        lambda: sd.condition("EnginesReady").get("reason") == "EnginesBuilding" and sd.get(), "new engines building"
+    )
     during = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace)
     assert during.metadata.uid == before.metadata.uid
     assert during.spec.template.metadata.annotations["specdec.io/config-hash"] == old_hash
@@ -156,8 +173,9 @@ def test_replicas_change_touches_only_the_deployment(kube: Kube, namespace: str,
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     sd.wait_ready()
     job_names = sorted(j.metadata.name for j in jobs(kube, namespace))
-    hash_before = kube.apps.read_namespaced_deployment(
-        "llama2-13b-spec", namespace).spec.template.metadata.annotations["specdec.io/config-hash"]
+    hash_before = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace).spec.template.metadata.annotations[
+        "specdec.io/config-hash"
+    ]
     sd.patch({"spec": {"runtime": {"replicas": 3}}})
     obj = sd.wait_ready()
     assert obj["status"]["readyReplicas"] == 3
@@ -175,9 +193,15 @@ def test_a_setting_removed_from_the_spec_is_removed_from_the_runtime(kube: Kube,
     sd = SD(kube, namespace, body)
     sd.wait_ready()
     sd.patch({"spec": {"runtime": {"nodeSelector": {"kubernetes.io/os": None}}}})
-    selector = wait_for(lambda: (s := kube.apps.read_namespaced_deployment(
-        "llama2-13b-spec", namespace).spec.template.spec.node_selector) and "kubernetes.io/os" not in s and s,
-        "the removed nodeSelector key gone from the Deployment", timeout=60)
+    selector = wait_for(
+        lambda: (
+            (s := kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace).spec.template.spec.node_selector)
+            and "kubernetes.io/os" not in s
+            and s
+        ),
+        "the removed nodeSelector key gone from the Deployment",
+        timeout=60,
+    )
     assert selector["type"] == "kwok"
     sd.wait_ready()
     managers = kube.apps.read_namespaced_deployment("llama2-13b-spec", namespace).metadata.managed_fields
@@ -187,8 +211,9 @@ def test_a_setting_removed_from_the_spec_is_removed_from_the_runtime(kube: Kube,
 def test_scale_subresource_drives_replicas(kube: Kube, namespace: str, operator):
     sd = SD(kube, namespace, example(DRAFT_TARGET))
     sd.wait_ready()
-    kube.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, namespace, "speculativedeployments",
-                                                     sd.name, {"spec": {"replicas": 2}})
+    kube.custom.patch_namespaced_custom_object_scale(
+        GROUP, VERSION, namespace, "speculativedeployments", sd.name, {"spec": {"replicas": 2}}
+    )
     assert sd.wait_ready()["status"]["readyReplicas"] == 2
     scale = kube.custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, "speculativedeployments", sd.name)
     assert scale["status"]["replicas"] == 2 and "app.kubernetes.io/instance" in scale["status"]["selector"]
@@ -198,8 +223,9 @@ def test_failing_build_reports_the_step(kube: Kube, namespace: str, operator):
     body = example(DRAFT_TARGET)
     body["spec"]["build"] = failing_build(backoff_limit=0, exit_code=3, message="simulated-trtllm-build-error")
     sd = SD(kube, namespace, body)
-    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "BuildFailed" and c,
-                     "Ready=False with reason BuildFailed")
+    ready = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "BuildFailed" and c, "Ready=False with reason BuildFailed"
+    )
     assert ready["status"] == "False"
     assert "step build failed with exit code 3" in ready["message"]
     assert "simulated-trtllm-build-error" in ready["message"]
@@ -222,8 +248,10 @@ def test_operator_killed_mid_build_makes_no_second_job(kube: Kube, namespace: st
     assert sorted(j.metadata.uid for j in jobs(kube, namespace)) == uids
     assert sorted(b["metadata"]["uid"] for b in engine_builds(kube, namespace)) == builds
     # Events say what happened, not what a restart re-read: one "created" per object.
-    reasons = wait_for(lambda: (r := [e.reason for e in kube.events_for(namespace, sd.name)])
-                       and "Ready" in r and r, "the Ready Event (posted after the others)")
+    reasons = wait_for(
+        lambda: (r := [e.reason for e in kube.events_for(namespace, sd.name)]) and "Ready" in r and r,
+        "the Ready Event (posted after the others)",
+    )
     assert reasons.count("EngineBuildCreated") == 2 and reasons.count("RuntimeApplied") == 1, reasons
 
 
@@ -253,8 +281,7 @@ def test_spec_the_schema_cannot_judge_gets_spec_valid_false(kube: Kube, namespac
     assert engine_builds(kube, namespace) == []
 
 
-def test_delete_removes_children_and_unused_engines_after_retention(kube: Kube, namespace: str, operator_env,
-                                                                  request):
+def test_delete_removes_children_and_unused_engines_after_retention(kube: Kube, namespace: str, operator_env, request):
     operator_env["SPECDEC_ENGINE_RETENTION_SECONDS"] = "2"
     operator_env["SPECDEC_RESYNC_SECONDS"] = "1"
     request.getfixturevalue("operator")
@@ -263,25 +290,33 @@ def test_delete_removes_children_and_unused_engines_after_retention(kube: Kube, 
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", sd.name)
 
     def gone():
-        return (not kube.apps.list_namespaced_deployment(namespace).items
-                and not kube.core.list_namespaced_service(namespace).items
-                and not [c for c in kube.core.list_namespaced_config_map(namespace).items
-                         if c.metadata.name.endswith("-runtime")])
+        return (
+            not kube.apps.list_namespaced_deployment(namespace).items
+            and not kube.core.list_namespaced_service(namespace).items
+            and not [
+                c for c in kube.core.list_namespaced_config_map(namespace).items if c.metadata.name.endswith("-runtime")
+            ]
+        )
+
     wait_for(gone, "runtime Deployment, Service and ConfigMap garbage-collected")
-    wait_for(lambda: not engine_builds(kube, namespace) and not jobs(kube, namespace),
-             "unused EngineBuilds (and their Jobs) removed after the retention")
+    wait_for(
+        lambda: not engine_builds(kube, namespace) and not jobs(kube, namespace),
+        "unused EngineBuilds (and their Jobs) removed after the retention",
+    )
     assert kube.core.read_namespaced_persistent_volume_claim("specdec-engine-cache", namespace)  # cache kept
 
 
-def test_runtime_pods_no_node_can_take_are_reported_without_a_resync(kube: Kube, namespace: str, operator_env,
-                                                                     request):
+def test_runtime_pods_no_node_can_take_are_reported_without_a_resync(kube: Kube, namespace: str, operator_env, request):
     operator_env["SPECDEC_RESYNC_SECONDS"] = "3600"  # no resync pass: the watch events (pods, Deployment) tell
     request.getfixturevalue("operator")
     body = example(DRAFT_TARGET)
     body["spec"].setdefault("runtime", {})["nodeSelector"] = {"specdec.io/no-such-pool": "true"}
     sd = SD(kube, namespace, body)
-    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "PodsUnschedulable" and c,
-                     "Ready=False/PodsUnschedulable", timeout=120)
+    ready = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "PodsUnschedulable" and c,
+        "Ready=False/PodsUnschedulable",
+        timeout=120,
+    )
     assert "cannot be scheduled" in ready["message"] and sd.get()["status"]["phase"] == "RollingOut"
     sd.patch({"spec": {"runtime": {"nodeSelector": None}}})
     sd.wait_ready()
@@ -298,8 +333,15 @@ def test_a_service_deleted_by_someone_else_is_applied_again(kube: Kube, namespac
     kube.core.delete_namespaced_service(sd.name, namespace)
 
     def recreated():
-        return next((s for s in kube.core.list_namespaced_service(namespace).items
-                     if s.metadata.name == sd.name and s.metadata.uid != first), None)
+        return next(
+            (
+                s
+                for s in kube.core.list_namespaced_service(namespace).items
+                if s.metadata.name == sd.name and s.metadata.uid != first
+            ),
+            None,
+        )
+
     service = wait_for(recreated, "the runtime Service applied again")
     assert service.metadata.owner_references[0].kind == "SpeculativeDeployment"
     sd.wait_ready()
@@ -309,17 +351,26 @@ def test_engine_build_spec_is_immutable(kube: Kube, namespace: str, operator):
     SD(kube, namespace, example(DRAFT_TARGET))
     build = wait_for(lambda: engine_builds(kube, namespace), "EngineBuilds created")[0]
     with pytest.raises(ApiException) as refused:
-        kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "enginebuilds",
-                                                   build["metadata"]["name"],
-                                                   {"spec": {"recipe": {"dtype": "bfloat16"}}})
+        kube.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "enginebuilds",
+            build["metadata"]["name"],
+            {"spec": {"recipe": {"dtype": "bfloat16"}}},
+        )
     assert refused.value.status == 422 and "immutable" in refused.value.body
 
 
 @pytest.mark.parametrize("case", INVALID_SPECS, ids=[c[0] for c in INVALID_SPECS])
 def test_api_server_refuses_invalid_spec_naming_the_field(kube: Kube, namespace: str, crds, case):
     _, spec, field = case
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpeculativeDeployment",
-            "metadata": {"name": "bad"}, "spec": spec}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": "bad"},
+        "spec": spec,
+    }
     with pytest.raises(ApiException) as refused:
         kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", body)
     assert refused.value.status == 422
@@ -339,8 +390,10 @@ def test_an_api_error_the_operator_cannot_retry_away_is_reported(kube: Kube, nam
     # A ResourceQuota that allows no Service: the API server refuses the runtime Service with 403.
     kube.quota(namespace, "services", "0")
     sd = SD(kube, namespace, example(DRAFT_TARGET))
-    ready = wait_for(lambda: (c := sd.condition("Ready")).get("reason") == "RequestRejected" and c,
-                     "Ready=False with reason RequestRejected")
+    ready = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "RequestRejected" and c,
+        "Ready=False with reason RequestRejected",
+    )
     assert "HTTP 403" in ready["message"] and "exceeded quota" in ready["message"], ready["message"]
     # The failure path writes the whole status, not only Ready.
     obj = sd.get()
@@ -367,9 +420,20 @@ def test_a_failing_build_is_retried_up_to_the_backoff_limit(kube: Kube, namespac
 
 def test_operator_metrics(kube: Kube, kubeconfig, crds, namespace: str, tmp_path):
     health, port = free_port(), free_port()
-    runner = OperatorProcess(kubeconfig, tmp_path / "operator.log", health,
-                             ["operator", "--namespace", namespace, "--liveness", f"http://127.0.0.1:{health}/healthz",
-                              "--metrics-port", str(port)])
+    runner = OperatorProcess(
+        kubeconfig,
+        tmp_path / "operator.log",
+        health,
+        [
+            "operator",
+            "--namespace",
+            namespace,
+            "--liveness",
+            f"http://127.0.0.1:{health}/healthz",
+            "--metrics-port",
+            str(port),
+        ],
+    )
     runner.start()
     try:
         SD(kube, namespace, example(DRAFT_TARGET)).wait_ready()
@@ -377,8 +441,11 @@ def test_operator_metrics(kube: Kube, kubeconfig, crds, namespace: str, tmp_path
         def scrape() -> str:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
                 return response.read().decode()
-        text = wait_for(lambda: (t := scrape()) and 'specdec_speculative_deployments{phase="Ready"} 1.0' in t and t,
-                        "the Ready deployment in the metrics")
+
+        text = wait_for(
+            lambda: (t := scrape()) and 'specdec_speculative_deployments{phase="Ready"} 1.0' in t and t,
+            "the Ready deployment in the metrics",
+        )
         assert 'specdec_engine_builds{phase="Succeeded"} 2.0' in text
         ok = re.search(r'specdec_reconcile_total\{kind="SpeculativeDeployment",result="ok"\} (\d+)', text)
         assert ok and int(ok.group(1)) >= 1
@@ -388,16 +455,21 @@ def test_operator_metrics(kube: Kube, kubeconfig, crds, namespace: str, tmp_path
         runner.stop()
 
 
-PYTORCH_EXAMPLES = ["llama-3.1-8b-eagle3.yaml", "deepseek-r1-mtp.yaml", "qwen2.5-7b-ngram.yaml",
-                    "llama-3.1-8b-draft-1b-pytorch.yaml"]
+PYTORCH_EXAMPLES = [
+    "llama-3.1-8b-eagle3.yaml",
+    "deepseek-r1-mtp.yaml",
+    "qwen2.5-7b-ngram.yaml",
+    "llama-3.1-8b-draft-1b-pytorch.yaml",
+]
 # DeepSeek-R1 needs GPUs above 80 GB (tests/cluster/test_admission.py): on the local cluster's simulated
 # H100s it goes ready only with the GPU-memory check off, which its SpecValid message then says.
 NEEDS_LARGER_GPUS = "deepseek-r1-mtp.yaml"
 
 
 @pytest.mark.parametrize("name", PYTORCH_EXAMPLES)
-def test_pytorch_examples_go_ready_with_their_speculative_config(kube: Kube, namespace: str, operator_env, request,
-                                                                 name):
+def test_pytorch_examples_go_ready_with_their_speculative_config(
+    kube: Kube, namespace: str, operator_env, request, name
+):
     if name == NEEDS_LARGER_GPUS:
         operator_env["SPECDEC_READ_GPU_NODES"] = "false"
     request.getfixturevalue("operator")
@@ -408,9 +480,14 @@ def test_pytorch_examples_go_ready_with_their_speculative_config(kube: Kube, nam
     config = yaml.safe_load(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
     mode = body["spec"]["speculation"]["mode"]
     assert config["speculation"]["mode"] == mode
-    assert config["speculation"]["speculativeConfig"]["decoding_type"] == {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram",
-                                                            "draftTarget": "Draft_Target"}[mode]
-    gpus = kube.apps.read_namespaced_deployment(sd.name, namespace).spec.template.spec.containers[0] \
+    assert (
+        config["speculation"]["speculativeConfig"]["decoding_type"]
+        == {"eagle3": "Eagle3", "mtp": "MTP", "ngram": "NGram", "draftTarget": "Draft_Target"}[mode]
+    )
+    gpus = (
+        kube.apps.read_namespaced_deployment(sd.name, namespace)
+        .spec.template.spec.containers[0]
         .resources.limits["nvidia.com/gpu"]
+    )
     assert gpus == str(body["spec"]["target"].get("tensorParallelSize", 1))
     assert ("not checked: GPU memory" in sd.condition("SpecValid")["message"]) == (name == NEEDS_LARGER_GPUS)

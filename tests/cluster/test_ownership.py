@@ -21,8 +21,12 @@ FOREIGN = {"app": "someone-else"}
 
 def pytorch(name: str) -> dict:
     """A deployment with no engine builds: the runtime objects are written at once."""
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SpeculativeDeployment", "metadata": {"name": name},
-            "spec": {"backend": "pytorch", "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct"}}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {"backend": "pytorch", "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct"}},
+    }
 
 
 def untouched(obj) -> None:
@@ -33,16 +37,22 @@ def untouched(obj) -> None:
 
 
 def reason(sd: SD, reason: str, condition: str = "Ready") -> dict:
-    return wait_for(lambda: (c := sd.condition(condition)).get("reason") == reason and c,
-                    f"{sd.name}: {condition} reason {reason}")
+    return wait_for(
+        lambda: (c := sd.condition(condition)).get("reason") == reason and c, f"{sd.name}: {condition} reason {reason}"
+    )
 
 
 def test_foreign_service_and_config_map_are_left_alone(kube: Kube, namespace: str, operator):
-    service = kube.core.create_namespaced_service(namespace, {
-        "metadata": {"name": "api", "labels": FOREIGN},
-        "spec": {"selector": FOREIGN, "ports": [{"name": "web", "port": 80}]}})
-    config_map = kube.core.create_namespaced_config_map(namespace, {
-        "metadata": {"name": "api-runtime", "labels": FOREIGN}, "data": {"mine": "yes"}})
+    service = kube.core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "api", "labels": FOREIGN},
+            "spec": {"selector": FOREIGN, "ports": [{"name": "web", "port": 80}]},
+        },
+    )
+    config_map = kube.core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "api-runtime", "labels": FOREIGN}, "data": {"mine": "yes"}}
+    )
     sd = SD(kube, namespace, pytorch("api"))
     ready = reason(sd, "NameConflict")
     assert ready["status"] == "False"
@@ -50,8 +60,12 @@ def test_foreign_service_and_config_map_are_left_alone(kube: Kube, namespace: st
     assert sd.get()["status"]["phase"] == "Failed"
     assert kube.apps.list_namespaced_deployment(namespace).items == []  # nothing half-made
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments", "api")
-    wait_for(lambda: not kube.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "speculativedeployments")["items"], "deployment deleted")
+    wait_for(
+        lambda: (
+            not kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "speculativedeployments")["items"]
+        ),
+        "deployment deleted",
+    )
     for kind, before in (("service", service), ("config_map", config_map)):
         after = getattr(kube.core, f"read_namespaced_{kind}")(before.metadata.name, namespace)
         assert after.metadata.resource_version == before.metadata.resource_version, kind
@@ -67,8 +81,7 @@ def test_a_freed_name_is_taken_up(kube: Kube, namespace: str, operator):
 
 
 def _engine_names(namespace: str, body: dict, operator_env: dict[str, str]) -> list[str]:
-    result = plan({**body, "metadata": {**body["metadata"], "namespace": namespace}},
-                  Settings.from_env(operator_env))
+    result = plan({**body, "metadata": {**body["metadata"], "namespace": namespace}}, Settings.from_env(operator_env))
     assert isinstance(result, Plan)
     return result.engine_names
 
@@ -76,10 +89,18 @@ def _engine_names(namespace: str, body: dict, operator_env: dict[str, str]) -> l
 def test_foreign_job_with_the_build_name_is_left_alone(kube: Kube, namespace: str, operator, operator_env):
     body = example(DRAFT_TARGET)
     target = _engine_names(namespace, body, operator_env)[0]
-    kube.batch.create_namespaced_job(namespace, {
-        "metadata": {"name": job_name(target), "labels": FOREIGN},
-        "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
-            {"name": "x", "image": "registry.invalid/x"}]}}}})
+    kube.batch.create_namespaced_job(
+        namespace,
+        {
+            "metadata": {"name": job_name(target), "labels": FOREIGN},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "registry.invalid/x"}]}
+                },
+            },
+        },
+    )
     sd = SD(kube, namespace, body)
     engines = reason(sd, "NameConflict", "EnginesReady")
     assert f"Job {job_name(target)} already exists" in engines["message"]
@@ -90,12 +111,18 @@ def test_foreign_job_with_the_build_name_is_left_alone(kube: Kube, namespace: st
 
 def test_foreign_engine_build_and_cache_claim_are_left_alone(kube: Kube, namespace: str, operator, operator_env):
     body = example(DRAFT_TARGET)
-    kube.core.create_namespaced_persistent_volume_claim(namespace, {
-        "metadata": {"name": "specdec-engine-cache", "labels": FOREIGN},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    kube.core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "specdec-engine-cache", "labels": FOREIGN},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     sd = SD(kube, namespace, body)
     ready = reason(sd, "NameConflict")
-    assert "PersistentVolumeClaim specdec-engine-cache" in ready["message"] and "spec.cache.claimName" in ready["message"]
+    assert (
+        "PersistentVolumeClaim specdec-engine-cache" in ready["message"] and "spec.cache.claimName" in ready["message"]
+    )
     assert engine_builds(kube, namespace) == []
     untouched(kube.core.read_namespaced_persistent_volume_claim("specdec-engine-cache", namespace))
 
@@ -103,10 +130,23 @@ def test_foreign_engine_build_and_cache_claim_are_left_alone(kube: Kube, namespa
     other["metadata"]["name"] = "other"
     other["spec"]["cache"] = {"claimName": "specdec-engine-cache"}  # the user's claim, named on purpose
     target = _engine_names(namespace, other, operator_env)[0]
-    taken = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "EngineBuild", "metadata": {"name": target},
-             "spec": {"recipe": {"model": "hf://x/y", "dtype": "float16", "quantization": "none",
-                                 "kvCacheDtype": "auto", "tensorParallelSize": 1, "image": "x"},
-                      "cacheClaim": "specdec-engine-cache", "enginePath": "engines/x"}}
+    taken = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "EngineBuild",
+        "metadata": {"name": target},
+        "spec": {
+            "recipe": {
+                "model": "hf://x/y",
+                "dtype": "float16",
+                "quantization": "none",
+                "kvCacheDtype": "auto",
+                "tensorParallelSize": 1,
+                "image": "x",
+            },
+            "cacheClaim": "specdec-engine-cache",
+            "enginePath": "engines/x",
+        },
+    }
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "enginebuilds", taken)
     second = SD(kube, namespace, other)
     ready = reason(second, "NameConflict")
@@ -141,8 +181,11 @@ def test_a_refused_job_is_reported_on_its_model_cache_and_its_users(kube: Kube, 
     engines = reason(sd, "FetchFailed", "EnginesReady")
     assert "HTTP 403" in engines["message"] and "exceeded quota" in engines["message"], engines["message"]
     caches = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "modelcaches")["items"]
-    assert caches and all(c["status"]["conditions"][0]["reason"] == "JobRejected" for c in caches
-                          if c.get("status", {}).get("phase") == "Failed")
+    assert caches and all(
+        c["status"]["conditions"][0]["reason"] == "JobRejected"
+        for c in caches
+        if c.get("status", {}).get("phase") == "Failed"
+    )
     builds = engine_builds(kube, namespace)  # there, but without a Job: they wait for the checkpoints
     assert builds and all((b.get("status") or {}).get("phase", "Pending") == "Pending" for b in builds), builds
     assert kube.batch.list_namespaced_job(namespace).items == []

@@ -27,8 +27,10 @@ def phases_until_ready(kube: Kube, namespace: str, deployments: list[SD], timeou
     seen: dict[str, list] = {}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for kind, objects in (("ModelCache", model_caches(kube, namespace)),
-                              ("EngineBuild", engine_builds(kube, namespace))):
+        for kind, objects in (
+            ("ModelCache", model_caches(kube, namespace)),
+            ("EngineBuild", engine_builds(kube, namespace)),
+        ):
             for obj in objects:
                 phase = (obj.get("status") or {}).get("phase", "Pending")
                 history = seen.setdefault(f"{kind}/{obj['spec'].get('model') or obj['spec']['recipe']['model']}", [])
@@ -41,31 +43,41 @@ def phases_until_ready(kube: Kube, namespace: str, deployments: list[SD], timeou
 
 
 def test_fetch_and_build_phases_follow_the_simulated_steps(kube: Kube, namespace: str, operator):
-    deployments = [SD(kube, namespace, simulated_steps.deployment_with_step_seconds(example(name), STEP_SECONDS))
-                   for name in (SAMPLE, DRAFT_TARGET)]
+    deployments = [
+        SD(kube, namespace, simulated_steps.deployment_with_step_seconds(example(name), STEP_SECONDS))
+        for name in (SAMPLE, DRAFT_TARGET)
+    ]
     seen = phases_until_ready(kube, namespace, deployments)
 
     def steps(key: str) -> list[str]:
         return [phase for phase in seen[key] if phase != "Pending"]  # before its Job has a running pod
 
     fp8, fp16 = ["Quantizing", "Building", "Succeeded"], ["Converting", "Building", "Succeeded"]
-    expected = {"ModelCache/hf://meta-llama/Llama-3.1-70B-Instruct": ["Fetching", "Fetched"],
-                "ModelCache/hf://meta-llama/Llama-3.2-1B-Instruct": ["Fetching", "Fetched"],
-                "ModelCache/hf://meta-llama/Llama-2-13b-hf": ["Fetching", "Fetched"],
-                "ModelCache/hf://meta-llama/Llama-2-7b-hf": ["Fetching", "Fetched"],
-                "EngineBuild/hf://meta-llama/Llama-3.1-70B-Instruct": fp8,
-                "EngineBuild/hf://meta-llama/Llama-3.2-1B-Instruct": fp8,
-                "EngineBuild/hf://meta-llama/Llama-2-13b-hf": fp16,
-                "EngineBuild/hf://meta-llama/Llama-2-7b-hf": fp16}
+    expected = {
+        "ModelCache/hf://meta-llama/Llama-3.1-70B-Instruct": ["Fetching", "Fetched"],
+        "ModelCache/hf://meta-llama/Llama-3.2-1B-Instruct": ["Fetching", "Fetched"],
+        "ModelCache/hf://meta-llama/Llama-2-13b-hf": ["Fetching", "Fetched"],
+        "ModelCache/hf://meta-llama/Llama-2-7b-hf": ["Fetching", "Fetched"],
+        "EngineBuild/hf://meta-llama/Llama-3.1-70B-Instruct": fp8,
+        "EngineBuild/hf://meta-llama/Llama-3.2-1B-Instruct": fp8,
+        "EngineBuild/hf://meta-llama/Llama-2-13b-hf": fp16,
+        "EngineBuild/hf://meta-llama/Llama-2-7b-hf": fp16,
+    }
     assert {key: steps(key) for key in seen} == expected, seen
 
-    models = {**{c["metadata"]["name"]: c["spec"]["model"] for c in model_caches(kube, namespace)},
-              **{b["metadata"]["name"]: b["spec"]["recipe"]["model"] for b in engine_builds(kube, namespace)}}
+    models = {
+        **{c["metadata"]["name"]: c["spec"]["model"] for c in model_caches(kube, namespace)},
+        **{b["metadata"]["name"]: b["spec"]["recipe"]["model"] for b in engine_builds(kube, namespace)},
+    }
     pods = kube.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}").items
-    fetched = {models[p.metadata.labels["specdec.io/model-cache"]]: p.status.container_statuses[0].state.terminated
-               for p in pods if "specdec.io/model-cache" in p.metadata.labels}
-    assert all(t and (t.finished_at - t.started_at).total_seconds() >= STEP_SECONDS["fetch"] - 1
-               for t in fetched.values()), fetched  # the timestamps have whole seconds
+    fetched = {
+        models[p.metadata.labels["specdec.io/model-cache"]]: p.status.container_statuses[0].state.terminated
+        for p in pods
+        if "specdec.io/model-cache" in p.metadata.labels
+    }
+    assert all(
+        t and (t.finished_at - t.started_at).total_seconds() >= STEP_SECONDS["fetch"] - 1 for t in fetched.values()
+    ), fetched  # the timestamps have whole seconds
     build_pods = [p for p in pods if "specdec.io/engine-build" in p.metadata.labels]
     assert len(build_pods) == 4
     for pod in build_pods:

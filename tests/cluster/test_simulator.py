@@ -28,8 +28,14 @@ def scrape_or_none(url: str) -> dict[str, float] | None:
 def acceptance_over(url: str, draft_tokens: int) -> float:
     """Accepted / drafted tokens from now until `draft_tokens` more were drafted."""
     start = scrape(url)
-    end = wait_for(lambda: (m := scrape(url))["specdec_draft_tokens_total"] >= start["specdec_draft_tokens_total"]
-                   + draft_tokens and m, f"{draft_tokens} more draft tokens at {url}", timeout=60, interval=0.5)
+    end = wait_for(
+        lambda: (
+            (m := scrape(url))["specdec_draft_tokens_total"] >= start["specdec_draft_tokens_total"] + draft_tokens and m
+        ),
+        f"{draft_tokens} more draft tokens at {url}",
+        timeout=60,
+        interval=0.5,
+    )
     drafted = end["specdec_draft_tokens_total"] - start["specdec_draft_tokens_total"]
     return (end["specdec_accepted_draft_tokens_total"] - start["specdec_accepted_draft_tokens_total"]) / drafted
 
@@ -42,31 +48,53 @@ def expected_rate(acceptance: float, draft_len: int) -> float:
 def measured_cost_ratio(url: str) -> float:
     """The draft's cost in target steps, as the operator measures it (speculation.measure), from the pod's
     totals (one draft length all along); once the front has compute time from its backend."""
-    m = wait_for(lambda: (m := scrape(url))["specdec_target_seconds_total"] > 0 and m,
-                 f"compute time at {url}", timeout=30, interval=0.5)
+    m = wait_for(
+        lambda: (m := scrape(url))["specdec_target_seconds_total"] > 0 and m,
+        f"compute time at {url}",
+        timeout=30,
+        interval=0.5,
+    )
     return m["specdec_draft_seconds_total"] / (m["specdec_draft_len"] * m["specdec_target_seconds_total"])
 
 
-@pytest.mark.parametrize("manifest, draft_len, follows_draft_len_file", [
-    ("llama-3.1-70b-fp8-draft-1b.yaml", 10, True),  # Triton: the front sends the ConfigMap's draft_len
-    ("llama-3.1-8b-draft-1b-pytorch.yaml", 4, False)])  # trtllm-serve: its configured max_draft_len
+@pytest.mark.parametrize(
+    "manifest, draft_len, follows_draft_len_file",
+    [
+        ("llama-3.1-70b-fp8-draft-1b.yaml", 10, True),  # Triton: the front sends the ConfigMap's draft_len
+        ("llama-3.1-8b-draft-1b-pytorch.yaml", 4, False),
+    ],
+)  # trtllm-serve: its configured max_draft_len
 def test_runtime_pods_serve_live_speculation_numbers_that_follow_the_profile(
-        kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path, manifest: str, draft_len: int,
-        follows_draft_len_file: bool):
+    kube: Kube,
+    kubeconfig: Path,
+    namespace: str,
+    operator,
+    tmp_path: Path,
+    manifest: str,
+    draft_len: int,
+    follows_draft_len_file: bool,
+):
     sd = SD(kube, namespace, example(manifest))
     sd.wait_ready()
     profiles = tmp_path / simulation_profile.FILE_NAME
     deployment = f"{namespace}/{sd.name}"
     simulation_profile.update(profiles, deployment, {**FAST_PROFILE, "acceptance": 0.3})
-    pod = next(p for p in kube.core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR).items
-               if p.status.phase == "Running")
+    pod = next(
+        p
+        for p in kube.core.list_namespaced_pod(namespace, label_selector=POD_SELECTOR).items
+        if p.status.phase == "Running"
+    )
     assert pod.status.pod_ip.startswith("127.64.")  # a GPU node's loopback pod network
     port = next(p.container_port for p in pod.spec.containers[0].ports if p.name == "http")
     url = f"http://{pod.status.pod_ip}:{port}/metrics"
     with pod_runner(kubeconfig, tmp_path, namespace):
         first = wait_for(lambda: scrape_or_none(url), f"{url} to answer with drafts", timeout=30, interval=0.5)
-        wait_for(lambda: scrape(url)["specdec_draft_tokens_total"] > first["specdec_draft_tokens_total"],
-                 "specdec_draft_tokens_total to grow", timeout=30, interval=0.5)
+        wait_for(
+            lambda: scrape(url)["specdec_draft_tokens_total"] > first["specdec_draft_tokens_total"],
+            "specdec_draft_tokens_total to grow",
+            timeout=30,
+            interval=0.5,
+        )
         low = acceptance_over(url, 2000)
 
         simulation_profile.update(profiles, deployment, {"acceptance": 0.95})
@@ -81,8 +109,11 @@ def test_runtime_pods_serve_live_speculation_numbers_that_follow_the_profile(
         assert (volume / RUNTIME_CONFIG_KEY).is_file()
         config_map = next(v.config_map.name for v in pod.spec.volumes if v.name == "config")
         kube.core.patch_namespaced_config_map(config_map, namespace, {"data": {DRAFT_LEN_KEY: "6"}})
-        wait_for(lambda: (volume / DRAFT_LEN_KEY).is_file() and (volume / DRAFT_LEN_KEY).read_text() == "6",
-                 "the draft_len file", timeout=10)
+        wait_for(
+            lambda: (volume / DRAFT_LEN_KEY).is_file() and (volume / DRAFT_LEN_KEY).read_text() == "6",
+            "the draft_len file",
+            timeout=10,
+        )
         if follows_draft_len_file:  # the front reads the file every 5 s
             wait_for(lambda: scrape(url)["specdec_draft_len"] == 6, "the front to take draft_len 6", timeout=20)
         else:
@@ -92,4 +123,3 @@ def test_runtime_pods_serve_live_speculation_numbers_that_follow_the_profile(
     profile = simulation_profile.resolve(simulation_profile.read(profiles), deployment)
     assert cost_ratio == pytest.approx(profile.cost_ratio, rel=0.01)
     assert not volume.exists()  # a stopped runner leaves no pod behind
-

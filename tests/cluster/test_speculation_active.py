@@ -33,20 +33,30 @@ def operator_env(operator_env):
 
 
 def reasons(kube: Kube, sd: SD) -> list[str]:
-    return [e.reason for e in sorted(kube.events_for(sd.namespace, sd.name),
-                                     key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)]
+    return [
+        e.reason
+        for e in sorted(
+            kube.events_for(sd.namespace, sd.name),
+            key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp,
+        )
+    ]
 
 
 def wait_active(sd: SD, status: str, reason: str, timeout: float) -> tuple[dict, float]:
     started = time.monotonic()
-    found = wait_for(lambda: (c := sd.condition("SpeculationActive")).get("reason") == reason and c,
-                     f"SpeculationActive={status} ({reason})", timeout=timeout, interval=0.2)
+    found = wait_for(
+        lambda: (c := sd.condition("SpeculationActive")).get("reason") == reason and c,
+        f"SpeculationActive={status} ({reason})",
+        timeout=timeout,
+        interval=0.2,
+    )
     assert found["status"] == status
     return found, time.monotonic() - started
 
 
-def test_drafting_off_and_acceptance_collapse_flip_the_guard_and_back(kube: Kube, kubeconfig: Path, namespace: str,
-                                                                        operator, tmp_path: Path):
+def test_drafting_off_and_acceptance_collapse_flip_the_guard_and_back(
+    kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
+):
     sd = SD(kube, namespace, example(SAMPLE))
     sd.wait_ready()
     assert sd.condition("SpeculationActive")["status"] == "Unknown"  # no traffic yet
@@ -80,8 +90,9 @@ def test_drafting_off_and_acceptance_collapse_flip_the_guard_and_back(kube: Kube
         wait_active(sd, "True", "Drafting", timeout=FLIP_SECONDS + 30)
 
 
-def test_rearm_restarts_the_runtime_pods_once_drafting_stayed_off(kube: Kube, kubeconfig: Path, namespace: str,
-                                                                    operator, tmp_path: Path):
+def test_rearm_restarts_the_runtime_pods_once_drafting_stayed_off(
+    kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
+):
     body = example(SAMPLE)
     body["spec"]["speculation"]["rearm"] = {"enabled": True, "cooldownSeconds": 60}
     sd = SD(kube, namespace, body)
@@ -92,11 +103,19 @@ def test_rearm_restarts_the_runtime_pods_once_drafting_stayed_off(kube: Kube, ku
         wait_active(sd, "False", "NotDrafting", timeout=60)
         rearm = wait_for(lambda: (sd.get().get("status") or {}).get("rearm"), "status.rearm", timeout=60 + 30)
         assert rearm["restarts"] == 1
-        runtime = kube.apps.list_namespaced_deployment(
-            namespace, label_selector=f"{LABEL_INSTANCE}={sd.name}").items[0]
-        wait_for(lambda: (kube.apps.read_namespaced_deployment(runtime.metadata.name, namespace)
-                          .spec.template.metadata.annotations or {}).get(ANNOTATION_REARMED_AT)
-                 == rearm["lastRestartAt"], "the pod template carries the restart")
+        runtime = kube.apps.list_namespaced_deployment(namespace, label_selector=f"{LABEL_INSTANCE}={sd.name}").items[0]
+        wait_for(
+            lambda: (
+                (
+                    kube.apps.read_namespaced_deployment(
+                        runtime.metadata.name, namespace
+                    ).spec.template.metadata.annotations
+                    or {}
+                ).get(ANNOTATION_REARMED_AT)
+                == rearm["lastRestartAt"]
+            ),
+            "the pod template carries the restart",
+        )
         assert "SpeculationRearmed" in reasons(kube, sd)
         time.sleep(20)  # within the cool-down: no second restart
         assert (sd.get().get("status") or {})["rearm"]["restarts"] == 1

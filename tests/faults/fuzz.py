@@ -34,9 +34,19 @@ PLURAL = "speculativedeployments"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # Ready reasons that say "not yet" rather than why: an SD left with one of them has not settled.
-PROGRESS_REASONS = frozenset({"EnginesBuilding", "RollingOut", "WaitingForEngines", "JobPending",
-                              "EngineBuildPending", "UpdatePending", "Pending", "Building",
-                              *STEP_PHASES.values()})
+PROGRESS_REASONS = frozenset(
+    {
+        "EnginesBuilding",
+        "RollingOut",
+        "WaitingForEngines",
+        "JobPending",
+        "EngineBuildPending",
+        "UpdatePending",
+        "Pending",
+        "Building",
+        *STEP_PHASES.values(),
+    }
+)
 
 Path_ = tuple[Any, ...]  # keys and list indices from the object's root
 
@@ -76,6 +86,7 @@ def load_examples(directory: Path = EXAMPLES) -> dict[str, dict]:
 
 # -- paths ----------------------------------------------------------------------------------------
 
+
 def render_path(path: Path_) -> str:
     out = ""
     for part in path:
@@ -90,7 +101,7 @@ def render_path(path: Path_) -> str:
 
 def short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else f"{text[:limit - 15]}…({len(text)} chars)"
+    return text if len(text) <= limit else f"{text[: limit - 15]}…({len(text)} chars)"
 
 
 def nodes(obj: Any, path: Path_ = ()) -> list[tuple[Path_, Any]]:
@@ -131,8 +142,21 @@ def _is_number(v: Any) -> bool:
 
 Mutation = tuple[Path_, str] | None
 
-HOSTILE_STRINGS = ["", " ", "  padded  ", "ünïcødé-模型-✓", "x" * 300, "-lead", "line\nbreak", "trailing-",
-                   "UPPER", "a.b.c", "tab\there", "semi;colon", "../../etc/passwd"]
+HOSTILE_STRINGS = [
+    "",
+    " ",
+    "  padded  ",
+    "ünïcødé-模型-✓",
+    "x" * 300,
+    "-lead",
+    "line\nbreak",
+    "trailing-",
+    "UPPER",
+    "a.b.c",
+    "tab\there",
+    "semi;colon",
+    "../../etc/passwd",
+]
 ODD_KEYS = ["unknownField", "key with spaces", "a/b", "ünï", "x" * 300, "-lead", "$ref"]
 
 
@@ -160,14 +184,20 @@ def out_of_range(rng: random.Random, body: dict) -> Mutation:
     if not candidates:
         return None
     path, value = rng.choice(candidates)
-    new = rng.choice([0, -1, 10 ** 9, 2 ** 53 + 1, 2 ** 63, 1e300, 0.0001, -0.5])
+    new = rng.choice([0, -1, 10**9, 2**53 + 1, 2**63, 1e300, 0.0001, -0.5])
     put(body, path, new)
     return path, f"{render_path(path)} = {short(new)} (was {value})"
 
 
 # Optional string fields the examples leave out: a hostile value may go there too.
-OPTIONAL_STRINGS = [("spec", "runtime", "image"), ("spec", "build", "image"), ("spec", "target", "revision"),
-                    ("spec", "cache", "claimName"), ("spec", "cache", "storageClassName"), ("spec", "cache", "size")]
+OPTIONAL_STRINGS = [
+    ("spec", "runtime", "image"),
+    ("spec", "build", "image"),
+    ("spec", "target", "revision"),
+    ("spec", "cache", "claimName"),
+    ("spec", "cache", "storageClassName"),
+    ("spec", "cache", "size"),
+]
 
 
 def hostile_string(rng: random.Random, body: dict) -> Mutation:
@@ -226,16 +256,22 @@ def _pod_refuses_cases(rng: random.Random) -> list[tuple[Path_, Any]]:
         (("spec", side, "tolerations"), [{"key": "bad key!", "operator": "Equal", "value": "v"}]),
         (("spec", side, "tolerations"), [{"operator": "Equal", "value": "v"}]),
         (("spec", side, "tolerations"), [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 30}]),
-        (("spec", side, "image"), rng.choice(["bad image", " registry.invalid/x:1", "UPPER/Case:tag",
-                                              "img@sha256:short", "x:"])),
+        (
+            ("spec", side, "image"),
+            rng.choice(["bad image", " registry.invalid/x:1", "UPPER/Case:tag", "img@sha256:short", "x:"]),
+        ),
         (("spec", "runtime", "affinity"), {"nodeAffinity": {"junk": 1}}),
         (("spec", "runtime", "affinity"), {"nodeAffinity": "string"}),
         (("spec", "runtime", "affinity"), {"junkTop": {"a": 1}}),
-        (("spec", "runtime", "affinity"), {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"topologyKey": ""}]}}),
-        (("spec", "runtime", "affinity"), {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": []}}}),
-        (("spec", "build", "activeDeadlineSeconds"), 2 ** 62),
+        (
+            ("spec", "runtime", "affinity"),
+            {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ""}]}},
+        ),
+        (
+            ("spec", "runtime", "affinity"),
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        ),
+        (("spec", "build", "activeDeadlineSeconds"), 2**62),
     ]
 
 
@@ -284,8 +320,10 @@ def swap_mode(rng: random.Random, body: dict) -> Mutation:
     if choice == 4:
         body["spec"]["backend"] = "pytorch"
         return ("spec", "backend"), f"spec.backend = 'pytorch' (mode {mode})"
-    body["spec"]["speculation"] = {"mode": other, other: copy.deepcopy(REDRAFTER if other == "redrafter"
-                                                                       else DRAFT_TARGET)}
+    body["spec"]["speculation"] = {
+        "mode": other,
+        other: copy.deepcopy(REDRAFTER if other == "redrafter" else DRAFT_TARGET),
+    }
     return path, f"spec.speculation replaced by a valid {other} block"
 
 
@@ -340,6 +378,7 @@ def originals(examples: dict[str, dict] | None = None, prefix: str = "fz") -> li
 
 # -- step 1: what the API server accepts ---------------------------------------------------------
 
+
 def _message(error: ApiException) -> str:
     try:
         return json.loads(error.body).get("message") or error.reason
@@ -350,8 +389,7 @@ def _message(error: ApiException) -> str:
 def dry_run(kube, namespace: str, candidates: list[Mutant], workers: int = 4) -> list[Verdict]:
     def judge(mutant: Mutant) -> Verdict:
         try:
-            kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mutant.body,
-                                                        dry_run="All")
+            kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, mutant.body, dry_run="All")
         except ApiException as error:
             if error.status in (400, 413, 422) or (error.status == 500 and "too large" in (error.body or "")):
                 return Verdict(mutant, False, error.status, _message(error))
@@ -363,6 +401,7 @@ def dry_run(kube, namespace: str, candidates: list[Mutant], workers: int = 4) ->
 
 
 # -- step 2: what the operator makes of what the API server accepted ------------------------------
+
 
 def violation(obj: dict) -> str | None:
     """Why this SpeculativeDeployment's status is not a settled, explained one (None if it is)."""
@@ -392,10 +431,14 @@ def describe_status(obj: dict | None) -> str:
     if obj is None:
         return "(not found)"
     status = obj.get("status") or {}
-    conds = "; ".join(f"{c.get('type')}={c.get('status')}/{c.get('reason')}: {c.get('message', '')[:160]}"
-                      for c in status.get("conditions") or [])
-    return (f"phase={status.get('phase')} generation={obj['metadata'].get('generation')} "
-            f"observedGeneration={status.get('observedGeneration')} | {conds or 'no conditions'}")
+    conds = "; ".join(
+        f"{c.get('type')}={c.get('status')}/{c.get('reason')}: {c.get('message', '')[:160]}"
+        for c in status.get("conditions") or []
+    )
+    return (
+        f"phase={status.get('phase')} generation={obj['metadata'].get('generation')} "
+        f"observedGeneration={status.get('observedGeneration')} | {conds or 'no conditions'}"
+    )
 
 
 def prepare_for_creation(mutant: Mutant, index: int) -> Mutant:
@@ -448,6 +491,7 @@ def sample(accepted: list[Mutant], count: int, seed: int, floor: int = 2) -> lis
         if m.name not in names:  # two name mutants may share a name
             names.add(m.name)
             chosen.append(m)
+
     for category in sorted(queues):
         while queues[category] and taken[category] < floor and len(chosen) < count:
             take(category)
@@ -456,8 +500,9 @@ def sample(accepted: list[Mutant], count: int, seed: int, floor: int = 2) -> lis
     return chosen
 
 
-def create_and_settle(kube, namespace: str, chosen: list[Mutant], timeout: float,
-                      interval: float = 1.0) -> list[Outcome]:
+def create_and_settle(
+    kube, namespace: str, chosen: list[Mutant], timeout: float, interval: float = 1.0
+) -> list[Outcome]:
     """Create each, then poll until every one has settled or `timeout` passes; the last state of each."""
     created: list[Mutant] = []
     refused: list[Outcome] = []
@@ -467,21 +512,28 @@ def create_and_settle(kube, namespace: str, chosen: list[Mutant], timeout: float
             kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
             created.append(mutant)
         except ApiException as error:  # accepted by the dry run: a real create should be too
-            refused.append(Outcome(mutant, None, f"real create refused after an accepted dry run: "
-                                                 f"HTTP {error.status}: {_message(error)}"))
+            refused.append(
+                Outcome(
+                    mutant,
+                    None,
+                    f"real create refused after an accepted dry run: HTTP {error.status}: {_message(error)}",
+                )
+            )
     deadline = time.monotonic() + timeout
     while True:
         listing = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
         found = {o["metadata"]["name"]: o for o in listing}
-        outcomes = [Outcome(m, found.get(m.name),
-                            violation(found[m.name]) if m.name in found else "deleted or never stored")
-                    for m in created]
+        outcomes = [
+            Outcome(m, found.get(m.name), violation(found[m.name]) if m.name in found else "deleted or never stored")
+            for m in created
+        ]
         if all(o.problem is None for o in outcomes) or time.monotonic() > deadline:
             return refused + outcomes
         time.sleep(interval)
 
 
 # -- both steps, and what to print -----------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class FuzzResult:
@@ -508,11 +560,15 @@ class FuzzResult:
         lines.append(f"{'category':<16}{'mutants':>9}{'refused':>9}{'accepted':>10}{'created':>9}{'violating':>11}")
         for category in sorted(counts):
             c = counts[category]
-            lines.append(f"{category:<16}{c['accepted'] + c['refused']:>9}{c['refused']:>9}{c['accepted']:>10}"
-                         f"{c['created']:>9}{c['violating']:>11}")
+            lines.append(
+                f"{category:<16}{c['accepted'] + c['refused']:>9}{c['refused']:>9}{c['accepted']:>10}"
+                f"{c['created']:>9}{c['violating']:>11}"
+            )
         total = sum(counts.values(), collections.Counter())
-        lines.append(f"{'total':<16}{total['accepted'] + total['refused']:>9}{total['refused']:>9}"
-                     f"{total['accepted']:>10}{total['created']:>9}{total['violating']:>11}")
+        lines.append(
+            f"{'total':<16}{total['accepted'] + total['refused']:>9}{total['refused']:>9}"
+            f"{total['accepted']:>10}{total['created']:>9}{total['violating']:>11}"
+        )
         lines.append("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items()))
         if refused_examples:
             lines.append(f"\nsome refusals (of {len(self.verdicts) - len(self.accepted)}):")
@@ -525,8 +581,9 @@ class FuzzResult:
         return "\n".join(lines)
 
 
-def run(kube, namespace: str, count: int, create: int, seed: int, timeout: float,
-        with_examples: bool = True) -> FuzzResult:
+def run(
+    kube, namespace: str, count: int, create: int, seed: int, timeout: float, with_examples: bool = True
+) -> FuzzResult:
     seconds = {}
     start = time.monotonic()
     verdicts = dry_run(kube, namespace, mutants(count, seed))

@@ -42,8 +42,20 @@ REQUEST_FAULTS = ("throttle", "error500", "unavailable503", "reset")
 WATCH_FAULTS = ("watch_close", "watch_abort", "watch_expired", "watch_gone")
 KINDS = REQUEST_FAULTS + WATCH_FAULTS
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-              "transfer-encoding", "upgrade", "host", "content-length", "content-encoding", "accept-encoding"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-encoding",
+    "accept-encoding",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +102,16 @@ def describe(method: str, path: str, query: dict[str, list[str]]) -> RequestInfo
 
 
 def status_body(code: int, reason: str, message: str, **extra) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code, **extra}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+        **extra,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,8 +156,9 @@ PASS_THROUGH = FaultPlan()
 class FaultProxy:
     """A fault-injecting proxy to the API server of `upstream_kubeconfig`; see the module docstring."""
 
-    def __init__(self, upstream_kubeconfig: Path, kubeconfig_out: Path, seed: int = 0,
-                 faults: FaultPlan = PASS_THROUGH):
+    def __init__(
+        self, upstream_kubeconfig: Path, kubeconfig_out: Path, seed: int = 0, faults: FaultPlan = PASS_THROUGH
+    ):
         self.upstream_kubeconfig = Path(upstream_kubeconfig)
         self.kubeconfig = Path(kubeconfig_out)
         self.faults = faults
@@ -194,12 +215,18 @@ class FaultProxy:
             raise RuntimeError("fault proxy did not start in 30s")
         if self._startup_error:
             raise RuntimeError(f"fault proxy failed to start: {self._startup_error}") from self._startup_error
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fault-proxy",
-            "clusters": [{"name": "fault-proxy", "cluster": {"server": self.url}}],
-            "users": [{"name": "fault-proxy", "user": {}}],  # the proxy authenticates upstream
-            "contexts": [{"name": "fault-proxy", "context": {"cluster": "fault-proxy", "user": "fault-proxy"}}],
-        }))
+        self.kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fault-proxy",
+                    "clusters": [{"name": "fault-proxy", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fault-proxy", "user": {}}],  # the proxy authenticates upstream
+                    "contexts": [{"name": "fault-proxy", "context": {"cluster": "fault-proxy", "user": "fault-proxy"}}],
+                }
+            )
+        )
         return self
 
     def stop(self) -> None:
@@ -255,9 +282,11 @@ class FaultProxy:
         # A watch idles for minutes: no read timeout. Big read buffer: a line can be a large object.
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=tls, limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), auto_decompress=True,
-            read_bufsize=2 ** 20)
-        app = web.Application(client_max_size=64 * 2 ** 20)
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            auto_decompress=True,
+            read_bufsize=2**20,
+        )
+        app = web.Application(client_max_size=64 * 2**20)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         # Cancel a handler when its client goes away, so an abandoned watch does not hold an upstream.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -291,14 +320,19 @@ class FaultProxy:
         if fault == "reset":
             return _reset(request)
         if fault == "throttle":
-            return web.json_response(status_body(429, "TooManyRequests", "injected: the API server is throttling",
-                                                 details={"retryAfterSeconds": 1}),
-                                     status=429, headers={"Retry-After": "1"})
+            return web.json_response(
+                status_body(
+                    429, "TooManyRequests", "injected: the API server is throttling", details={"retryAfterSeconds": 1}
+                ),
+                status=429,
+                headers={"Retry-After": "1"},
+            )
         if fault == "error500":
             return web.json_response(status_body(500, "InternalError", "injected: internal error"), status=500)
         if fault == "unavailable503":
-            return web.json_response(status_body(503, "ServiceUnavailable", "injected: the server is unavailable"),
-                                     status=503)
+            return web.json_response(
+                status_body(503, "ServiceUnavailable", "injected: the server is unavailable"), status=503
+            )
         if fault == "watch_gone":
             return web.json_response(status_body(410, "Expired", "injected: too old resource version"), status=410)
         self._count(self._forwarded, info.verb)
@@ -306,11 +340,16 @@ class FaultProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers.update(self._auth)
         try:
-            upstream = await self._session.request(request.method, self._base + request.path_qs, headers=headers,
-                                                   data=body or None, allow_redirects=False,
-                                                   # no Content-Type means JSON to the API server; to
-                                                   # aiohttp, octet-stream: add none the client did not send
-                                                   skip_auto_headers=("Content-Type", "User-Agent"))
+            upstream = await self._session.request(
+                request.method,
+                self._base + request.path_qs,
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+                # no Content-Type means JSON to the API server; to
+                # aiohttp, octet-stream: add none the client did not send
+                skip_auto_headers=("Content-Type", "User-Agent"),
+            )
         except aiohttp.ClientError:  # the real API server is unreachable: as good as a reset
             return _reset(request)
         async with upstream:
@@ -319,8 +358,9 @@ class FaultProxy:
                 return web.Response(status=upstream.status, body=await upstream.read(), headers=out_headers)
             return await self._stream(request, upstream, out_headers, fault)
 
-    async def _stream(self, request: web.Request, upstream: aiohttp.ClientResponse, headers: dict,
-                      fault: str | None) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, headers: dict, fault: str | None
+    ) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
         self._streams[id(request)] = request
@@ -346,8 +386,10 @@ class FaultProxy:
             if fault == "watch_abort":
                 return _reset(request)
             if fault == "watch_expired":
-                event = {"type": "ERROR", "object": status_body(
-                    410, "Expired", "injected: too old resource version: watch expired")}
+                event = {
+                    "type": "ERROR",
+                    "object": status_body(410, "Expired", "injected: too old resource version: watch expired"),
+                }
                 await response.write(json.dumps(event).encode() + b"\n")
             await response.write_eof()
             return response

@@ -17,9 +17,14 @@ def test_mutants_are_reproducible_described_and_cover_every_category():
 
 
 def test_prepared_mutants_hold_no_gpus_and_share_no_engines():
-    ms = [m for m in fuzz.mutants(100, seed=1) if m.path[:2] not in (("spec", "runtime"), ("spec", "engine"))
-          and isinstance(m.body.get("spec"), dict) and isinstance(m.body["spec"].get("runtime", {}), dict)
-          and isinstance(m.body["spec"].get("engine", {}), dict)]
+    ms = [
+        m
+        for m in fuzz.mutants(100, seed=1)
+        if m.path[:2] not in (("spec", "runtime"), ("spec", "engine"))
+        and isinstance(m.body.get("spec"), dict)
+        and isinstance(m.body["spec"].get("runtime", {}), dict)
+        and isinstance(m.body["spec"].get("engine", {}), dict)
+    ]
     prepared = [fuzz.prepare_for_creation(m, i).body for i, m in enumerate(ms)]
     assert all(b["spec"]["runtime"]["replicas"] == 0 for b in prepared)
     assert len({b["spec"]["engine"]["maxBatchSize"] for b in prepared}) == len(prepared)
@@ -30,24 +35,30 @@ def sd(status: dict | None, generation: int = 2) -> dict:
 
 
 def ready(status: str, reason: str, message: str = "something") -> dict:
-    return {"observedGeneration": 2, "phase": "Whatever",
-            "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message}]}
+    return {
+        "observedGeneration": 2,
+        "phase": "Whatever",
+        "conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message}],
+    }
 
 
-@pytest.mark.parametrize("obj,problem", [
-    (sd(ready("True", "Ready")), None),
-    (sd(ready("False", "BuildFailed", "step build failed")), None),
-    (sd(ready("False", "InvalidSpec", "spec.x: bad")), None),
-    (sd(None), "no status"),
-    (sd({**ready("True", "Ready"), "observedGeneration": 1}), "stale status"),
-    (sd({**ready("True", "Ready"), "phase": None}), "no phase"),
-    (sd({"observedGeneration": 2, "phase": "Building", "conditions": []}), "no Ready condition"),
-    (sd(ready("False", "EnginesBuilding", "target: Pending")), "progress reason"),
-    (sd(ready("False", "RollingOut")), "progress reason"),
-    (sd(ready("False", "JobPending")), "progress reason"),
-    (sd(ready("False", "BuildFailed", " ")), "without a message"),
-    (sd(ready("Unknown", "Whatever")), "Ready=Unknown"),
-])
+@pytest.mark.parametrize(
+    "obj,problem",
+    [
+        (sd(ready("True", "Ready")), None),
+        (sd(ready("False", "BuildFailed", "step build failed")), None),
+        (sd(ready("False", "InvalidSpec", "spec.x: bad")), None),
+        (sd(None), "no status"),
+        (sd({**ready("True", "Ready"), "observedGeneration": 1}), "stale status"),
+        (sd({**ready("True", "Ready"), "phase": None}), "no phase"),
+        (sd({"observedGeneration": 2, "phase": "Building", "conditions": []}), "no Ready condition"),
+        (sd(ready("False", "EnginesBuilding", "target: Pending")), "progress reason"),
+        (sd(ready("False", "RollingOut")), "progress reason"),
+        (sd(ready("False", "JobPending")), "progress reason"),
+        (sd(ready("False", "BuildFailed", " ")), "without a message"),
+        (sd(ready("Unknown", "Whatever")), "Ready=Unknown"),
+    ],
+)
 def test_violation(obj, problem):
     found = fuzz.violation(obj)
     assert (found is None) if problem is None else (found is not None and problem in found)

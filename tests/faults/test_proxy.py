@@ -16,22 +16,47 @@ from tests.kube_helpers import wait_for
 
 # -- no cluster needed ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("method,path,query,verb,resource,namespace,name,sub", [
-    ("GET", "/api/v1/namespaces/a/pods", {}, "list", "pods", "a", None, None),
-    ("GET", "/api/v1/namespaces/a/pods", {"watch": ["true"]}, "watch", "pods", "a", None, None),
-    ("GET", "/api/v1/namespaces/a/pods/p", {}, "get", "pods", "a", "p", None),
-    ("GET", "/api/v1/namespaces/a", {}, "get", "namespaces", None, "a", None),
-    ("POST", "/apis/specdec.io/v1alpha1/namespaces/a/speculativedeployments", {}, "create",
-     "speculativedeployments", "a", None, None),
-    ("PATCH", "/apis/specdec.io/v1alpha1/namespaces/a/enginebuilds/e/status", {}, "patch", "enginebuilds", "a",
-     "e", "status"),
-    ("DELETE", "/apis/batch/v1/namespaces/a/jobs", {}, "deletecollection", "jobs", "a", None, None),
-    ("GET", "/apis/specdec.io/v1alpha1", {}, "list", None, None, None, None),
-])
+
+@pytest.mark.parametrize(
+    "method,path,query,verb,resource,namespace,name,sub",
+    [
+        ("GET", "/api/v1/namespaces/a/pods", {}, "list", "pods", "a", None, None),
+        ("GET", "/api/v1/namespaces/a/pods", {"watch": ["true"]}, "watch", "pods", "a", None, None),
+        ("GET", "/api/v1/namespaces/a/pods/p", {}, "get", "pods", "a", "p", None),
+        ("GET", "/api/v1/namespaces/a", {}, "get", "namespaces", None, "a", None),
+        (
+            "POST",
+            "/apis/specdec.io/v1alpha1/namespaces/a/speculativedeployments",
+            {},
+            "create",
+            "speculativedeployments",
+            "a",
+            None,
+            None,
+        ),
+        (
+            "PATCH",
+            "/apis/specdec.io/v1alpha1/namespaces/a/enginebuilds/e/status",
+            {},
+            "patch",
+            "enginebuilds",
+            "a",
+            "e",
+            "status",
+        ),
+        ("DELETE", "/apis/batch/v1/namespaces/a/jobs", {}, "deletecollection", "jobs", "a", None, None),
+        ("GET", "/apis/specdec.io/v1alpha1", {}, "list", None, None, None, None),
+    ],
+)
 def test_describe_resolves_request_attributes(method, path, query, verb, resource, namespace, name, sub):
     info = describe(method, path, query)
-    assert (info.verb, info.resource, info.namespace, info.name, info.subresource) == \
-        (verb, resource, namespace, name, sub)
+    assert (info.verb, info.resource, info.namespace, info.name, info.subresource) == (
+        verb,
+        resource,
+        namespace,
+        name,
+        sub,
+    )
 
 
 def test_fault_draws_are_seeded_and_respect_rate_kinds_and_predicate():
@@ -42,6 +67,7 @@ def test_fault_draws_are_seeded_and_respect_rate_kinds_and_predicate():
     def sequence(seed):
         rng = random.Random(seed)
         return [plan.draw(info, rng) for info in [watch, get] * 100]
+
     assert sequence(7) == sequence(7) != sequence(8)
     rng = random.Random(1)
     gets = [plan.draw(get, rng) for _ in range(4000)]
@@ -58,6 +84,7 @@ def test_fault_draws_are_seeded_and_respect_rate_kinds_and_predicate():
 
 
 # -- through the proxy to the real API server --------------------------------------------------------
+
 
 def core(fault_proxy) -> client.CoreV1Api:
     configuration = client.Configuration()
@@ -78,16 +105,22 @@ def test_pass_through_reads_and_writes(fault_proxy, kube, namespace):
     api = core(fault_proxy)
     api.create_namespaced_config_map(namespace, configmap("through"))
     assert kube.core.read_namespaced_config_map("through", namespace).data == {"k": "v"}  # really written
-    assert [c.metadata.name for c in api.list_namespaced_config_map(namespace).items
-            if c.metadata.name == "through"] == ["through"]
+    assert [
+        c.metadata.name for c in api.list_namespaced_config_map(namespace).items if c.metadata.name == "through"
+    ] == ["through"]
     assert fault_proxy.injected() == {}
     assert fault_proxy.forwarded["create"] == 1 and fault_proxy.forwarded["list"] == 1
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("kind,status,reason", [("throttle", 429, "TooManyRequests"),
-                                                ("error500", 500, "InternalError"),
-                                                ("unavailable503", 503, "ServiceUnavailable")])
+@pytest.mark.parametrize(
+    "kind,status,reason",
+    [
+        ("throttle", 429, "TooManyRequests"),
+        ("error500", 500, "InternalError"),
+        ("unavailable503", 503, "ServiceUnavailable"),
+    ],
+)
 def test_error_answers_carry_a_status_body(fault_proxy, namespace, kind, status, reason):
     fault_proxy.set_faults(FaultPlan(1.0, kinds=(kind,)))
     with pytest.raises(ApiException) as error:
@@ -98,8 +131,9 @@ def test_error_answers_carry_a_status_body(fault_proxy, namespace, kind, status,
     if kind == "throttle":
         assert error.value.headers["Retry-After"] == "1"
     fault_proxy.set_faults(FaultPlan())  # the faulted create never reached the API server
-    assert [c for c in core(fault_proxy).list_namespaced_config_map(namespace).items
-            if c.metadata.name == "refused"] == []
+    assert [
+        c for c in core(fault_proxy).list_namespaced_config_map(namespace).items if c.metadata.name == "refused"
+    ] == []
     assert fault_proxy.injected() == {kind: 1}
 
 
@@ -114,8 +148,9 @@ def test_reset_drops_the_connection_without_an_answer(fault_proxy, namespace):
 
 def watch_lines(api: client.CoreV1Api, namespace: str, timeout: float = 20):
     """Raw watch stream of ConfigMaps: one decoded event per line."""
-    stream = api.list_namespaced_config_map(namespace, watch=True, label_selector=LABEL, _preload_content=False,
-                                            _request_timeout=timeout)
+    stream = api.list_namespaced_config_map(
+        namespace, watch=True, label_selector=LABEL, _preload_content=False, _request_timeout=timeout
+    )
     for line in stream:
         for part in line.splitlines():
             if part.strip():

@@ -17,8 +17,10 @@ def _pinned(name: str) -> Path:
             except prometheus.PrometheusError as error:
                 pytest.fail(str(error), pytrace=False)
         else:
-            pytest.skip(f"{path} is missing (`specdec dev up --prometheus` or "
-                        "`python -c 'from specdec.observability import prometheus; prometheus.ensure()'` builds it)")
+            pytest.skip(
+                f"{path} is missing (`specdec dev up --prometheus` or "
+                "`python -c 'from specdec.observability import prometheus; prometheus.ensure()'` builds it)"
+            )
     return path
 
 

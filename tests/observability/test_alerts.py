@@ -64,14 +64,25 @@ def test_promtool_accepts_the_rules(promtool: Path, tmp_path: Path):
     _check([str(promtool), "check", "rules", "short.yaml"], tmp_path)
 
 
-SHORT = alerts.Windows(rate="20s", baseline="2m", leading="1m", not_paying="5s", collapsed="5s", not_drafting="5s",
-                       failing="5s", operator_down="5s", not_leading="5s", reconcile_errors="5s")
+SHORT = alerts.Windows(
+    rate="20s",
+    baseline="2m",
+    leading="1m",
+    not_paying="5s",
+    collapsed="5s",
+    not_drafting="5s",
+    failing="5s",
+    operator_down="5s",
+    not_leading="5s",
+    reconcile_errors="5s",
+)
 
 
 def test_promtool_unit_tests_of_every_alert(promtool: Path, tmp_path: Path):
     (tmp_path / "rules.yaml").write_text(generate.RULES_FILE.read_text())
     tests = [case for group in cases().values() for case in group]
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
-        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    (tmp_path / "tests.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+    )
     out = _check([str(promtool), "test", "rules", "tests.yaml"], tmp_path)
     assert "SUCCESS" in out

@@ -8,8 +8,13 @@ import json
 from specdec.observability import alerts, dashboard
 from tests.chart.tools import only, render
 
-ON = {"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
-                  "podMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}}}
+ON = {
+    "metrics": {
+        "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+        "podMonitor": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+    }
+}
 
 
 def test_off_by_default():

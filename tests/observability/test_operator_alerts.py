@@ -19,8 +19,13 @@ from tests.observability.monitoring import fires_then_resolves, firing, scraped_
 pytestmark = pytest.mark.cluster
 
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
-OPERATOR_ALERTS = ("SpecdecOperatorDown", "SpecdecOperatorNotLeading", "SpecdecEngineBuildFailing",
-                   "SpecdecModelFetchFailing", "SpecdecReconcileErrors")
+OPERATOR_ALERTS = (
+    "SpecdecOperatorDown",
+    "SpecdecOperatorNotLeading",
+    "SpecdecEngineBuildFailing",
+    "SpecdecModelFetchFailing",
+    "SpecdecReconcileErrors",
+)
 WRITES = ("create", "update", "patch", "delete")
 
 
@@ -35,13 +40,25 @@ def test_not_leading_and_down_fire_and_resolve(kube, kubeconfig, namespace, crds
     """A candidate that holds the Lease and reconciles nothing (as a hung leader whose renewals still run) keeps
     the scraped operator a standby: not leading, until it releases the Lease. Then the operator stops: down,
     until it runs again."""
-    holder = Leadership(config.new_client_from_config(config_file=str(kubeconfig)), namespace, "specdec-operator",
-                        "hung-leader", lease_seconds=4, renew_deadline=3, retry_period=1)
+    holder = Leadership(
+        config.new_client_from_config(config_file=str(kubeconfig)),
+        namespace,
+        "specdec-operator",
+        "hung-leader",
+        lease_seconds=4,
+        renew_deadline=3,
+        retry_period=1,
+    )
     holder.start()
     wait_for(holder.is_leader, "the other candidate to hold the Lease", timeout=30)
-    env = {**operator_env, "SPECDEC_LEADER_ELECTION": "true", "SPECDEC_LEADER_ELECTION_NAMESPACE": namespace,
-           "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "4", "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
-           "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1"}
+    env = {
+        **operator_env,
+        "SPECDEC_LEADER_ELECTION": "true",
+        "SPECDEC_LEADER_ELECTION_NAMESPACE": namespace,
+        "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "4",
+        "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "3",
+        "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "1",
+    }
     try:
         with scraped_operator(kubeconfig, namespace, env, tmp_path, request) as (operator, server):
             SD(kube, namespace, deployment("watched"))
@@ -55,7 +72,8 @@ def test_not_leading_and_down_fire_and_resolve(kube, kubeconfig, namespace, crds
 
 
 def test_failing_fetch_and_build_fire_until_the_fixed_deployments_leave_them_unused(
-        kube, kubeconfig, namespace, crds, operator_env, tmp_path, request):
+    kube, kubeconfig, namespace, crds, operator_env, tmp_path, request
+):
     """One deployment's fetch pods fail, another's build pods: both alerts fire. Fixed (the failing pod settings
     removed), the deployments use new ModelCaches and EngineBuilds, and the operator deletes the Failed ones as
     unused (retention 0 s): both resolve."""
@@ -66,34 +84,50 @@ def test_failing_fetch_and_build_fire_until_the_fixed_deployments_leave_them_unu
         broken = []
 
         def cause():
-            broken.extend([SD(kube, namespace, deployment("fetch-fails", cache={"fetch": fetch})),
-                           SD(kube, namespace, deployment("build-fails", build=build))])
+            broken.extend(
+                [
+                    SD(kube, namespace, deployment("fetch-fails", cache={"fetch": fetch})),
+                    SD(kube, namespace, deployment("build-fails", build=build)),
+                ]
+            )
 
         def cure():
             broken[0].patch({"spec": {"cache": {"fetch": None}}})
             broken[1].patch({"spec": {"build": None}})
 
-        fires_then_resolves(lambda: firing(server, OPERATOR_ALERTS),
-                            {"SpecdecModelFetchFailing", "SpecdecEngineBuildFailing"}, cause, cure, timeout=120)
+        fires_then_resolves(
+            lambda: firing(server, OPERATOR_ALERTS),
+            {"SpecdecModelFetchFailing", "SpecdecEngineBuildFailing"},
+            cause,
+            cure,
+            timeout=120,
+        )
         for sd in broken:
             assert sd.wait_ready(timeout=120)["status"]["phase"] == "Ready"
 
 
 def test_reconcile_errors_fire_while_the_api_server_fails_the_operators_writes(
-        kube, kubeconfig, namespace, crds, operator_env, tmp_path, request, fault_proxy):
+    kube, kubeconfig, namespace, crds, operator_env, tmp_path, request, fault_proxy
+):
     """A deployment created while every write of the operator in this namespace is answered 500: each reconcile
     of it fails (after the client's retries) and the operator keeps retrying. Once the API server answers again,
     its reconciles succeed."""
-    only_writes_here = FaultPlan(1.0, kinds=("error500",), watch_rate=0.0,
-                                 only=lambda r: r.namespace == namespace and r.verb in WRITES)
+    only_writes_here = FaultPlan(
+        1.0, kinds=("error500",), watch_rate=0.0, only=lambda r: r.namespace == namespace and r.verb in WRITES
+    )
 
     def cause():
         fault_proxy.set_faults(only_writes_here)
         SD(kube, namespace, deployment("fails-to-write"))  # through the cluster's own API server, not the proxy
 
-    with scraped_operator(kubeconfig, namespace, operator_env, tmp_path, request,
-                          operator_kubeconfig=fault_proxy.kubeconfig) as (_, server):
-        fires_then_resolves(lambda: firing(server, OPERATOR_ALERTS), {"SpecdecReconcileErrors"},
-                            cause, lambda: fault_proxy.set_faults(FaultPlan()))
+    with scraped_operator(
+        kubeconfig, namespace, operator_env, tmp_path, request, operator_kubeconfig=fault_proxy.kubeconfig
+    ) as (_, server):
+        fires_then_resolves(
+            lambda: firing(server, OPERATOR_ALERTS),
+            {"SpecdecReconcileErrors"},
+            cause,
+            lambda: fault_proxy.set_faults(FaultPlan()),
+        )
         assert fault_proxy.injected().get("error500", 0) > 0
         assert server.query('sum(specdec_reconcile_total{result="error"}) > 0')

@@ -29,8 +29,7 @@ RUNTIME_ALERTS = (*SPECULATION_ALERTS, "SpecdecSpeculationNotDrafting")
 
 
 @contextlib.contextmanager
-def monitored(kube, kubeconfig: Path, namespace: str, operator_env: dict, tmp_path: Path, request,
-              acceptance: float):
+def monitored(kube, kubeconfig: Path, namespace: str, operator_env: dict, tmp_path: Path, request, acceptance: float):
     """The operator and the sample deployment in `namespace`, the pod runner sending it simulated traffic at
     `acceptance`, and Prometheus scraping both every second. Yields (Prometheus, the profile file, the
     deployment's name)."""
@@ -40,19 +39,23 @@ def monitored(kube, kubeconfig: Path, namespace: str, operator_env: dict, tmp_pa
         profiles = tmp_path / simulation_profile.FILE_NAME
         simulation_profile.update(profiles, f"{namespace}/{sd.name}", {**FAST_PROFILE, "acceptance": acceptance})
         with pod_runner(kubeconfig, tmp_path, namespace):
-            wait_for(lambda: up_jobs(server) == {OPERATOR_JOB, RUNTIME_JOB},
-                     "Prometheus to scrape the operator and the runtime pod", timeout=60, interval=1)
+            wait_for(
+                lambda: up_jobs(server) == {OPERATOR_JOB, RUNTIME_JOB},
+                "Prometheus to scrape the operator and the runtime pod",
+                timeout=60,
+                interval=1,
+            )
             yield server, profiles, sd.name
 
 
 def panel_query(expr: str, namespace: str) -> str:
     """A panel's PromQL as Grafana sends it, for this namespace and every deployment."""
-    return (expr.replace("$namespace", namespace).replace("$deployment", ".*")
-            .replace("$__rate_interval", "15s"))
+    return expr.replace("$namespace", namespace).replace("$deployment", ".*").replace("$__rate_interval", "15s")
 
 
-def test_every_dashboard_query_answers_from_the_scraped_cluster(kube, kubeconfig, namespace, crds, operator_env,
-                                                                 tmp_path, request):
+def test_every_dashboard_query_answers_from_the_scraped_cluster(
+    kube, kubeconfig, namespace, crds, operator_env, tmp_path, request
+):
     with monitored(kube, kubeconfig, namespace, operator_env, tmp_path, request, acceptance=0.7) as (server, _, name):
         runtime = server.query(f'up{{job="{RUNTIME_JOB}", namespace="{namespace}"}}')
         assert [s["metric"]["deployment"] for s in runtime] == [name]  # the pod's instance label, relabelled
@@ -71,8 +74,10 @@ def test_every_dashboard_query_answers_from_the_scraped_cluster(kube, kubeconfig
         while (missing := empty()) and time.monotonic() < deadline:
             time.sleep(2)
         assert not missing, f"panels whose queries return no series: {missing}"
-        values = {title: [float(s["value"][1]) for s in server.query(panel_query(expr, namespace))]
-                  for title, expr in dashboard.queries()}
+        values = {
+            title: [float(s["value"][1]) for s in server.query(panel_query(expr, namespace))]
+            for title, expr in dashboard.queries()
+        }
         # Numbers, not only series. The speculation panels are positive. NaN (a histogram without observations)
         # only where the simulation has nothing to measure: the front without a tokenizer counts no output tokens
         # on the Triton route, hence no time per output token.
@@ -84,23 +89,32 @@ def test_every_dashboard_query_answers_from_the_scraped_cluster(kube, kubeconfig
         assert 0.1 < float(acceptance[0]["value"][1]) < 0.9
 
 
-def test_runtime_alerts_fire_and_resolve_with_the_simulated_backend(kube, kubeconfig, namespace, crds, operator_env,
-                                                                   tmp_path, request):
+def test_runtime_alerts_fire_and_resolve_with_the_simulated_backend(
+    kube, kubeconfig, namespace, crds, operator_env, tmp_path, request
+):
     """Acceptance collapses (the speculation alerts), then the backend stops drafting (not drafting); each
     recovers. Only alerts labelled with this deployment count."""
     with monitored(kube, kubeconfig, namespace, operator_env, tmp_path, request, acceptance=0.9) as (
-            server, profiles, name):
+        server,
+        profiles,
+        name,
+    ):
         deployment = f"{namespace}/{name}"
 
         def firing() -> set[str]:
-            return {a for a, labels in server.firing().items() if a in RUNTIME_ALERTS
-                    and any(f"{l.get('namespace')}/{l.get('deployment')}" == deployment for l in labels)}
+            return {
+                a
+                for a, labels in server.firing().items()
+                if a in RUNTIME_ALERTS
+                and any(f"{l.get('namespace')}/{l.get('deployment')}" == deployment for l in labels)
+            }
 
         def simulate(**values):
             return lambda: simulation_profile.update(profiles, deployment, values)
 
         time.sleep(30)  # a baseline at high acceptance
         for expected, cause, cure in (
-                (set(SPECULATION_ALERTS), simulate(acceptance=0.02), simulate(acceptance=0.9)),
-                ({"SpecdecSpeculationNotDrafting"}, simulate(drafting=False), simulate(drafting=True))):
+            (set(SPECULATION_ALERTS), simulate(acceptance=0.02), simulate(acceptance=0.9)),
+            ({"SpecdecSpeculationNotDrafting"}, simulate(drafting=False), simulate(drafting=True)),
+        ):
             fires_then_resolves(firing, expected, cause, cure, timeout=60)

@@ -32,16 +32,31 @@ def chromium() -> str:
     if path is None:
         pytest.skip("no Chromium (Debian: apt-get install chromium; `make test` installs it as root)")
     if not (prometheus.ui_assets_dir() / "mantine-ui" / "index.html").is_file():
-        pytest.skip(f"Prometheus' web UI is not built in {prometheus.ui_assets_dir()} "
-                    "(`specdec dev tools --screenshot` builds it; `make test` does)")
+        pytest.skip(
+            f"Prometheus' web UI is not built in {prometheus.ui_assets_dir()} "
+            "(`specdec dev tools --screenshot` builds it; `make test` does)"
+        )
     return path
 
 
 def headless(chromium: str, url: str, *args: str) -> str:
     """Chromium's stdout after it loaded `url` and ran its scripts for 10 s of virtual time."""
-    result = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                             f"--window-size={WIDTH},{HEIGHT}", "--virtual-time-budget=10000", *args, url],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={WIDTH},{HEIGHT}",
+            "--virtual-time-budget=10000",
+            *args,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
@@ -52,10 +67,14 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_prometheus_ui_graphs_acceptance_per_deployment(kube, kubeconfig, namespace, crds, operator_env, tmp_path,
-                                                         request, chromium):
+def test_prometheus_ui_graphs_acceptance_per_deployment(
+    kube, kubeconfig, namespace, crds, operator_env, tmp_path, request, chromium
+):
     with monitored(kube, kubeconfig, namespace, operator_env, tmp_path, request, acceptance=0.8) as (
-            server, profiles, name):
+        server,
+        profiles,
+        name,
+    ):
         expr = alerts.acceptance("30s")
 
         def acceptance() -> float:  # what the graph draws: this deployment's line
@@ -69,10 +88,13 @@ def test_prometheus_ui_graphs_acceptance_per_deployment(kube, kubeconfig, namesp
         time.sleep(PHASE_SECONDS)
         assert 0 < acceptance() < high / 2, high
         url = f"{server.url}/query?" + urllib.parse.urlencode(
-            {"g0.expr": expr, "g0.tab": "graph", "g0.range_input": "2m", "g0.show_tree": "0"})
+            {"g0.expr": expr, "g0.tab": "graph", "g0.range_input": "2m", "g0.show_tree": "0"}
+        )
         page = headless(chromium, url, "--dump-dom")
         assert "uplot" in page and f'deployment="{name}"' in page, "the graph with the deployment's series"
-        screenshot = DOCS_SCREENSHOT if os.environ.get("SPECDEC_UPDATE_SCREENSHOT") == "1" else tmp_path / "acceptance.png"
+        screenshot = (
+            DOCS_SCREENSHOT if os.environ.get("SPECDEC_UPDATE_SCREENSHOT") == "1" else tmp_path / "acceptance.png"
+        )
         screenshot.parent.mkdir(exist_ok=True)
         headless(chromium, url, f"--screenshot={screenshot}")
     assert png_size(screenshot) == (WIDTH, HEIGHT)

@@ -43,8 +43,9 @@ def test_the_chart_runs_the_operator_image_on_the_real_node(kube: Kube, node, re
     assert pod_exec(node, namespace, pod.metadata.name, "id", "-u").stdout.strip() == "1000"
     touch = pod_exec(node, namespace, pod.metadata.name, "touch", "/probe")
     assert touch.returncode != 0 and "Read-only file system" in touch.stderr, touch
-    token = pod_exec(node, namespace, pod.metadata.name, "cat",
-                     "/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    token = pod_exec(
+        node, namespace, pod.metadata.name, "cat", "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    )
     assert token.stdout == namespace  # the ServiceAccount's projected token, mounted by the kubelet
 
     sd = SD(kube, namespace)
@@ -53,5 +54,7 @@ def test_the_chart_runs_the_operator_image_on_the_real_node(kube: Kube, node, re
     assert pod.metadata.name in (lease.spec.holder_identity or "")  # the pod leads
     logs = node.cluster.kubectl("logs", "-n", namespace, pod.metadata.name).stdout
     assert "Traceback" not in logs, logs[-3000:]
-    wait_for(lambda: kube.core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses[0].ready,
-             "the operator pod still Ready")
+    wait_for(
+        lambda: kube.core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses[0].ready,
+        "the operator pod still Ready",
+    )

@@ -42,8 +42,13 @@ def runtime_pods(kube: Kube, namespace: str, name: str) -> list:
 def ready_pod(kube: Kube, namespace: str, name: str):
     def ready():
         pods = [p for p in runtime_pods(kube, namespace, name) if not p.metadata.deletion_timestamp]
-        return len(pods) == 1 and all(s.ready for s in pods[0].status.container_statuses or [False]) and \
-            pods[0].status.container_statuses and pods[0]
+        return (
+            len(pods) == 1
+            and all(s.ready for s in pods[0].status.container_statuses or [False])
+            and pods[0].status.container_statuses
+            and pods[0]
+        )
+
     return wait_for(ready, f"{name}'s runtime pod Ready", timeout=START_SECONDS)
 
 
@@ -71,8 +76,9 @@ class Traffic:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                completion = self.client.completions.create(model=self.model, prompt="The node is",
-                                                            max_tokens=self.max_tokens)
+                completion = self.client.completions.create(
+                    model=self.model, prompt="The node is", max_tokens=self.max_tokens
+                )
                 assert completion.choices[0].text
                 self.answers += 1
             except Exception as error:  # noqa: BLE001 - counted, and the test asserts on them
@@ -90,8 +96,9 @@ class Traffic:
             thread.join(35)
 
 
-def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_status(kube: Kube, namespace: str, node,
-                                                                                  operator):
+def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_status(
+    kube: Kube, namespace: str, node, operator
+):
     sd = SD(kube, namespace, real_node.on_real_node(example(PYTORCH_SAMPLE)))
     sd.wait_ready(timeout=START_SECONDS)
     pod = ready_pod(kube, namespace, sd.name)
@@ -111,8 +118,13 @@ def test_a_runtime_pod_on_the_real_node_serves_the_openai_client_and_feeds_statu
     assert model == "meta-llama/Llama-3.1-8B-Instruct"
     with Traffic(pod.status.pod_ip, model) as traffic:
         # The operator scrapes the pod's /metrics at its IP, as Prometheus does, into status.speculation.
-        speculation = wait_for(lambda: (s := (sd.get().get("status") or {}).get("speculation") or {}).get(
-            "acceptanceRate") is not None and s, "status.speculation from the pod's metrics", timeout=60)
+        speculation = wait_for(
+            lambda: (
+                (s := (sd.get().get("status") or {}).get("speculation") or {}).get("acceptanceRate") is not None and s
+            ),
+            "status.speculation from the pod's metrics",
+            timeout=60,
+        )
     assert traffic.answers > 0 and not traffic.errors, traffic.errors[:3]
     assert speculation["draftLen"] == 4 and speculation["pods"] == 1
     assert 0 < speculation["acceptanceRate"] <= 1
@@ -133,13 +145,24 @@ def test_draft_len_auto_reaches_the_running_front_through_the_kubelet(kube: Kube
     optimum = speculation.best_draft_len(0.45, 0.15, 1, 8)
     model = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="unused").models.list().data[0].id
     with Traffic(ip, model, streams=4, max_tokens=64) as traffic:
-        chosen = wait_for(lambda: (k := kube.core.read_namespaced_config_map(
-            f"{sd.name}-runtime", namespace).data["draft_len"]) != "4" and k, "the operator's choice", timeout=120)
+        chosen = wait_for(
+            lambda: (
+                (k := kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["draft_len"]) != "4"
+                and k
+            ),
+            "the operator's choice",
+            timeout=120,
+        )
         written = time.monotonic()
-        wait_for(lambda: gauge(metrics(ip), "specdec_draft_len") == int(chosen), f"the front's draft length {chosen}",
-                 timeout=90)
-        print(f"draft_len {chosen} reached the front {time.monotonic() - written:.1f}s after the ConfigMap write "
-              f"(kubelet syncFrequency {node_config.SYNC_FREQUENCY})")
+        wait_for(
+            lambda: gauge(metrics(ip), "specdec_draft_len") == int(chosen),
+            f"the front's draft length {chosen}",
+            timeout=90,
+        )
+        print(
+            f"draft_len {chosen} reached the front {time.monotonic() - written:.1f}s after the ConfigMap write "
+            f"(kubelet syncFrequency {node_config.SYNC_FREQUENCY})"
+        )
     assert abs(int(chosen) - optimum) <= 1 and not traffic.errors, (chosen, optimum, traffic.errors[:3])
     after = ready_pod(kube, namespace, sd.name).status.container_statuses[0]
     assert after.container_id == started and after.restart_count == 0  # no restart
@@ -154,25 +177,37 @@ def test_the_kubelet_gates_readiness_and_restarts_a_killed_container(kube: Kube,
     backend = pid_of(node, pod, "trtllm-serve")
     os.kill(backend, signal.SIGSTOP)
     try:
-        wait_for(lambda: not runtime_pods(kube, namespace, sd.name)[0].status.container_statuses[0].ready,
-                 "the pod not Ready while its backend hangs", timeout=90)
+        wait_for(
+            lambda: not runtime_pods(kube, namespace, sd.name)[0].status.container_statuses[0].ready,
+            "the pod not Ready while its backend hangs",
+            timeout=90,
+        )
         wait_for(lambda: sd.condition("Ready").get("status") == "False", "the deployment not Ready", timeout=30)
     finally:
         os.kill(backend, signal.SIGCONT)
     sd.wait_ready(timeout=90)
     # SIGKILL to the container's first process: the kubelet restarts it and the deployment recovers.
     os.kill(pid_of(node, pod, "specdec-runtime"), signal.SIGKILL)
-    wait_for(lambda: runtime_pods(kube, namespace, sd.name)[0].status.container_statuses[0].restart_count == 1,
-             "the container restarted", timeout=60)
+    wait_for(
+        lambda: runtime_pods(kube, namespace, sd.name)[0].status.container_statuses[0].restart_count == 1,
+        "the container restarted",
+        timeout=60,
+    )
     ready_pod(kube, namespace, sd.name)
     sd.wait_ready(timeout=90)
 
 
 def test_an_image_that_runs_as_root_is_refused_and_the_status_says_so(kube: Kube, namespace: str, node, operator):
     sd = SD(kube, namespace, real_node.on_real_node(example(PYTORCH_SAMPLE), image=images.BASE_IMAGE))
-    refused = wait_for(lambda: (c := sd.condition("RuntimeAvailable")).get("status") == "False"
-                       and "runAsNonRoot" in c.get("message", "") and c, "RuntimeAvailable=False naming runAsNonRoot",
-                       timeout=START_SECONDS)
+    refused = wait_for(
+        lambda: (
+            (c := sd.condition("RuntimeAvailable")).get("status") == "False"
+            and "runAsNonRoot" in c.get("message", "")
+            and c
+        ),
+        "RuntimeAvailable=False naming runAsNonRoot",
+        timeout=START_SECONDS,
+    )
     waiting = runtime_pods(kube, namespace, sd.name)[0].status.container_statuses[0].state.waiting
     assert waiting.reason == "CreateContainerConfigError"  # the kubelet's own verdict
     assert "root" in refused["message"] and sd.condition("Ready")["status"] == "False"

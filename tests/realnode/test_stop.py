@@ -42,8 +42,12 @@ def test_stopping_the_node_leaves_the_host_as_it_found_it(node: real_node.RealNo
     assert not Path("/sys/class/net", node_config.BRIDGE).exists()
     rules = iptables()
     assert real_node.DNAT_COMMENT not in iptables("-t", "nat")
-    new_chains = [line for line in rules.splitlines() if line.startswith(":KUBE-")
-                  and line.split()[0][1:] not in {c for chains in before.chains.values() for c in chains}]
+    new_chains = [
+        line
+        for line in rules.splitlines()
+        if line.startswith(":KUBE-")
+        and line.split()[0][1:] not in {c for chains in before.chains.values() for c in chains}
+    ]
     assert new_chains == []
     assert {name: Path("/proc/sys", name).read_text().strip() for name in before.sysctls} == before.sysctls
     assert [c for c in host_changes.kube_cgroups() if c not in before.cgroups] == []

@@ -28,8 +28,10 @@ EXTRA_SPECS = {
     "pytorch-llama-3.1-8b-draft-1b": {
         "backend": "pytorch",
         "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-        "speculation": {"mode": "draftTarget", "draftTarget": {
-            "draft": {"model": "hf://meta-llama/Llama-3.2-1B-Instruct"}, "draftLen": 4}},
+        "speculation": {
+            "mode": "draftTarget",
+            "draftTarget": {"draft": {"model": "hf://meta-llama/Llama-3.2-1B-Instruct"}, "draftLen": 4},
+        },
         "runtime": {"kvCache": {"freeGpuMemoryFraction": 0.5}},
     },
     "pytorch-none-tp2": {
@@ -37,8 +39,7 @@ EXTRA_SPECS = {
         "target": {"model": "pvc://models/qwen/Qwen2.5-14B", "family": "qwen", "tensorParallelSize": 2},
     },
     "tensorrt-none-tp2": {
-        "target": {"model": "hf://meta-llama/Llama-3.1-70B-Instruct", "quantization": "fp8",
-                   "tensorParallelSize": 2},
+        "target": {"model": "hf://meta-llama/Llama-3.1-70B-Instruct", "quantization": "fp8", "tensorParallelSize": 2},
         "runtime": {"port": 9000},
     },
 }
@@ -56,8 +57,14 @@ def scenario_configs() -> dict[str, RuntimeConfig]:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         configs[path.stem] = _plan(docs[0]).runtime
     for name, spec in EXTRA_SPECS.items():
-        configs[name] = _plan({"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
-                               "metadata": {"name": name.replace(".", "-"), "namespace": "default"}, "spec": spec}).runtime
+        configs[name] = _plan(
+            {
+                "apiVersion": "specdec.io/v1alpha1",
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": name.replace(".", "-"), "namespace": "default"},
+                "spec": spec,
+            }
+        ).runtime
     return configs
 
 

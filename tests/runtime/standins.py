@@ -98,8 +98,20 @@ class OpenAIState(TrtllmServeContract):
 
 async def _main(args: argparse.Namespace) -> int:
     """The stand-in as a server process: serves until SIGTERM (recorded in --marker) or --exit-after."""
-    state = OpenAIState(chunk_delay=args.chunk_delay, stats=[{"iter": 1, "specDecodingStats": {
-        "numDraftTokens": 8, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 2, "acceptanceLength": 4.0}}])
+    state = OpenAIState(
+        chunk_delay=args.chunk_delay,
+        stats=[
+            {
+                "iter": 1,
+                "specDecodingStats": {
+                    "numDraftTokens": 8,
+                    "numAcceptedTokens": 6,
+                    "numRequestsWithDraftTokens": 2,
+                    "acceptanceLength": 4.0,
+                },
+            }
+        ],
+    )
     runner = web.AppRunner(state.app(), handler_cancellation=True, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", args.port).start()

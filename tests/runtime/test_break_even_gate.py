@@ -41,10 +41,15 @@ def test_the_front_stops_drafting_above_the_break_even_and_resumes_below_with_hy
 
     async def scenario():
         async with stack(state, None, draft_len_file=tmp_path / "draft_len", stats_interval=0.02) as (
-                front, url, client):
+            front,
+            url,
+            client,
+        ):
+
             async def send(headers=None):
-                async with client.post(f"{url}/v1/completions", headers=headers or {},
-                                       json={"prompt": "Hi", "max_tokens": 4}) as r:
+                async with client.post(
+                    f"{url}/v1/completions", headers=headers or {}, json={"prompt": "Hi", "max_tokens": 4}
+                ) as r:
                     assert r.status == 200
 
             async def load(count: int) -> list[asyncio.Task]:
@@ -60,8 +65,9 @@ def test_the_front_stops_drafting_above_the_break_even_and_resumes_below_with_hy
                 """The oldest `count` requests in flight answered."""
                 for released in [e for e in state.held if not e.is_set()][:count]:
                     released.set()
-                await eventually(lambda: front.route.in_flight == sum(not e.is_set() for e in state.held),
-                                 "the answers at the front")
+                await eventually(
+                    lambda: front.route.in_flight == sum(not e.is_set() for e in state.held), "the answers at the front"
+                )
 
             tasks = await load(12)  # requests 11 and 12 join at 11 and 12 in flight: above the break-even
             await finish(2)  # 10 in flight: inside the band, still off
@@ -79,9 +85,11 @@ def test_the_front_stops_drafting_above_the_break_even_and_resumes_below_with_hy
             tasks = await load(12)
             await finish(12)
             await asyncio.gather(*tasks)
-            return ([r["num_draft_tokens"] for r in state.requests],
-                    metric(front, "specdec_undrafted_requests_total", reason="load"),
-                    metric(front, "specdec_undrafted_requests_total", reason="opt_out"))
+            return (
+                [r["num_draft_tokens"] for r in state.requests],
+                metric(front, "specdec_undrafted_requests_total", reason="load"),
+                metric(front, "specdec_undrafted_requests_total", reason="opt_out"),
+            )
 
     sent, by_load, opted_out = run(scenario())
     k = draft_len
@@ -102,13 +110,16 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-            backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
-                                          metrics_url=f"{metrics_url}/metrics")
+            backend = dataclasses.replace(
+                launch.plan_launch(CONFIG).backend, url=triton_url, metrics_url=f"{metrics_url}/metrics"
+            )
             front = Front(CONFIG, backend, stats_interval=0.02)
             async with serving_front(front) as url, aiohttp.ClientSession() as client:
+
                 async def one(headers):
-                    async with client.post(f"{url}/v1/completions", headers=headers,
-                                           json={"prompt": "Hi", "max_tokens": 20}) as r:
+                    async with client.post(
+                        f"{url}/v1/completions", headers=headers, json={"prompt": "Hi", "max_tokens": 20}
+                    ) as r:
                         assert r.status == 200
 
                 async def timed(clients: int) -> float:
@@ -117,15 +128,18 @@ def test_the_simulated_tritons_step_time_grows_with_its_batch_and_the_front_coun
                     return asyncio.get_running_loop().time() - started
 
                 alone, eight = await timed(1), await timed(8)
-                await eventually(lambda: metric(front, "specdec_target_iterations_total") >= 5,
-                                 "the front to poll the iteration gauges")
+                await eventually(
+                    lambda: metric(front, "specdec_target_iterations_total") >= 5,
+                    "the front to poll the iteration gauges",
+                )
                 return alone, eight, front
 
     alone, eight, front = run(scenario())
     # 20 steps of t(1) = 3 ms alone, of t(8) = 10 ms with 8 in flight (no drafts: acceptance and opt-out)
     assert 0.06 <= alone < 0.2 and 0.2 <= eight < 0.6
     per_iteration = metric(front, "specdec_target_batch_sequences_total") / metric(
-        front, "specdec_target_iterations_total")
+        front, "specdec_target_iterations_total"
+    )
     # Intervals with a moment of no request at Triton (before, between and after the two runs) are not
     # counted: what is counted is the 8-request batch.
     assert 4 <= per_iteration <= 8 and metric(front, "specdec_target_batch_draft_tokens_total") == 0
@@ -139,7 +153,11 @@ def test_below_the_break_even_the_front_sends_the_scheduled_draft_length(tmp_pat
 
     async def scenario():
         async with stack(state, None, draft_len_file=tmp_path / "draft_len", stats_interval=0.02) as (
-                front, url, client):
+            front,
+            url,
+            client,
+        ):
+
             async def send():
                 async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}) as r:
                     assert r.status == 200

@@ -61,16 +61,22 @@ def fake_torch(monkeypatch):
 
     LongStorage.__module__, LongStorage.__qualname__ = "torch", "LongStorage"
     _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
-    torch.LongStorage, torch._utils, utils._rebuild_tensor_v2, torch.Tensor = LongStorage, utils, \
-        _rebuild_tensor_v2, Tensor
+    torch.LongStorage, torch._utils, utils._rebuild_tensor_v2, torch.Tensor = (
+        LongStorage,
+        utils,
+        _rebuild_tensor_v2,
+        Tensor,
+    )
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "torch._utils", utils)
     return torch
 
 
 def test_reads_the_pickle_pythons_pickler_makes_for_torch(fake_torch, tmp_path):
-    records = [{"id": i, "input_ids": fake_torch.Tensor(str(i), (n,)), "hidden_state": fake_torch.Tensor(f"h{i}", (n,))}
-               for i, n in ((1, 7), (2, 11), (3, 5))]
+    records = [
+        {"id": i, "input_ids": fake_torch.Tensor(str(i), (n,)), "hidden_state": fake_torch.Tensor(f"h{i}", (n,))}
+        for i, n in ((1, 7), (2, 11), (3, 5))
+    ]
     path = tmp_path / "data_3.pt"
     with zipfile.ZipFile(path, "w") as out:
         out.writestr("data_3/data.pkl", pickled_by_python(records, fake_torch))
@@ -89,7 +95,12 @@ def test_reads_a_file_real_torch_wrote_as_tensorrt_llm_does(path):
     assert captured_tokens(path) == (3, 15)
     totals = CaptureDirectory(path.parent, "cap").scan()
     assert (totals.files, totals.bytes, totals.requests, totals.tokens, totals.unreadable) == (
-        1, path.stat().st_size, 3, 15, 0)
+        1,
+        path.stat().st_size,
+        3,
+        15,
+        0,
+    )
 
 
 def test_a_file_real_torch_wrote_is_kept_for_the_reader():
@@ -98,8 +109,14 @@ def test_a_file_real_torch_wrote_is_kept_for_the_reader():
 
 def test_the_stand_in_writes_what_tensorrt_llm_does(tmp_path):
     """A file every write_interval requests, named after the request that completed it, holding those requests."""
-    capture = HiddenStateCapture.from_config({"decoding_type": "SaveState", "output_directory": str(tmp_path / "out"),
-                                              "write_interval": 3, "file_prefix": "cap"})
+    capture = HiddenStateCapture.from_config(
+        {
+            "decoding_type": "SaveState",
+            "output_directory": str(tmp_path / "out"),
+            "write_interval": 3,
+            "file_prefix": "cap",
+        }
+    )
     written = [capture.request(n) for n in (4, 5, 6, 7, 8, 9, 10)]
     assert written[:2] == [None, None] and written[3:5] == [None, None] and written[6] is None
     assert [p.name for p in (written[2], written[5])] == ["cap_3.pt", "cap_6.pt"]
@@ -140,13 +157,16 @@ def test_the_directory_counts_its_files_and_reads_each_once(tmp_path, monkeypatc
     (tmp_path / "data_x.pt").write_text("not counted either")
     (tmp_path / "data_6.pt").write_bytes(b"being written")
     reads = []
-    monkeypatch.setattr(capture_module, "captured_tokens", lambda path: reads.append(path.name) or captured_tokens(path))
+    monkeypatch.setattr(
+        capture_module, "captured_tokens", lambda path: reads.append(path.name) or captured_tokens(path)
+    )
     directory = CaptureDirectory(tmp_path, "data")
     totals = directory.scan()
     sizes = sum((tmp_path / n).stat().st_size for n in ("data_2.pt", "data_4.pt", "data_6.pt"))
     assert (totals.files, totals.bytes, totals.requests, totals.tokens, totals.unreadable) == (3, sizes, 4, 18, 1)
-    assert totals.last_write == pytest.approx(max((tmp_path / n).stat().st_mtime for n in ("data_2.pt", "data_4.pt",
-                                                                                             "data_6.pt")))
+    assert totals.last_write == pytest.approx(
+        max((tmp_path / n).stat().st_mtime for n in ("data_2.pt", "data_4.pt", "data_6.pt"))
+    )
     assert sorted(reads) == ["data_2.pt", "data_4.pt", "data_6.pt"]
     reads.clear()
     assert directory.scan() == totals and reads == []  # unchanged files (the unreadable one too) are not opened again
@@ -184,9 +204,13 @@ def test_the_gauges_exist_in_mode_save_state_only():
     metrics.capture(CaptureTotals(files=2, bytes=4096, requests=40, tokens=900, unreadable=1, last_write=1.7e9))
     values = parse_prometheus(metrics.render().decode())
     assert {k: v for k, v in values.items() if k.startswith("specdec_capture")} == {
-        "specdec_capture_files": 2, "specdec_capture_bytes": 4096, "specdec_capture_requests": 40,
-        "specdec_capture_tokens": 900, "specdec_capture_unreadable_files": 1,
-        "specdec_capture_last_write_timestamp_seconds": 1.7e9}
+        "specdec_capture_files": 2,
+        "specdec_capture_bytes": 4096,
+        "specdec_capture_requests": 40,
+        "specdec_capture_tokens": 900,
+        "specdec_capture_unreadable_files": 1,
+        "specdec_capture_last_write_timestamp_seconds": 1.7e9,
+    }
     metrics.capture(CaptureTotals())  # everything moved away
     assert parse_prometheus(metrics.render().decode())["specdec_capture_files"] == 0
 
@@ -195,10 +219,17 @@ def test_reading_a_file_never_needs_torch(tmp_path):
     """The front's image need not have torch: the reader works with `import torch` impossible."""
     path = tmp_path / "data_1.pt"
     HiddenStateCapture.from_config({"output_directory": str(tmp_path), "write_interval": 1}).request(9)
-    code = ("import sys; sys.modules['torch'] = None; from pathlib import Path; "
-            "from specdec.runtime.capture_file import captured_tokens; print(captured_tokens(Path(sys.argv[1])))")
-    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    code = (
+        "import sys; sys.modules['torch'] = None; from pathlib import Path; "
+        "from specdec.runtime.capture_file import captured_tokens; print(captured_tokens(Path(sys.argv[1])))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert result.returncode == 0 and result.stdout.strip() == "(1, 9)", result
 
 

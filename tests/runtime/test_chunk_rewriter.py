@@ -27,12 +27,23 @@ def events(data: bytes) -> list:
 
 
 def content(text: str, **extra) -> dict:
-    return {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "/engines/llama",
-            "choices": [{"index": 0, "text": text, "finish_reason": None}], **extra}
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 1,
+        "model": "/engines/llama",
+        "choices": [{"index": 0, "text": text, "finish_reason": None}],
+        **extra,
+    }
 
 
-USAGE = {"id": "cmpl-1", "object": "text_completion", "model": "/engines/llama", "choices": [],
-         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+USAGE = {
+    "id": "cmpl-1",
+    "object": "text_completion",
+    "model": "/engines/llama",
+    "choices": [],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
 
 
 @pytest.mark.parametrize("client_usage", [False, True])

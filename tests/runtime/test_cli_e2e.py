@@ -25,10 +25,32 @@ def start(tmp_path, backend_args: str, *extra: str):
     # The stand-in imports specdec too: the same one as the test (a caller's PYTHONPATH stays).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "specdec.runtime.cli", "--config", str(config), "--workdir", str(tmp_path / "work"),
-         "--backend-command", command, "--backend-url", f"http://127.0.0.1:{backend_port}", "--host", "127.0.0.1",
-         "--stats-interval", "0.1", "--grace-seconds", "5", *extra],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "specdec.runtime.cli",
+            "--config",
+            str(config),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--backend-command",
+            command,
+            "--backend-url",
+            f"http://127.0.0.1:{backend_port}",
+            "--host",
+            "127.0.0.1",
+            "--stats-interval",
+            "0.1",
+            "--grace-seconds",
+            "5",
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return process, f"http://127.0.0.1:{front_port}"
 
 
@@ -72,8 +94,10 @@ def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
         wait_for(lambda: http(f"{url}/health")[0] == 200, "/health to turn 200")
         status, body = http(f"{url}/v1/completions", {"prompt": "Hi", "max_tokens": 4})
         assert status == 200 and json.loads(body)["model"] == "meta-llama/Llama-3.1-8B-Instruct"
-        metrics = wait_for(lambda: (m := parse_prometheus(http(f"{url}/metrics")[1]))
-                           .get("specdec_draft_tokens_total") == 8 and m, "the speculation counters")
+        metrics = wait_for(
+            lambda: (m := parse_prometheus(http(f"{url}/metrics")[1])).get("specdec_draft_tokens_total") == 8 and m,
+            "the speculation counters",
+        )
         assert metrics["specdec_accepted_draft_tokens_total"] == 6 and metrics["specdec_backend_up"] == 1
         assert metrics['specdec_requests_total{endpoint="/v1/completions",status="200"}'] == 1
         process.send_signal(signal.SIGTERM)
@@ -86,7 +110,6 @@ def test_serves_then_stops_gracefully_on_sigterm(tmp_path):
     assert "forwarding SIGTERM" in stderr and "exiting with status 0" in stderr
 
 
-
 def test_sigterm_lets_the_requests_in_flight_finish_before_the_server_stops(tmp_path):
     """The front stops listening first and finishes its streams on the running server; only then does the
     server get SIGTERM (a server stopped first would cut them, and the front would answer 502 meanwhile)."""
@@ -94,8 +117,11 @@ def test_sigterm_lets_the_requests_in_flight_finish_before_the_server_stops(tmp_
     process, url = start(tmp_path, f"--marker {marker} --chunk-delay 0.5")
     try:
         wait_for(lambda: http(f"{url}/health")[0] == 200, "/health to turn 200")
-        request = urllib.request.Request(f"{url}/v1/completions", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True}).encode())
+        request = urllib.request.Request(
+            f"{url}/v1/completions",
+            headers={"Content-Type": "application/json"},
+            data=json.dumps({"prompt": "hi", "max_tokens": 3, "stream": True}).encode(),
+        )
         with urllib.request.urlopen(request, timeout=10) as stream:
             first = stream.readline()
             process.send_signal(signal.SIGTERM)
@@ -125,7 +151,8 @@ def test_print_config_via_the_console_script(tmp_path):
     config.write_text(config_json(CONFIG))
     # The console script of the venv running the tests: PATH may hold another install, or none.
     script = os.path.join(os.path.dirname(sys.executable), "specdec-runtime")
-    result = subprocess.run([script, "--config", str(config), "--print-config"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [script, "--config", str(config), "--print-config"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0
     assert "trtllm-serve /cache/models/meta-llama--Llama-3.1-8B-Instruct/main --backend pytorch" in result.stdout

@@ -33,19 +33,24 @@ def base() -> dict:
     return json.loads(config_json(CONFIGS["llama-2-13b-draft-7b-logits"]))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.pop("target"), "target: Field required"),
-    (lambda d: d.update(speculation={"mode": "medusa", "speculativeConfig": {}}), "mode 'medusa' is not one of"),
-    (lambda d: d["kvCache"].update(freeGpuMemoryFraction=1.5), "kvCache.freeGpuMemoryFraction"),
-    (lambda d: d.update(unknown=1), "unknown: Extra inputs are not permitted"),
-    (lambda d: d["speculation"].pop("draft"), "speculation.draftTarget.draft: Field required"),
-    (lambda d: d["target"].pop("engineDir"), "target.engineDir is required with backend tensorrt"),
-    (lambda d: d["speculation"].update(draftLen=11), "exceeds maxDraftLen"),
-    (lambda d: d["target"].update(devices=[0, 1]), "target.devices has 2 entries but tensorParallelSize is 1"),
-    (lambda d: d.update(port=8001), "port 8001 is used inside the pod by Triton's gRPC endpoint"),
-    (lambda d: d.update(speculation={"mode": "ngram", "speculativeConfig": {"decoding_type": "NGram"}}),
-     "ngram is served by backend pytorch only"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("target"), "target: Field required"),
+        (lambda d: d.update(speculation={"mode": "medusa", "speculativeConfig": {}}), "mode 'medusa' is not one of"),
+        (lambda d: d["kvCache"].update(freeGpuMemoryFraction=1.5), "kvCache.freeGpuMemoryFraction"),
+        (lambda d: d.update(unknown=1), "unknown: Extra inputs are not permitted"),
+        (lambda d: d["speculation"].pop("draft"), "speculation.draftTarget.draft: Field required"),
+        (lambda d: d["target"].pop("engineDir"), "target.engineDir is required with backend tensorrt"),
+        (lambda d: d["speculation"].update(draftLen=11), "exceeds maxDraftLen"),
+        (lambda d: d["target"].update(devices=[0, 1]), "target.devices has 2 entries but tensorParallelSize is 1"),
+        (lambda d: d.update(port=8001), "port 8001 is used inside the pod by Triton's gRPC endpoint"),
+        (
+            lambda d: d.update(speculation={"mode": "ngram", "speculativeConfig": {"decoding_type": "NGram"}}),
+            "ngram is served by backend pytorch only",
+        ),
+    ],
+)
 def test_bad_configurations_are_refused_with_the_reason(tmp_path, mutate, message):
     data = base()
     mutate(data)
@@ -70,8 +75,14 @@ def test_cli_exits_2_with_the_message(tmp_path, capsys):
 
 
 def test_the_console_script_exits_2_on_a_bad_config(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--config",
-                             write(tmp_path, {"backend": "tensorrt"})], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "specdec.runtime.cli", "--config", write(tmp_path, {"backend": "tensorrt"})],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
-    assert "is not a valid runtime configuration" in result.stderr and "servedModelName: Field required" in result.stderr
+    assert (
+        "is not a valid runtime configuration" in result.stderr and "servedModelName: Field required" in result.stderr
+    )
     assert result.stdout == ""

@@ -62,8 +62,10 @@ def test_completion_is_proxied_with_the_served_model_name():
             async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 4}) as resp:
                 assert resp.status == 200
                 body = await resp.json()
-            async with client.post(f"{url}/v1/chat/completions", json={
-                    "model": PYTORCH.served_model_name, "messages": [{"role": "user", "content": "Hi"}]}) as resp:
+            async with client.post(
+                f"{url}/v1/chat/completions",
+                json={"model": PYTORCH.served_model_name, "messages": [{"role": "user", "content": "Hi"}]},
+            ) as resp:
                 chat = await resp.json()
             async with client.get(f"{url}/metrics") as resp:
                 return body, chat, parse_prometheus(await resp.text())
@@ -115,9 +117,14 @@ def test_a_client_that_asks_for_usage_gets_the_usage_chunk():
 
     async def scenario():
         async with stack(state) as (front, url, client):
-            async with client.post(f"{url}/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "Hi"}], "stream": True,
-                    "stream_options": {"include_usage": True}}) as resp:
+            async with client.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            ) as resp:
                 return data_lines((await resp.read()).decode())
 
     events = run(scenario())
@@ -203,6 +210,7 @@ def test_a_client_that_leaves_mid_stream_stops_the_backend_stream():
 
 def metrics_once_read(state: OpenAIState, counter: str, value: float) -> dict[str, float]:
     """The front's /metrics once its `counter` shows the stand-in's iteration statistics read."""
+
     async def scenario():
         async with stack(state, stats_interval=0.05) as (front, url, client):
             await eventually(lambda: metric(front, counter) == value, "the iteration stats to be read")
@@ -213,20 +221,49 @@ def metrics_once_read(state: OpenAIState, counter: str, value: float) -> dict[st
 
 
 def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
-    state = OpenAIState(stats=[
-        # Two-model: the drafter took 10 of the iteration's 40 ms (draftOverhead 0.25).
-        {"iter": 1, "iterLatencyMS": 40.0, "specDecodingStats": {
-            "numDraftTokens": 8, "numAcceptedTokens": 6, "numRequestsWithDraftTokens": 2, "acceptanceLength": 4.0,
-            "iterLatencyMS": 10.0, "draftOverhead": 0.25}},
-        {"iter": 2, "iterLatencyMS": 5.0, "specDecodingStats": {
-            "numDraftTokens": 0, "numAcceptedTokens": 0, "numRequestsWithDraftTokens": 0, "iterLatencyMS": 0.0,
-            "draftOverhead": 0.0}},
-        # No drafter timing (one-model modes, ngram): tokens and steps, no time.
-        json.dumps({"iter": 3, "iterLatencyMS": 20.0, "specDecodingStats": {
-            "numDraftTokens": 4, "numAcceptedTokens": 1, "numRequestsWithDraftTokens": 1, "iterLatencyMS": 0.0,
-            "draftOverhead": 0.0}}),
-        {"iter": 4, "iterLatencyMS": 3.0},
-    ])
+    state = OpenAIState(
+        stats=[
+            # Two-model: the drafter took 10 of the iteration's 40 ms (draftOverhead 0.25).
+            {
+                "iter": 1,
+                "iterLatencyMS": 40.0,
+                "specDecodingStats": {
+                    "numDraftTokens": 8,
+                    "numAcceptedTokens": 6,
+                    "numRequestsWithDraftTokens": 2,
+                    "acceptanceLength": 4.0,
+                    "iterLatencyMS": 10.0,
+                    "draftOverhead": 0.25,
+                },
+            },
+            {
+                "iter": 2,
+                "iterLatencyMS": 5.0,
+                "specDecodingStats": {
+                    "numDraftTokens": 0,
+                    "numAcceptedTokens": 0,
+                    "numRequestsWithDraftTokens": 0,
+                    "iterLatencyMS": 0.0,
+                    "draftOverhead": 0.0,
+                },
+            },
+            # No drafter timing (one-model modes, ngram): tokens and steps, no time.
+            json.dumps(
+                {
+                    "iter": 3,
+                    "iterLatencyMS": 20.0,
+                    "specDecodingStats": {
+                        "numDraftTokens": 4,
+                        "numAcceptedTokens": 1,
+                        "numRequestsWithDraftTokens": 1,
+                        "iterLatencyMS": 0.0,
+                        "draftOverhead": 0.0,
+                    },
+                }
+            ),
+            {"iter": 4, "iterLatencyMS": 3.0},
+        ]
+    )
 
     metrics = metrics_once_read(state, "specdec_speculative_steps_total", 3)
     assert metrics["specdec_draft_tokens_total"] == 12 and metrics["specdec_accepted_draft_tokens_total"] == 7
@@ -239,13 +276,19 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
 
 def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stats():
     """Each iteration with generation requests is a window of the load model: its time, its batch, its drafts."""
-    state = OpenAIState(stats=[
-        {"iter": 1, "iterLatencyMS": 40.0, "inflightBatchingStats": {"numGenRequests": 4, "numContextRequests": 1},
-         "specDecodingStats": {"numDraftTokens": 16, "numAcceptedTokens": 9, "numRequestsWithDraftTokens": 4}},
-        {"iter": 2, "iterLatencyMS": 10.0, "inflightBatchingStats": {"numGenRequests": 2}},
-        {"iter": 3, "iterLatencyMS": 7.0, "inflightBatchingStats": {"numGenRequests": 0, "numContextRequests": 2}},
-        {"iter": 4, "iterLatencyMS": 3.0},
-    ])
+    state = OpenAIState(
+        stats=[
+            {
+                "iter": 1,
+                "iterLatencyMS": 40.0,
+                "inflightBatchingStats": {"numGenRequests": 4, "numContextRequests": 1},
+                "specDecodingStats": {"numDraftTokens": 16, "numAcceptedTokens": 9, "numRequestsWithDraftTokens": 4},
+            },
+            {"iter": 2, "iterLatencyMS": 10.0, "inflightBatchingStats": {"numGenRequests": 2}},
+            {"iter": 3, "iterLatencyMS": 7.0, "inflightBatchingStats": {"numGenRequests": 0, "numContextRequests": 2}},
+            {"iter": 4, "iterLatencyMS": 3.0},
+        ]
+    )
 
     metrics = metrics_once_read(state, "specdec_target_iterations_total", 2)
     assert metrics["specdec_target_iteration_seconds_total"] == pytest.approx(0.050)
@@ -254,8 +297,7 @@ def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stat
 
 
 def test_redrafter_default_temperature_applies_when_the_client_sets_none():
-    config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.redrafter.model_copy(
-        update={"temperature": 0.7})})
+    config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.redrafter.model_copy(update={"temperature": 0.7})})
     state = OpenAIState()
 
     async def scenario():
@@ -314,8 +356,10 @@ def test_a_client_slow_to_read_holds_the_backend_back_and_gets_every_byte(monkey
             sock.connect((host, int(port)))
             reader, writer = await asyncio.open_connection(sock=sock)
             body = json.dumps({"prompt": "Hi", "stream": True}).encode()
-            writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            writer.write(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             await asyncio.sleep(0.5)  # the client reads nothing for a while
             sent_while_waiting = state.chunks_sent

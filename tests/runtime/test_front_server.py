@@ -23,8 +23,10 @@ from tests.runtime.test_front_openai import PYTORCH, data_lines, run, stack
 
 def post(path: str, body: dict, *, version: str = "1.1", extra: str = "") -> bytes:
     raw = json.dumps(body).encode()
-    return (f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
-            f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+    return (
+        f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(raw)}\r\n\r\n"
+    ).encode() + raw
 
 
 def get(path: str) -> bytes:
@@ -80,9 +82,13 @@ def test_one_connection_takes_pages_and_generation_requests_in_turn_even_sent_al
 
     async def scenario():
         async with stack(state) as (front, url, _client), connection(url) as (reader, writer):
-            writer.write(get("/health") + post("/v1/completions", {"prompt": "Hi"}) + get("/v1/models")
-                         + post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                         "stream": True}) + get("/metrics"))
+            writer.write(
+                get("/health")
+                + post("/v1/completions", {"prompt": "Hi"})
+                + get("/v1/models")
+                + post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True})
+                + get("/metrics")
+            )
             answers = [await response(reader) for _ in range(5)]
             return front, answers
 
@@ -123,17 +129,25 @@ def test_http_1_0_gets_the_stream_to_the_connections_end_and_expect_100_continue
     assert final_status == 200 and json.loads(final_body)["choices"][0]["text"] == "Hello, world"
 
 
-@pytest.mark.parametrize("request_bytes, status, says", [
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 411,
-     "Content-Length"),
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n", 400, "not a length"),
-    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n", 413, "larger than"),
-    (b"this is not HTTP\r\n\r\n", 400, "not an HTTP/1.1 request line"),
-    (b"GET /health HTTP/1.1\r\nX: " + b"y" * 70000 + b"\r\n\r\n", 431, "longer than"),
-], ids=["chunked", "no-length", "bad-length", "too-large", "not-http", "head-too-long"])
-def test_a_request_that_cannot_be_read_is_refused_in_openais_shape_and_the_connection_closed(request_bytes, status,
-                                                                                              says):
+@pytest.mark.parametrize(
+    "request_bytes, status, says",
+    [
+        (
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            411,
+            "Content-Length",
+        ),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n", 400, "not a length"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n", 413, "larger than"),
+        (b"this is not HTTP\r\n\r\n", 400, "not an HTTP/1.1 request line"),
+        (b"GET /health HTTP/1.1\r\nX: " + b"y" * 70000 + b"\r\n\r\n", 431, "longer than"),
+    ],
+    ids=["chunked", "no-length", "bad-length", "too-large", "not-http", "head-too-long"],
+)
+def test_a_request_that_cannot_be_read_is_refused_in_openais_shape_and_the_connection_closed(
+    request_bytes, status, says
+):
     state = OpenAIState()
 
     async def scenario():
@@ -206,8 +220,11 @@ def test_a_generation_request_starts_no_task_of_the_front_once_its_backend_conne
                 return asyncio.Task(coro, loop=loop, **kwargs)
 
             loop.set_task_factory(counting)
-            writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}) + post("/v1/completions", {
-                "prompt": "Hi"}) + get("/health"))
+            writer.write(
+                post("/v1/completions", {"prompt": "Hi", "stream": True})
+                + post("/v1/completions", {"prompt": "Hi"})
+                + get("/health")
+            )
             answers = [await response(reader) for _ in range(3)]
             loop.set_task_factory(None)
             return started, answers

@@ -31,8 +31,10 @@ from tests.runtime.helpers import (
 from tests.runtime.standins import TritonState
 
 CONFIG = scenario_configs()["llama-2-13b-draft-7b-logits"]  # draftLen 4 (maxDraftLen 10), logits acceptance
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 def bls_inputs() -> set[str]:
@@ -47,17 +49,21 @@ def tokenizer_dir(tmp_path):
     tok = HfTokenizer(models.WordLevel({"[UNK]": 0, "Hello": 1, "there": 2}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": TEMPLATE, "bos_token": {"content": "<s>"}, "eos_token": "</s>"}))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": TEMPLATE, "bos_token": {"content": "<s>"}, "eos_token": "</s>"})
+    )
     return str(tmp_path)
 
 
 @contextlib.asynccontextmanager
 async def stack(state: TritonState, tokenizer_dir: str | None, **front_args):
-    async with serving(state.app(), handler_cancellation=True) as triton_url, \
-            serving(state.metrics_app()) as metrics_url:
-        backend = dataclasses.replace(launch.plan_launch(CONFIG).backend, url=triton_url,
-                                      metrics_url=f"{metrics_url}/metrics")
+    async with (
+        serving(state.app(), handler_cancellation=True) as triton_url,
+        serving(state.metrics_app()) as metrics_url,
+    ):
+        backend = dataclasses.replace(
+            launch.plan_launch(CONFIG).backend, url=triton_url, metrics_url=f"{metrics_url}/metrics"
+        )
         front = Front(CONFIG, backend, tokenizer=Tokenizer(tokenizer_dir), **front_args)
         async with serving_front(front) as url:
             async with aiohttp.ClientSession() as client:
@@ -83,9 +89,18 @@ def test_completion_adds_the_speculation_inputs_and_strips_the_prompt(tokenizer_
 
     async def scenario():
         async with stack(state, tokenizer_dir) as (front, url, client):
-            async with client.post(f"{url}/v1/completions", json={
-                    "model": CONFIG.served_model_name, "prompt": "Hello there", "max_tokens": 8,
-                    "temperature": 0.5, "top_p": 0.9, "seed": 7, "stop": ["\n"]}) as resp:
+            async with client.post(
+                f"{url}/v1/completions",
+                json={
+                    "model": CONFIG.served_model_name,
+                    "prompt": "Hello there",
+                    "max_tokens": 8,
+                    "temperature": 0.5,
+                    "top_p": 0.9,
+                    "seed": 7,
+                    "stop": ["\n"],
+                },
+            ) as resp:
                 assert resp.status == 200
                 body = await resp.json()
         return body
@@ -129,7 +144,12 @@ def test_metrics_count_requests_tokens_latency_and_acceptance(tokenizer_dir):
     assert after["specdec_response_acceptance_rate_count"] == 2
     assert after['specdec_response_acceptance_rate_bucket{le="0.5"}'] == 2
     assert after["specdec_requests_in_flight"] == 0
-    assert after['specdec_runtime_info{backend="tensorrt",mode="draftTarget",model="meta-llama/Llama-2-13b-hf",route="triton"}'] == 1
+    assert (
+        after[
+            'specdec_runtime_info{backend="tensorrt",mode="draftTarget",model="meta-llama/Llama-2-13b-hf",route="triton"}'
+        ]
+        == 1
+    )
 
 
 def test_steps_and_tokens_per_step_come_from_each_responses_perf_metrics(tokenizer_dir):
@@ -160,11 +180,14 @@ def test_steps_and_tokens_per_step_come_from_each_responses_perf_metrics(tokeniz
 
 
 def test_compute_time_comes_from_tritons_own_counters_across_a_restart(tokenizer_dir):
-    state = TritonState(declared_inputs=bls_inputs(), compute_us={
-        "tensorrt_llm": 2_000_000, "tensorrt_llm_draft": 500_000, "tensorrt_llm_bls": 9_000_000})
+    state = TritonState(
+        declared_inputs=bls_inputs(),
+        compute_us={"tensorrt_llm": 2_000_000, "tensorrt_llm_draft": 500_000, "tensorrt_llm_bls": 9_000_000},
+    )
 
     async def scenario():
         async with stack(state, tokenizer_dir, stats_interval=0.02) as (front, url, client):
+
             def seconds():
                 return tuple(round(metric(front, f"specdec_{model}_seconds_total"), 6) for model in ("draft", "target"))
 
@@ -185,8 +208,12 @@ def test_the_draft_len_file_sets_num_draft_tokens_of_the_next_requests(tokenizer
     draft_len_file = tmp_path / "draft_len"
 
     async def scenario():
-        async with stack(state, tokenizer_dir, stats_interval=0.02,
-                         draft_len_file=draft_len_file) as (front, url, client):
+        async with stack(state, tokenizer_dir, stats_interval=0.02, draft_len_file=draft_len_file) as (
+            front,
+            url,
+            client,
+        ):
+
             async def complete():
                 async with client.post(f"{url}/v1/completions", json={"prompt": "Hello"}) as resp:
                     assert resp.status == 200
@@ -217,9 +244,15 @@ def test_chat_uses_the_models_chat_template(tokenizer_dir):
 
     async def scenario():
         async with stack(state, tokenizer_dir) as (front, url, client):
-            async with client.post(f"{url}/v1/chat/completions", json={"messages": [
-                    {"role": "system", "content": "Be brief."},
-                    {"role": "user", "content": [{"type": "text", "text": "Hello there"}]}]}) as resp:
+            async with client.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "messages": [
+                        {"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": [{"type": "text", "text": "Hello there"}]},
+                    ]
+                },
+            ) as resp:
                 assert resp.status == 200
                 return await resp.json()
 
@@ -236,12 +269,15 @@ def test_streaming_requests_get_the_answer_as_one_chunk(tokenizer_dir):
 
     async def scenario():
         async with stack(state, tokenizer_dir) as (front, url, client):
-            async with client.post(f"{url}/v1/completions", json={
-                    "prompt": "Hello", "stream": True, "stream_options": {"include_usage": True}}) as resp:
+            async with client.post(
+                f"{url}/v1/completions",
+                json={"prompt": "Hello", "stream": True, "stream_options": {"include_usage": True}},
+            ) as resp:
                 assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
                 completion = await sse_events(resp)
-            async with client.post(f"{url}/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "Hello"}], "stream": True}) as resp:
+            async with client.post(
+                f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hello"}], "stream": True}
+            ) as resp:
                 chat = await sse_events(resp)
             async with client.get(f"{url}/metrics") as resp:
                 return completion, chat, parse_prometheus(await resp.text())
@@ -315,8 +351,9 @@ def test_a_client_that_leaves_cancels_its_backend_request(tokenizer_dir):
     async def scenario():
         async with stack(state, tokenizer_dir) as (front, url, client):
             with pytest.raises(asyncio.TimeoutError):
-                await client.post(f"{url}/v1/completions", json={"prompt": "Hello"},
-                                  timeout=aiohttp.ClientTimeout(total=0.3))
+                await client.post(
+                    f"{url}/v1/completions", json={"prompt": "Hello"}, timeout=aiohttp.ClientTimeout(total=0.3)
+                )
             await eventually(lambda: state.cancelled == 1, "the stand-in to see the request cancelled")
             await eventually(lambda: metric(front, "specdec_requests_in_flight") == 0, "no request in flight")
             return metric(front, "specdec_requests_total", endpoint="/v1/completions", status="499")
@@ -344,18 +381,25 @@ def test_health_follows_tritons_readiness_and_models_list(tokenizer_dir):
     assert [m["id"] for m in listed["data"]] == ["meta-llama/Llama-2-13b-hf"]
 
 
-@pytest.mark.parametrize("body, message", [
-    ("{not json", "not valid JSON"),
-    ({"prompt": "Hello", "n": 2}, "n must be 1"),
-    ({"prompt": [1, 2, 3]}, "token ids need trtllm-serve"),
-    ({"prompt": "Hello", "max_tokens": 0}, "Invalid 'max_tokens': integer below minimum value"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("{not json", "not valid JSON"),
+        ({"prompt": "Hello", "n": 2}, "n must be 1"),
+        ({"prompt": [1, 2, 3]}, "token ids need trtllm-serve"),
+        ({"prompt": "Hello", "max_tokens": 0}, "Invalid 'max_tokens': integer below minimum value"),
+    ],
+)
 def test_bad_requests_are_400_and_never_reach_triton(tokenizer_dir, body, message):
     state = TritonState(declared_inputs=bls_inputs())
 
     async def scenario():
         async with stack(state, tokenizer_dir) as (front, url, client):
-            kwargs = {"data": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, str) else {"json": body}
+            kwargs = (
+                {"data": body, "headers": {"Content-Type": "application/json"}}
+                if isinstance(body, str)
+                else {"json": body}
+            )
             async with client.post(f"{url}/v1/completions", **kwargs) as resp:
                 return resp.status, await resp.json()
 

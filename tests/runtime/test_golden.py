@@ -50,4 +50,7 @@ def test_print_config_shows_what_each_route_launches():
     assert "trtllm-serve /cache/engines/vicuna-7b-v1-3-c630994002 --backend tensorrt" in redrafter
     pytorch = shown("pytorch-llama-3.1-8b-draft-1b")
     assert "trtllm-serve /cache/models/meta-llama--Llama-3.1-8B-Instruct/main --backend pytorch" in pytorch
-    assert "decoding_type: Draft_Target" in pytorch and "speculative_model: /cache/models/meta-llama--Llama-3.2-1B-Instruct/main" in pytorch
+    assert (
+        "decoding_type: Draft_Target" in pytorch
+        and "speculative_model: /cache/models/meta-llama--Llama-3.2-1B-Instruct/main" in pytorch
+    )

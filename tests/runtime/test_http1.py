@@ -27,8 +27,10 @@ def decode(body, reads: list[bytes]) -> bytes:
 
 def test_a_request_head_names_the_host_and_the_length():
     head = request_head("POST", "127.0.0.1:8001", "/v1/completions", {"Content-Type": "application/json"}, 12)
-    assert head == (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8001\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: 12\r\n\r\n")
+    assert head == (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8001\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 12\r\n\r\n"
+    )
 
 
 def test_a_response_head_gives_status_and_headers_by_lower_case_name():
@@ -38,8 +40,9 @@ def test_a_response_head_gives_status_and_headers_by_lower_case_name():
     assert parse_head(b"HTTP/1.0 404 Not Found")[0] == 404
 
 
-@pytest.mark.parametrize("head", [b"ICY 200 OK", b"HTTP/1.1 2x0 OK", b"HTTP/1.1 200 OK\r\nno colon",
-                                  b"HTTP/1.1 200 OK\r\n folded: value"])
+@pytest.mark.parametrize(
+    "head", [b"ICY 200 OK", b"HTTP/1.1 2x0 OK", b"HTTP/1.1 200 OK\r\nno colon", b"HTTP/1.1 200 OK\r\n folded: value"]
+)
 def test_what_is_not_a_response_head_is_refused(head):
     with pytest.raises(ProtocolError):
         parse_head(head)
@@ -55,13 +58,13 @@ def test_the_framing_follows_the_headers():
 
 
 def test_a_chunked_body_split_anywhere_decodes_to_its_data():
-    data = chunked(b"data: {\"a\": 1}\n\n", b"x" * 300, b"\r\n", ext=b";name=value", trailer=b"X-T: 1\r\n")
-    expected = b"data: {\"a\": 1}\n\n" + b"x" * 300 + b"\r\n"
+    data = chunked(b'data: {"a": 1}\n\n', b"x" * 300, b"\r\n", ext=b";name=value", trailer=b"X-T: 1\r\n")
+    expected = b'data: {"a": 1}\n\n' + b"x" * 300 + b"\r\n"
     for cut in range(1, len(data)):
         body = Chunked()
         assert decode(body, [data[:cut], data[cut:]]) == expected and body.done, cut
     body = Chunked()
-    assert decode(body, [data[i:i + 1] for i in range(len(data))]) == expected and body.done
+    assert decode(body, [data[i : i + 1] for i in range(len(data))]) == expected and body.done
 
 
 def test_a_read_of_one_whole_chunk_and_of_several_decode_alike():

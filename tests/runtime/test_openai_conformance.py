@@ -76,16 +76,16 @@ def test_an_unknown_model_is_404_model_not_found_in_openais_shape(route, endpoin
             with pytest.raises(openai.NotFoundError) as raised:
                 await create(client, endpoint, "gpt-4o")
             path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
-            async with session.post(url + path, json={"model": "gpt-4o", "prompt": "Hi",
-                                                      "messages": [{"role": "user", "content": "Hi"}]}) as resp:
+            async with session.post(
+                url + path, json={"model": "gpt-4o", "prompt": "Hi", "messages": [{"role": "user", "content": "Hi"}]}
+            ) as resp:
                 return raised.value, resp.status, await resp.json()
 
     error, status, raw = run(scenario())
     assert error.status_code == 404 and error.code == "model_not_found"
     # OpenAI's own answer for a model that does not exist: param null, code model_not_found.
     message = error.body["message"]
-    assert error.body == {"message": message, "type": "invalid_request_error", "param": None,
-                          "code": "model_not_found"}
+    assert error.body == {"message": message, "type": "invalid_request_error", "param": None, "code": "model_not_found"}
     assert "`gpt-4o` does not exist" in message and route.model in message
     assert status == 404 and raw == {"error": error.body}
     assert route.state.requests == []
@@ -96,8 +96,11 @@ def test_the_served_model_is_served_and_so_is_a_request_that_names_none(route):
         async with route.client() as (client, front, url, session):
             named = await client.completions.create(model=route.model, prompt="Hello there", max_tokens=4)
             unnamed = []
-            for body in ({"prompt": "Hello there"}, {"model": None, "prompt": "Hello there"},
-                         {"model": "", "prompt": "Hello there"}):
+            for body in (
+                {"prompt": "Hello there"},
+                {"model": None, "prompt": "Hello there"},
+                {"model": "", "prompt": "Hello there"},
+            ):
                 async with session.post(f"{url}/v1/completions", json=body) as resp:
                     unnamed.append((resp.status, (await resp.json())["model"]))
             return named, unnamed
@@ -160,8 +163,9 @@ INVALID = [
 ]
 
 
-@pytest.mark.parametrize("endpoint, sent, param, code", INVALID,
-                         ids=[f"{e}-{p}-{c}-{i}" for i, (e, _, p, c) in enumerate(INVALID)])
+@pytest.mark.parametrize(
+    "endpoint, sent, param, code", INVALID, ids=[f"{e}-{p}-{c}-{i}" for i, (e, _, p, c) in enumerate(INVALID)]
+)
 def test_an_invalid_parameter_is_400_naming_it_and_no_backend_sees_it(route, endpoint, sent, param, code):
     async def scenario():
         async with route.client() as (client, front, url, session):
@@ -223,8 +227,12 @@ def _text(chunk, endpoint: str) -> str:
 def test_include_usage_streams_a_final_usage_chunk_with_no_choices(route, endpoint):
     async def scenario():
         async with route.client() as (client, front, url, session):
-            with_usage = [c async for c in await create(client, endpoint, route.model, stream=True,
-                                                        stream_options={"include_usage": True})]
+            with_usage = [
+                c
+                async for c in await create(
+                    client, endpoint, route.model, stream=True, stream_options={"include_usage": True}
+                )
+            ]
             without = [c async for c in await create(client, endpoint, route.model, stream=True)]
             return with_usage, without
 
@@ -234,7 +242,10 @@ def test_include_usage_streams_a_final_usage_chunk_with_no_choices(route, endpoi
     # The stand-in's counts; on the Triton route the tokenizer's, of the prompt (chat: as the template made it).
     prompt_tokens = {"openai": 5, "triton": 8 if endpoint == "chat" else 2}[route.kind]
     assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.total_tokens) == (
-        prompt_tokens, 3, prompt_tokens + 3)
+        prompt_tokens,
+        3,
+        prompt_tokens + 3,
+    )
     assert content and all(c.choices and c.usage is None for c in content)
     assert all(c.model == route.model for c in with_usage)
     expected = "Hello, world" if route.kind == "openai" else " and then some"
@@ -251,8 +262,10 @@ def test_include_usage_on_the_triton_route_without_token_counts_still_ends_with_
 
     async def scenario():
         async with translation.stack(state, None) as (front, url, session):
-            async with session.post(f"{url}/v1/completions", json={
-                    "prompt": "Hello", "stream": True, "stream_options": {"include_usage": True}}) as resp:
+            async with session.post(
+                f"{url}/v1/completions",
+                json={"prompt": "Hello", "stream": True, "stream_options": {"include_usage": True}},
+            ) as resp:
                 return await translation.sse_events(resp)
 
     events = run(scenario())
@@ -283,13 +296,19 @@ def test_a_body_that_is_not_json_is_400_in_openais_shape(kind, tokenizer_dir):  
 
     async def scenario():
         async with stack as (front, url, session):
-            async with session.post(f"{url}/v1/completions", data="{not json",
-                                    headers={"Content-Type": "application/json"}) as resp:
+            async with session.post(
+                f"{url}/v1/completions", data="{not json", headers={"Content-Type": "application/json"}
+            ) as resp:
                 return resp.status, await resp.json()
 
     status, body = run(scenario())
     assert status == 400
-    assert body == {"error": {"message": "The request body is not valid JSON.", "type": "invalid_request_error",
-                              "param": None, "code": None}}
+    assert body == {
+        "error": {
+            "message": "The request body is not valid JSON.",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
     assert state.requests == []
-

@@ -39,8 +39,11 @@ def rate(acceptance: float, draft_len: int) -> float:
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.mark.parametrize("acceptance, draft_len", [(0.3, 1), (0.7, 4), (0.9, 10), (0.5, 0)])
@@ -78,10 +81,12 @@ def test_simulated_triton_behind_the_front_counts_triton_metrics_and_follows_its
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-            backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
-                                          metrics_url=f"{metrics_url}/metrics")
+            backend = dataclasses.replace(
+                launch.plan_launch(DRAFT_TARGET).backend, url=triton_url, metrics_url=f"{metrics_url}/metrics"
+            )
             front = Front(DRAFT_TARGET, backend)
             async with serving_front(front) as url, aiohttp.ClientSession() as client:
+
                 async def acceptance() -> float:
                     answers = []
                     for _ in range(20):
@@ -110,7 +115,8 @@ def test_simulated_triton_behind_the_front_counts_triton_metrics_and_follows_its
     assert steps == triton_metrics[("nv_inference_exec_count_total", draft)] and drafted == 4 * steps  # draftLen 4
     assert triton_metrics[("nv_inference_compute_infer_duration_us_total", target)] == pytest.approx(steps * 100)
     assert triton_metrics[("nv_inference_compute_infer_duration_us_total", draft)] == pytest.approx(
-        drafted * 0.05 * 100)  # costRatio 0.05 of a 100 us step
+        drafted * 0.05 * 100
+    )  # costRatio 0.05 of a 100 us step
 
 
 class RecordingTriton(SimulatedTriton):
@@ -141,8 +147,10 @@ def test_a_backend_that_does_not_draft_answers_from_the_target_alone():
     assert triton_backend.executions == {triton.TARGET_MODEL: 16, triton.DRAFT_MODEL: 0}
     stats = serve.iteration_stats()
     assert len(stats) == 16  # one token a step
-    assert all(s["specDecodingStats"]["numDraftTokens"] == s["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
-               for s in stats)
+    assert all(
+        s["specDecodingStats"]["numDraftTokens"] == s["specDecodingStats"]["numRequestsWithDraftTokens"] == 0
+        for s in stats
+    )
 
 
 def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_counters(tmp_path):
@@ -152,15 +160,18 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
 
     def sample(front: Front) -> speculation.Sample:
         """The front's counters, as the operator's monitor reads them from /metrics."""
-        return speculation.Sample({key: metric(front, name) for key, name in speculation.COUNTERS.items()},
-                                  front.route.draft_len)
+        return speculation.Sample(
+            {key: metric(front, name) for key, name in speculation.COUNTERS.items()}, front.route.draft_len
+        )
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
-            backend = dataclasses.replace(launch.plan_launch(DRAFT_TARGET).backend, url=triton_url,
-                                          metrics_url=f"{metrics_url}/metrics")
+            backend = dataclasses.replace(
+                launch.plan_launch(DRAFT_TARGET).backend, url=triton_url, metrics_url=f"{metrics_url}/metrics"
+            )
             front = Front(DRAFT_TARGET, backend, stats_interval=0.02, draft_len_file=draft_len_file)
             async with serving_front(front) as url, aiohttp.ClientSession() as client:
+
                 async def window() -> speculation.Measurement:
                     before = sample(front)
                     for _ in range(20):
@@ -168,12 +179,18 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
                             assert r.status == 200
                     # The front has polled Triton's counters since the last answer.
                     target_us = round(simulated.compute_us[triton.TARGET_MODEL])
-                    await eventually(lambda: round(metric(front, "specdec_target_seconds_total") * 1e6) == target_us,
-                                     "the front to read Triton's counters")
+                    await eventually(
+                        lambda: round(metric(front, "specdec_target_seconds_total") * 1e6) == target_us,
+                        "the front to read Triton's counters",
+                    )
                     after = sample(front)
-                    return speculation.measure(speculation.delta(before, after), after.draft_len, pods=1,
-                                               max_draft_len=DRAFT_TARGET.draft_target.max_draft_len,
-                                               estimated_cost=(0.5, "Assumed"))
+                    return speculation.measure(
+                        speculation.delta(before, after),
+                        after.draft_len,
+                        pods=1,
+                        max_draft_len=DRAFT_TARGET.draft_target.max_draft_len,
+                        estimated_cost=(0.5, "Assumed"),
+                    )
 
                 configured = await window()  # no draft_len file: the configured draftLen 4
                 draft_len_file.write_text("2\n")
@@ -198,9 +215,15 @@ def test_simulated_trtllm_serve_hands_out_iteration_stats_once_and_streams():
             for _ in range(3):
                 async with client.post(f"{url}/v1/completions", json={"prompt": "a b c", "max_tokens": 20}) as r:
                     answer = await r.json()
-            async with client.post(f"{url}/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "stream": True,
-                    "stream_options": {"include_usage": True}}) as r:
+            async with client.post(
+                f"{url}/v1/chat/completions",
+                json={
+                    "messages": [{"role": "user", "content": "Hi"}],
+                    "max_tokens": 5,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+            ) as r:
                 events = [line for line in (await r.text()).splitlines() if line.startswith("data: ")]
             async with client.get(f"{url}/metrics") as r:
                 first = await r.json()
@@ -225,13 +248,16 @@ def test_simulated_trtllm_serve_hands_out_iteration_stats_once_and_streams():
     assert sum(1 + e["specDecodingStats"]["numAcceptedTokens"] for e in first) >= 3 * 20 + 5
 
 
-@pytest.mark.parametrize("scenario, drafts", [
-    ("llama-3.1-8b-draft-1b-pytorch", (4, True, None)),  # speculative_config.max_draft_len: the draftLen
-    ("llama-3.1-8b-eagle3", (3, True, {32: 3})),  # max_concurrency 32
-    ("qwen2.5-7b-ngram", (4, False, None)),  # a lookup: no draft model to pay for
-    ("vicuna-7b-redrafter", (4, True, None)),  # no speculative_config on the engine path: the default
-    ("pytorch-none-tp2", (0, False, None)),
-])
+@pytest.mark.parametrize(
+    "scenario, drafts",
+    [
+        ("llama-3.1-8b-draft-1b-pytorch", (4, True, None)),  # speculative_config.max_draft_len: the draftLen
+        ("llama-3.1-8b-eagle3", (3, True, {32: 3})),  # max_concurrency 32
+        ("qwen2.5-7b-ngram", (4, False, None)),  # a lookup: no draft model to pay for
+        ("vicuna-7b-redrafter", (4, True, None)),  # no speculative_config on the engine path: the default
+        ("pytorch-none-tp2", (0, False, None)),
+    ],
+)
 def test_trtllm_serve_draft_length_comes_from_the_runtime_config(scenario, drafts):
     assert serve_drafts(CONFIGS[scenario]) == drafts
 
@@ -249,8 +275,9 @@ def test_trtllm_serve_drafts_by_batch_size_as_tensorrt_llm_applies_its_schedule(
 def test_simulated_trtllm_serve_batches_and_drafts_by_the_schedule():
     """Eight requests at once: one batch of 8 steps together, drafting the schedule's length for 8 (1 token),
     and the statistics say so; a step of a larger batch takes longer (stepSecondsPerToken)."""
-    profile = Profile(target_step_seconds=0.002, step_seconds_per_token=0.0005, acceptance=1.0, noise=0.0,
-                      cost_ratio=0.1)
+    profile = Profile(
+        target_step_seconds=0.002, step_seconds_per_token=0.0005, acceptance=1.0, noise=0.0, cost_ratio=0.1
+    )
     simulated = SimulatedTrtllmServe(profile, "llama", draft_len=4, draft_costs=True, schedule={2: 4, 16: 1}, seed=3)
 
     async def scenario():
@@ -261,7 +288,10 @@ def test_simulated_trtllm_serve_batches_and_drafts_by_the_schedule():
     assert len(stats) == 4  # every draft accepted: 2 tokens a step
     for entry in stats:
         assert entry["inflightBatchingStats"]["numGenRequests"] == 8
-        assert entry["specDecodingStats"]["numDraftTokens"] == 8 and entry["specDecodingStats"]["numRequestsWithDraftTokens"] == 8
+        assert (
+            entry["specDecodingStats"]["numDraftTokens"] == 8
+            and entry["specDecodingStats"]["numRequestsWithDraftTokens"] == 8
+        )
         # 1 * costRatio * t(8) + t(8 * 2)
         assert entry["iterLatencyMS"] == pytest.approx(1000 * (0.1 * (0.002 + 0.004) + 0.002 + 0.008))
 
@@ -296,8 +326,9 @@ def test_simulated_clients_arrive_at_the_profiles_rate():
         app.router.add_post("/v1/completions", completions)
         profile = Profile(requests_per_second=rate, max_tokens=12)
         async with serving(app) as url, aiohttp.ClientSession() as session:
-            load = asyncio.create_task(simulated_clients.open_loop(session, f"{url}/v1/completions",
-                                                                   lambda: profile, random.Random(4)))
+            load = asyncio.create_task(
+                simulated_clients.open_loop(session, f"{url}/v1/completions", lambda: profile, random.Random(4))
+            )
             await asyncio.sleep(1.0)
             load.cancel()
         return len(arrivals)

@@ -34,8 +34,11 @@ CONFIGS = {name: config for name, config in scenario_configs().items() if name i
 STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]
 # Every draft accepted, and fast steps: the counts below are exact.
 PROFILE = {"acceptance": 1.0, "targetStepSeconds": 0.001}
-ENV = {**os.environ, "SPECDEC_SIMULATION_PROFILE": json.dumps(PROFILE),
-       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "operator"), os.environ.get("PYTHONPATH")]))}
+ENV = {
+    **os.environ,
+    "SPECDEC_SIMULATION_PROFILE": json.dumps(PROFILE),
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "operator"), os.environ.get("PYTHONPATH")])),
+}
 MAX_TOKENS = 12
 
 
@@ -90,10 +93,17 @@ def running(tmp_path_factory):
             ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
             argv = with_ports(plan.argv, ports)
             assert argv != plan.argv, f"{name}: no port swapped in {plan.argv}"
-            process = subprocess.Popen([*STANDINS, *argv], env={**ENV, **plan.env}, cwd=ROOT,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            started[name] = Running(config, plan, argv, ports["http"],
-                                    ports["metrics"] if plan.backend.kind == "triton" else None, process)
+            process = subprocess.Popen(
+                [*STANDINS, *argv],
+                env={**ENV, **plan.env},
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            started[name] = Running(
+                config, plan, argv, ports["http"], ports["metrics"] if plan.backend.kind == "triton" else None, process
+            )
         yield started
     finally:
         for item in started.values():
@@ -127,8 +137,11 @@ async def through_the_front(item: Running, requests: int = 1) -> tuple[dict, Any
     """Completions through the front (as specdec-runtime builds it) to the stand-in; then the stand-in's
     own speculation statistics (trtllm-serve's /metrics) or counters (Triton's metrics), or in mode saveState
     the front's own metrics."""
-    backend = dataclasses.replace(item.plan.backend, url=item.url, metrics_url=(
-        f"http://127.0.0.1:{item.metrics_port}/metrics" if item.metrics_port else None))
+    backend = dataclasses.replace(
+        item.plan.backend,
+        url=item.url,
+        metrics_url=(f"http://127.0.0.1:{item.metrics_port}/metrics" if item.metrics_port else None),
+    )
     front = Front(item.config, backend, tokenizer=Tokenizer(None), route=item.plan.route, stats_interval=0)
     async with serving_front(front) as url, aiohttp.ClientSession() as client:
         async with client.get(f"{url}/health") as resp:
@@ -174,10 +187,15 @@ def test_answers_health_and_a_completion_through_the_front(running, name):
     if item.plan.backend.kind == "triton":
         # Every draft accepted: each step yields k + 1 tokens.
         steps = -(-MAX_TOKENS // (k + 1))
-        assert body["speculation"] == {"acceptance_rate": 1.0, "accepted_draft_tokens": steps * k,
-                                       "draft_tokens": steps * k}
-        assert any(line.startswith(f'nv_inference_exec_count{{model="{triton.DRAFT_MODEL}"') and
-                   line.endswith(f" {steps}") for line in stats), stats
+        assert body["speculation"] == {
+            "acceptance_rate": 1.0,
+            "accepted_draft_tokens": steps * k,
+            "draft_tokens": steps * k,
+        }
+        assert any(
+            line.startswith(f'nv_inference_exec_count{{model="{triton.DRAFT_MODEL}"') and line.endswith(f" {steps}")
+            for line in stats
+        ), stats
     else:
         # One statistic per iteration (step), every draft accepted: each step yields k + 1 tokens.
         assert len(stats) == -(-MAX_TOKENS // (k + 1))
@@ -206,8 +224,9 @@ def test_save_state_answers_one_token_and_the_front_counts_the_files_it_writes(r
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_an_unknown_option_is_refused(name):
     argv = launch.plan_launch(CONFIGS[name]).argv
-    result = subprocess.run([*STANDINS, *argv, "--no-such-option", "1"], env=ENV, cwd=ROOT,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [*STANDINS, *argv, "--no-such-option", "1"], env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 2 and "unrecognized arguments: --no-such-option" in result.stderr, result
 
 
@@ -224,15 +243,27 @@ def test_triton_refuses_a_repository_without_every_model(tmp_path):
     plan = launch.plan_launch(config, str(tmp_path))
     launch.prepare(plan, str(python_models(tmp_path / "models")))
     (Path(plan.triton_repo) / triton.DRAFT_MODEL / "config.pbtxt").unlink()
-    result = subprocess.run([*STANDINS, *with_ports(plan.argv, {"http": 1, "grpc": 1, "metrics": 1})], env=ENV,
-                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [*STANDINS, *with_ports(plan.argv, {"http": 1, "grpc": 1, "metrics": 1})],
+        env=ENV,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1 and f"failed to load all models: {triton.DRAFT_MODEL}" in result.stderr
 
 
 def test_a_bad_profile_is_refused(tmp_path):
     argv = ["trtllm-serve", "model", "--port", str(free_port())]
-    result = subprocess.run([*STANDINS, *argv], env={**ENV, "SPECDEC_SIMULATION_PROFILE": '{"acceptance": 2}'},
-                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [*STANDINS, *argv],
+        env={**ENV, "SPECDEC_SIMULATION_PROFILE": '{"acceptance": 2}'},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 1 and "SPECDEC_SIMULATION_PROFILE is not a simulation profile" in result.stderr
 
 
@@ -255,8 +286,9 @@ def test_the_paced_trtllm_serve_stand_in_keeps_its_schedule_when_writing_a_piece
     async def scenario():
         async with serving(paced(profile, "m", 0, True, None).app()) as url, aiohttp.ClientSession() as client:
             started = time.monotonic()
-            async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 10,
-                                                                   "stream": True}) as resp:
+            async with client.post(
+                f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 10, "stream": True}
+            ) as resp:
                 await resp.read()
             return time.monotonic() - started
 

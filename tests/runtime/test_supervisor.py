@@ -109,8 +109,10 @@ def test_environment_is_passed_to_the_child(tmp_path):
     out = tmp_path / "env"
 
     async def scenario():
-        supervisor = Supervisor([sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(os.environ['TRTLLM_ORCHESTRATOR'])"],
-                                {"TRTLLM_ORCHESTRATOR": "1"})
+        supervisor = Supervisor(
+            [sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(os.environ['TRTLLM_ORCHESTRATOR'])"],
+            {"TRTLLM_ORCHESTRATOR": "1"},
+        )
         await supervisor.start()
         return await supervisor.wait()
 

@@ -16,8 +16,13 @@ from tests.runtime.helpers import DATA, scenario_configs
 BACKEND = json.loads((DATA / "trtllm_backend.json").read_text())
 CONFIGS = scenario_configs()
 DRAFT_TARGET = {name: c for name, c in CONFIGS.items() if cfg.route(c) == "triton"}
-MODEL_KEYS = {"tensorrt_llm": "tensorrt_llm", "tensorrt_llm_draft": "tensorrt_llm", "tensorrt_llm_bls": "tensorrt_llm_bls",
-              "preprocessing": "preprocessing", "postprocessing": "postprocessing"}
+MODEL_KEYS = {
+    "tensorrt_llm": "tensorrt_llm",
+    "tensorrt_llm_draft": "tensorrt_llm",
+    "tensorrt_llm_bls": "tensorrt_llm_bls",
+    "preprocessing": "preprocessing",
+    "postprocessing": "postprocessing",
+}
 
 
 def parse(text: str) -> model_config_pb2.ModelConfig:
@@ -74,7 +79,11 @@ def test_parameters_the_python_models_index_without_default_are_present(name):
 def test_the_llama2_example_places_draft_and_target_on_their_own_gpus():
     config = DRAFT_TARGET["llama-2-13b-draft-7b-logits"]
     models = rendered("llama-2-13b-draft-7b-logits")
-    target, draft, bls = params(models["tensorrt_llm"]), params(models["tensorrt_llm_draft"]), params(models["tensorrt_llm_bls"])
+    target, draft, bls = (
+        params(models["tensorrt_llm"]),
+        params(models["tensorrt_llm_draft"]),
+        params(models["tensorrt_llm_bls"]),
+    )
     assert target["gpu_device_ids"] == "1" and draft["gpu_device_ids"] == "0"
     assert target["gpt_model_path"] == config.target.engine_dir == "/cache/engines/llama-2-13b-hf-286904e830"
     assert draft["gpt_model_path"] == config.draft_target.draft.engine_dir
@@ -83,8 +92,11 @@ def test_the_llama2_example_places_draft_and_target_on_their_own_gpus():
         assert engine["enable_kv_cache_reuse"] == "true"
         assert engine["gpt_model_type"] == "inflight_fused_batching"
         assert engine["executor_worker_path"] == triton.EXECUTOR_WORKER
-    assert bls == {"tensorrt_llm_model_name": "tensorrt_llm", "tensorrt_llm_draft_model_name": "tensorrt_llm_draft",
-                   "accumulate_tokens": "false"}
+    assert bls == {
+        "tensorrt_llm_model_name": "tensorrt_llm",
+        "tensorrt_llm_draft_model_name": "tensorrt_llm_draft",
+        "accumulate_tokens": "false",
+    }
     for tokenizer_model in ("preprocessing", "postprocessing"):
         assert params(models[tokenizer_model])["tokenizer_dir"] == config.target.checkpoint
     # One BLS instance per batch slot: a non-decoupled Python model serves one request at a time.
@@ -93,13 +105,19 @@ def test_the_llama2_example_places_draft_and_target_on_their_own_gpus():
 
 def test_the_shared_gpu_example_puts_both_engines_on_gpu_0():
     models = rendered("llama-3.1-70b-fp8-draft-1b")
-    assert params(models["tensorrt_llm"])["gpu_device_ids"] == params(models["tensorrt_llm_draft"])["gpu_device_ids"] == "0"
+    assert (
+        params(models["tensorrt_llm"])["gpu_device_ids"]
+        == params(models["tensorrt_llm_draft"])["gpu_device_ids"]
+        == "0"
+    )
     assert params(models["tensorrt_llm"])["kv_cache_free_gpu_mem_fraction"] == "0.35"
 
 
 def test_tensor_parallel_device_lists_are_comma_separated():
     config = DRAFT_TARGET["llama-2-13b-draft-7b-logits"]
-    wide = config.model_copy(update={"target": config.target.model_copy(update={"devices": [1, 2], "tensor_parallel_size": 2})})
+    wide = config.model_copy(
+        update={"target": config.target.model_copy(update={"devices": [1, 2], "tensor_parallel_size": 2})}
+    )
     repo = triton.render_repository(wide, 4)
     assert params(parse(repo.files["tensorrt_llm/config.pbtxt"]))["gpu_device_ids"] == "1,2"
 
@@ -184,4 +202,6 @@ def test_tritonserver_command_is_orchestrator_mode_with_known_flags():
     assert "--model-repository=/tmp/specdec/triton-repository" in argv
     # One memory-pool flag per GPU the pod sees (draft on 0, target on 1).
     assert [a for a in argv if a.startswith("--cuda-memory-pool-byte-size")] == [
-        "--cuda-memory-pool-byte-size=0:0", "--cuda-memory-pool-byte-size=1:0"]
+        "--cuda-memory-pool-byte-size=0:0",
+        "--cuda-memory-pool-byte-size=1:0",
+    ]

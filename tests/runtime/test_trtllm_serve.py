@@ -96,15 +96,20 @@ def test_extra_options_yaml_uses_llm_args_keys(name):
     config = SERVED[name]
     options = yaml.safe_load(trtllm_serve.extra_options_yaml(config))
     yaml_keys_ok(options, config.backend)
-    assert options["kv_cache_config"] == {"free_gpu_memory_fraction": config.kv_cache.free_gpu_memory_fraction,
-                                          "enable_block_reuse": config.kv_cache.enable_block_reuse}
+    assert options["kv_cache_config"] == {
+        "free_gpu_memory_fraction": config.kv_cache.free_gpu_memory_fraction,
+        "enable_block_reuse": config.kv_cache.enable_block_reuse,
+    }
 
 
 def test_pytorch_draft_target_yaml():
     config = SERVED["pytorch-llama-3.1-8b-draft-1b"]
     options = yaml.safe_load(trtllm_serve.extra_options_yaml(config))
-    assert options["speculative_config"] == {"decoding_type": "Draft_Target", "max_draft_len": 4,
-                                             "speculative_model": "/cache/models/meta-llama--Llama-3.2-1B-Instruct/main"}
+    assert options["speculative_config"] == {
+        "decoding_type": "Draft_Target",
+        "max_draft_len": 4,
+        "speculative_model": "/cache/models/meta-llama--Llama-3.2-1B-Instruct/main",
+    }
     assert options["kv_cache_config"] == {"free_gpu_memory_fraction": 0.5, "enable_block_reuse": True}
     assert options["enable_iter_perf_stats"] is True  # specDecodingStats on trtllm-serve's /metrics
 

@@ -70,8 +70,9 @@ class GitTree:
         self.commit = self._git("rev-parse", f"{ref}^{{commit}}").strip()
 
     def _git(self, *args: str) -> str:
-        return subprocess.run(["git", "--git-dir", self.git_dir, *args], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "--git-dir", self.git_dir, *args], check=True, capture_output=True, text=True
+        ).stdout
 
     def read(self, path: str) -> str | None:
         try:
@@ -140,8 +141,7 @@ def _module_consts(tree: ast.Module) -> dict[str, Any]:
     """Module-level `NAME = <literal>` assignments (choices lists are often kept this way)."""
     out: dict[str, Any] = {}
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
-                stmt.targets[0], ast.Name):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
             try:
                 out[stmt.targets[0].id] = ast.literal_eval(stmt.value)
             except (ValueError, SyntaxError, TypeError):
@@ -166,8 +166,9 @@ def argparse_options(src: str) -> list[dict[str, Any]]:
     consts = _module_consts(tree)
     out = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
+        if not (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
+        ):
             continue
         flags = [_value(a, consts) for a in node.args]
         entry: dict[str, Any] = {"flags": flags, "lineno": node.lineno}
@@ -259,8 +260,7 @@ def click_commands(src: str) -> dict[str, Any]:
         if name is None:
             continue
         # Decorators apply bottom-up, but click lists options in source order; keep source order.
-        commands[name] = {"function": fn.name, "options": options, "arguments": arguments,
-                          "other_decorators": other}
+        commands[name] = {"function": fn.name, "options": options, "arguments": arguments, "other_decorators": other}
     return commands
 
 
@@ -304,15 +304,18 @@ def pydantic_classes(src: str, file: str) -> dict[str, Any]:
         if not isinstance(cls, ast.ClassDef):
             continue
         fields: dict[str, Any] = {}
-        info: dict[str, Any] = {"file": file, "bases": [_dotted(b) for b in cls.bases],
-                                "fields": fields}
+        info: dict[str, Any] = {"file": file, "bases": [_dotted(b) for b in cls.bases], "fields": fields}
         for stmt in cls.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                    and not stmt.target.id.startswith("_"):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and not stmt.target.id.startswith("_")
+            ):
                 fields[stmt.target.id] = _field(stmt, consts)
             elif isinstance(stmt, ast.FunctionDef) and stmt.name == "supports_backend":
-                rets = [ast.unparse(n.value) for n in ast.walk(stmt)
-                        if isinstance(n, ast.Return) and n.value is not None]
+                rets = [
+                    ast.unparse(n.value) for n in ast.walk(stmt) if isinstance(n, ast.Return) and n.value is not None
+                ]
                 info["supports_backend"] = rets
             elif isinstance(stmt, ast.FunctionDef) and stmt.name == "from_dict":
                 info["from_dict_map"] = _from_dict_map(stmt)
@@ -326,8 +329,11 @@ def _from_dict_map(fn: ast.FunctionDef) -> dict[str, str]:
     for node in ast.walk(fn):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
-                if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(
-                        v, (ast.Name, ast.Attribute)):
+                if (
+                    isinstance(k, ast.Constant)
+                    and isinstance(k.value, str)
+                    and isinstance(v, (ast.Name, ast.Attribute))
+                ):
                     found[k.value] = _dotted(v)
     return found
 
@@ -371,8 +377,11 @@ def _table_serve(tree, errors: list[str]) -> dict[str, Any] | None:
 
 def _collect_classes(tree, errors: list[str]) -> dict[str, Any]:
     classes: dict[str, Any] = {}
-    files = [LLM_ARGS_PY] + [f"{LLMAPI_DIR}/{n}" for n in tree.listdir(LLMAPI_DIR)
-                             if n.endswith(".py") and f"{LLMAPI_DIR}/{n}" != LLM_ARGS_PY]
+    files = [LLM_ARGS_PY] + [
+        f"{LLMAPI_DIR}/{n}"
+        for n in tree.listdir(LLMAPI_DIR)
+        if n.endswith(".py") and f"{LLMAPI_DIR}/{n}" != LLM_ARGS_PY
+    ]
     for path in files:
         src = tree.read(path)
         if src is None:
@@ -387,8 +396,12 @@ def _collect_classes(tree, errors: list[str]) -> dict[str, Any]:
 
 def _class_table(name: str, classes: dict[str, Any]) -> dict[str, Any]:
     c = classes[name]
-    return {"file": c["file"], "bases": c["bases"], "mro": _mro(name, classes),
-            "fields": resolved_fields(name, classes)}
+    return {
+        "file": c["file"],
+        "bases": c["bases"],
+        "mro": _mro(name, classes),
+        "fields": resolved_fields(name, classes),
+    }
 
 
 def _tables_llm_api(tree, errors: list[str]) -> dict[str, Any]:
@@ -416,22 +429,22 @@ def _tables_llm_api(tree, errors: list[str]) -> dict[str, Any]:
                 continue
             t = _class_table(name, classes)
             dt = t["fields"].get("decoding_type", {})
-            literals = dt.get("literal") or ([dt["default"]] if isinstance(
-                dt.get("default"), str) else [])
+            literals = dt.get("literal") or ([dt["default"]] if isinstance(dt.get("default"), str) else [])
             t["decoding_type"] = literals
-            t["dispatch_keys"] = sorted(k for k, v in dispatch.items()
-                                        if v.rsplit(".", 1)[-1] == name)
-            sb = next((classes[n]["supports_backend"] for n in _mro(name, classes)
-                       if "supports_backend" in classes[n]), None)
+            t["dispatch_keys"] = sorted(k for k, v in dispatch.items() if v.rsplit(".", 1)[-1] == name)
+            sb = next(
+                (classes[n]["supports_backend"] for n in _mro(name, classes) if "supports_backend" in classes[n]), None
+            )
             if sb is not None:
                 t["supports_backend"] = sb
             spec[name] = t
         if not spec:
             errors.append(f"speculative_configs: no subclass of {SPEC_BASE}")
-    out: dict[str, Any] = {"llm_args": llm_args, "speculative_configs": spec,
-                           "speculative_dispatch": {"file": dispatch_file,
-                                                    "function": f"{SPEC_BASE}.from_dict",
-                                                    "map": dispatch}}
+    out: dict[str, Any] = {
+        "llm_args": llm_args,
+        "speculative_configs": spec,
+        "speculative_dispatch": {"file": dispatch_file, "function": f"{SPEC_BASE}.from_dict", "map": dispatch},
+    }
     if kv is not None:
         out["kv_cache_config"] = kv
     return out
@@ -446,16 +459,22 @@ def _table_torch_speculative(tree, errors: list[str]) -> dict[str, Any]:
     if src is not None:
         for cls in ast.parse(src).body:
             if isinstance(cls, ast.ClassDef) and cls.name == "SpeculativeDecodingMode":
-                table["mode_enum"] = {"file": TORCH_SPEC_INTERFACE, "members": [
-                    t.id for s in cls.body if isinstance(s, ast.Assign)
-                    for t in s.targets if isinstance(t, ast.Name)]}
+                table["mode_enum"] = {
+                    "file": TORCH_SPEC_INTERFACE,
+                    "members": [
+                        t.id
+                        for s in cls.body
+                        if isinstance(s, ast.Assign)
+                        for t in s.targets
+                        if isinstance(t, ast.Name)
+                    ],
+                }
     if "mode_enum" not in table:
         errors.append(f"pytorch_speculative: SpeculativeDecodingMode not in {TORCH_SPEC_INTERFACE}")
     for doc in SPEC_DOC_CANDIDATES:
         text = tree.read(doc)
         if text is not None:
-            table["doc"] = {"file": doc,
-                            "headings": [h.strip() for h in re.findall(r"^#+ (.+)$", text, re.M)]}
+            table["doc"] = {"file": doc, "headings": [h.strip() for h in re.findall(r"^#+ (.+)$", text, re.M)]}
             break
     return table
 
@@ -472,8 +491,11 @@ def _table_engine(tree, errors: list[str]) -> dict[str, Any]:
             # trtllm-build adds one flag per name in cli_plugin_args (plugin.add_plugin_argument).
             names = _module_consts(ast.parse(plugin)).get("cli_plugin_args")
             if isinstance(names, list):
-                build["plugin_options"] = {"file": PLUGIN_PY, "source": "cli_plugin_args",
-                                           "flags": [f"--{n}" for n in names]}
+                build["plugin_options"] = {
+                    "file": PLUGIN_PY,
+                    "source": "cli_plugin_args",
+                    "flags": [f"--{n}" for n in names],
+                }
         if "plugin_options" not in build:
             errors.append(f"trtllm_build: cli_plugin_args not found in {PLUGIN_PY}")
         out["trtllm_build"] = build
@@ -498,14 +520,19 @@ def _table_engine(tree, errors: list[str]) -> dict[str, Any]:
 def pbtxt_parameters(text: str, path: str) -> dict[str, Any]:
     """Keys of the `parameters` blocks and the ${...} placeholders fill_template.py fills."""
     keys = re.findall(r'parameters\s*[:{][^}]*?key\s*:\s*"([^"]+)"', text, re.S)
-    return {"file": path, "parameter_keys": sorted(set(keys)),
-            "placeholders": sorted(set(re.findall(r"\$\{(\w+)\}", text)))}
+    return {
+        "file": path,
+        "parameter_keys": sorted(set(keys)),
+        "placeholders": sorted(set(re.findall(r"\$\{(\w+)\}", text))),
+    }
 
 
 def extract(tree, tag: str, engine_path: bool) -> dict[str, Any]:
     errors: list[str] = []
-    data: dict[str, Any] = {"source": {"repo": REPO, "tag": tag, "commit": tree.commit},
-                            "generator": "tests/source_truth/extract.py"}
+    data: dict[str, Any] = {
+        "source": {"repo": REPO, "tag": tag, "commit": tree.commit},
+        "generator": "tests/source_truth/extract.py",
+    }
     serve = _table_serve(tree, errors)
     if serve is not None:
         data["trtllm_serve"] = serve
@@ -524,14 +551,17 @@ def main(argv: Iterable[str] | None = None) -> int:
     src.add_argument("--src-dir", help="a checked-out tree of NVIDIA/TensorRT-LLM")
     p.add_argument("--tag", required=True, help="release tag, e.g. v1.2.1")
     p.add_argument("--commit", help="with --src-dir: the commit the tree is at")
-    p.add_argument("--engine-path", choices=("auto", "yes", "no"), default="auto",
-                   help="also extract trtllm-build/examples/Triton tables (auto: 1.2.x only, "
-                        "the last line that has the engine path)")
+    p.add_argument(
+        "--engine-path",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="also extract trtllm-build/examples/Triton tables (auto: 1.2.x only, "
+        "the last line that has the engine path)",
+    )
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args(argv)
     tree = GitTree(a.git_dir, a.tag) if a.git_dir else DirTree(a.src_dir, a.commit)
-    engine = a.engine_path == "yes" or (a.engine_path == "auto"
-                                        and re.match(r"v?1\.2\.", a.tag) is not None)
+    engine = a.engine_path == "yes" or (a.engine_path == "auto" and re.match(r"v?1\.2\.", a.tag) is not None)
     data = extract(tree, a.tag, engine)
     Path(a.output).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     for e in data["errors"]:

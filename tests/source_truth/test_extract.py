@@ -12,7 +12,7 @@ import pytest
 
 from tests.source_truth import extract as ex
 
-SERVE = '''
+SERVE = """
 import click
 
 @click.command("serve")
@@ -32,9 +32,9 @@ def serve(model, backend, max_batch_size, extra_llm_api_options, trust_remote_co
 
 def helper():
     pass
-'''
+"""
 
-LLM_ARGS = '''
+LLM_ARGS = """
 from typing import ClassVar, Literal, Optional
 from pydantic import AliasChoices, Field
 
@@ -83,16 +83,16 @@ class BaseLlmArgs(StrictBaseModel):
 class TorchLlmArgs(BaseLlmArgs):
     speculative_config: Optional[object] = None
     backend: Literal["pytorch"] = "pytorch"
-'''
+"""
 
-INTERFACE = '''
+INTERFACE = """
 class SpeculativeDecodingMode(IntEnum):
     MTP = auto()
     EAGLE3 = auto()
     NONE = auto()
-'''
+"""
 
-BUILD = '''
+BUILD = """
 import argparse
 MODES = ["draft_tokens_external", "explicit_draft_tokens"]
 
@@ -105,13 +105,13 @@ def parse_arguments():
     parser.add_argument("--strip", action="store_true", dest="strip_weights")
     add_plugin_argument(parser)
     return parser
-'''
+"""
 
-PLUGIN = '''
+PLUGIN = """
 cli_plugin_args = ["gemm_plugin", "use_paged_context_fmha"]
-'''
+"""
 
-PBTXT = '''
+PBTXT = """
 name: "tensorrt_llm"
 ensemble_scheduling { step [ { input_map { key: "not_a_parameter" value: "x" } } ] }
 parameters: {
@@ -122,7 +122,7 @@ parameters {
   key: "gpt_model_path"
   value: { string_value: "${engine_dir}" }
 }
-'''
+"""
 
 
 def _tree(root: Path) -> Path:
@@ -158,8 +158,11 @@ def _check(data: dict) -> None:
     # A --x/--no-x pair: both spellings are flags, the option a boolean named after the first.
     chunked = opts["enable_chunked_prefill"]
     assert chunked["flags"] == ["--enable_chunked_prefill", "--disable_chunked_prefill"]
-    assert (chunked["is_flag"], chunked["off_flags"], chunked["status"]) == (True, ["--disable_chunked_prefill"],
-                                                                             "prototype")
+    assert (chunked["is_flag"], chunked["off_flags"], chunked["status"]) == (
+        True,
+        ["--disable_chunked_prefill"],
+        "prototype",
+    )
     assert opts["verbose"]["flags"] == ["--verbose", "--quiet", "-v", "-q"]
     assert opts["verbose"]["off_flags"] == ["--quiet", "-q"]
     assert serve["arguments"][0]["name"] == "model"
@@ -168,8 +171,7 @@ def _check(data: dict) -> None:
     assert "helper" not in data["trtllm_serve"]["commands"]
 
     spec = data["speculative_configs"]
-    assert set(spec) == {"EagleDecodingConfig", "Eagle3DecodingConfig",
-                         "DraftTargetDecodingConfig"}
+    assert set(spec) == {"EagleDecodingConfig", "Eagle3DecodingConfig", "DraftTargetDecodingConfig"}
     assert spec["EagleDecodingConfig"]["decoding_type"] == ["Eagle"]
     assert spec["EagleDecodingConfig"]["dispatch_keys"] == ["Eagle"]
     assert spec["Eagle3DecodingConfig"]["decoding_type"] == ["Eagle3"]
@@ -178,13 +180,17 @@ def _check(data: dict) -> None:
     assert dt["decoding_type"] == ["Draft_Target"]
     assert dt["supports_backend"] == ["backend == 'pytorch'"]
     assert spec["EagleDecodingConfig"]["supports_backend"] == ["True"]
-    assert dt["fields"]["max_draft_len"] == {"type": "Optional[int]", "default": None,
-                                             "defined_in": "DecodingBaseConfig"}
-    assert dt["fields"]["speculative_model"]["validation_alias"] == [
-        "speculative_model", "speculative_model_dir"]
+    assert dt["fields"]["max_draft_len"] == {
+        "type": "Optional[int]",
+        "default": None,
+        "defined_in": "DecodingBaseConfig",
+    }
+    assert dt["fields"]["speculative_model"]["validation_alias"] == ["speculative_model", "speculative_model_dir"]
     assert "_private" not in dt["fields"]
-    assert data["speculative_dispatch"]["map"] == {"Eagle": "EagleDecodingConfig",
-                                                   "Draft_Target": "DraftTargetDecodingConfig"}
+    assert data["speculative_dispatch"]["map"] == {
+        "Eagle": "EagleDecodingConfig",
+        "Draft_Target": "DraftTargetDecodingConfig",
+    }
 
     kv = data["kv_cache_config"]
     assert kv["file"] == ex.LLM_ARGS_PY and "shadow" not in kv["fields"]
@@ -206,12 +212,10 @@ def _check(data: dict) -> None:
 
     build = {o["dest"]: o for o in data["trtllm_build"]["options"]}
     assert build["max_draft_len"]["default"] == 0
-    assert build["speculative_decoding_mode"]["choices"] == ["draft_tokens_external",
-                                                             "explicit_draft_tokens"]
+    assert build["speculative_decoding_mode"]["choices"] == ["draft_tokens_external", "explicit_draft_tokens"]
     assert build["output_dir"]["flags"] == ["-o", "--output-dir"]
     assert build["strip_weights"]["action"] == "store_true"
-    assert data["trtllm_build"]["plugin_options"]["flags"] == ["--gemm_plugin",
-                                                               "--use_paged_context_fmha"]
+    assert data["trtllm_build"]["plugin_options"]["flags"] == ["--gemm_plugin", "--use_paged_context_fmha"]
     triton = data["triton_backend"]["models"]["tensorrt_llm"]
     assert triton["parameter_keys"] == ["gpt_model_path", "max_beam_width"]
     assert triton["placeholders"] == ["engine_dir", "max_beam_width"]
@@ -238,8 +242,7 @@ def test_extract_from_git_tag_via_cli(tmp_path):
     # A later commit must not leak into the tag's tables.
     (work / ex.PLUGIN_PY).write_text('cli_plugin_args = ["later"]\n')
     subprocess.run([*git, "commit", "-qam", "later"], check=True)
-    head = subprocess.run([*git, "rev-parse", "v1.2.1"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run([*git, "rev-parse", "v1.2.1"], check=True, capture_output=True, text=True).stdout.strip()
     out = tmp_path / "t.json"
     assert ex.main(["--git-dir", str(work / ".git"), "--tag", "v1.2.1", "-o", str(out)]) == 0
     data = json.loads(out.read_text())

@@ -66,7 +66,7 @@ def test_every_pinned_release_has_its_tables():
 def test_extracted_tables_are_pinned_and_clean():
     """extract.py's tables (trtllm-<version>.json), where committed: of a pinned release, from a commit, no errors."""
     extracted = sorted(HERE.glob("trtllm-*.json"))
-    found = {p.name[len("trtllm-"):-len(".json")] for p in extracted}
+    found = {p.name[len("trtllm-") : -len(".json")] for p in extracted}
     assert found <= set(TABLES), f"tables without a pin: {sorted(found - set(TABLES))}"
     for path in extracted:
         data = json.loads(path.read_text())
@@ -90,8 +90,15 @@ def test_every_table_says_where_it_was_read(release):
 def test_trtllm_serve_options(release):
     options = table("trtllm_serve")["serve_py"]["options"]
     # The flags specdec-runtime renders for every trtllm-serve launch.
-    for flag in ("--backend", "--extra_llm_api_options", "--host", "--port", "--tp_size",
-                 "--kv_cache_free_gpu_memory_fraction", "--log_level"):
+    for flag in (
+        "--backend",
+        "--extra_llm_api_options",
+        "--host",
+        "--port",
+        "--tp_size",
+        "--kv_cache_free_gpu_memory_fraction",
+        "--log_level",
+    ):
         assert flag in options
     assert ROUTE_BACKEND[release] in options["--backend"]
 
@@ -145,13 +152,22 @@ def test_trtllm_build_speculative_options():
 
 
 SCRIPT_STEPS = {  # script -> (a spec whose engine build runs it, the step, the program)
-    "convert_checkpoint_llama": (lambda: load_example("llama-2-13b-draft-7b-logits")["spec"], "convert",
-                                 "convert_checkpoint.py"),
-    "convert_checkpoint_qwen": (lambda: spec(target={"model": "hf://Qwen/Qwen2.5-7B-Instruct"}), "convert",
-                                "convert_checkpoint.py"),
+    "convert_checkpoint_llama": (
+        lambda: load_example("llama-2-13b-draft-7b-logits")["spec"],
+        "convert",
+        "convert_checkpoint.py",
+    ),
+    "convert_checkpoint_qwen": (
+        lambda: spec(target={"model": "hf://Qwen/Qwen2.5-7B-Instruct"}),
+        "convert",
+        "convert_checkpoint.py",
+    ),
     "quantize": (lambda: load_example("llama-3.1-70b-fp8-draft-1b")["spec"], "quantize", "quantize.py"),
-    "convert_checkpoint_redrafter": (lambda: load_example("vicuna-7b-redrafter")["spec"], "redrafter-convert",
-                                     "convert_checkpoint.py"),
+    "convert_checkpoint_redrafter": (
+        lambda: load_example("vicuna-7b-redrafter")["spec"],
+        "redrafter-convert",
+        "convert_checkpoint.py",
+    ),
 }
 
 
@@ -171,5 +187,6 @@ def test_engine_scripts_have_the_options_the_build_steps_render(script):
 def test_triton_backend_parameter_keys():
     models = table("trtllm_backend")["parameter_keys"]
     assert {"tensorrt_llm", "preprocessing", "postprocessing"} <= set(models)
-    assert {"gpt_model_path", "gpt_model_type", "max_beam_width",
-            "kv_cache_free_gpu_mem_fraction"} <= set(models["tensorrt_llm"]["keys"])
+    assert {"gpt_model_path", "gpt_model_type", "max_beam_width", "kv_cache_free_gpu_mem_fraction"} <= set(
+        models["tensorrt_llm"]["keys"]
+    )

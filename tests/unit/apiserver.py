@@ -17,8 +17,17 @@ from kubernetes.client.rest import ApiException
 from specdec.kube.cache import Store
 from specdec.kube.client import Kube
 
-CACHED = ("SpeculativeDeployment", "EngineBuild", "ModelCache", "Job", "Pod", "Deployment", "ConfigMap", "Service",
-          "PersistentVolumeClaim")
+CACHED = (
+    "SpeculativeDeployment",
+    "EngineBuild",
+    "ModelCache",
+    "Job",
+    "Pod",
+    "Deployment",
+    "ConfigMap",
+    "Service",
+    "PersistentVolumeClaim",
+)
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -43,7 +52,8 @@ class Cluster:
         self.kube = Kube(client.ApiClient(), self.store)
         self.kube._request = self._answer
         self.kube.event = lambda obj, reason, message, warning=False: self.events.append(
-            (reason, obj["metadata"]["name"]))
+            (reason, obj["metadata"]["name"])
+        )
 
     def writes(self) -> list[tuple[str, str]]:
         return [(method, path) for method, path in self.requests if method != "GET"]
@@ -59,8 +69,9 @@ class Cluster:
         self.objects[path] = obj
         return copy.deepcopy(obj)
 
-    def _answer(self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None,
-                content_type: str) -> dict[str, Any]:
+    def _answer(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str
+    ) -> dict[str, Any]:
         self.requests.append((method, path))
         query = dict(query or [])
         if method == "POST":
@@ -68,12 +79,15 @@ class Cluster:
             if obj_path in self.objects:
                 raise ApiException(status=409, reason="AlreadyExists")
             obj = copy.deepcopy(body)
-            obj["metadata"].update(uid=f"uid-{len(self.objects)}", generation=1,
-                                   creationTimestamp="2026-01-01T00:00:00Z")
+            obj["metadata"].update(
+                uid=f"uid-{len(self.objects)}", generation=1, creationTimestamp="2026-01-01T00:00:00Z"
+            )
             return self._keep(obj_path, obj)
         if method == "GET" and "limit" in query:
-            return {"items": [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path],
-                    "metadata": {"resourceVersion": str(self._version)}}
+            return {
+                "items": [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path],
+                "metadata": {"resourceVersion": str(self._version)},
+            }
         obj_path = path.removesuffix("/status")
         if obj_path not in self.objects:
             raise ApiException(status=404, reason="NotFound")
@@ -97,9 +111,14 @@ class Cluster:
                 status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
             elif obj["kind"] == "Deployment":
                 replicas = obj["spec"].get("replicas", 1)
-                status = {"observedGeneration": obj["metadata"]["generation"], "replicas": replicas,
-                          "updatedReplicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
-                          "conditions": [{"type": "Available", "status": "True"}]}
+                status = {
+                    "observedGeneration": obj["metadata"]["generation"],
+                    "replicas": replicas,
+                    "updatedReplicas": replicas,
+                    "readyReplicas": replicas,
+                    "availableReplicas": replicas,
+                    "conditions": [{"type": "Available", "status": "True"}],
+                }
             else:
                 continue
             if obj.get("status") != status:

@@ -30,8 +30,12 @@ def load_example(stem: str) -> dict[str, Any]:
 
 
 def deployment(spec: dict[str, Any], name: str = "sd", namespace: str = "ns") -> dict[str, Any]:
-    return {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": "specdec.io/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 def make_plan(spec: dict[str, Any], name: str = "sd") -> Plan:
@@ -79,6 +83,7 @@ def has_pairs(argv: list[str], *pairs: tuple[str, str | int]) -> bool:
 
 # --- CRDs -------------------------------------------------------------------------------------------
 
+
 def crd_schema(file_name: str) -> dict[str, Any]:
     return crds()[file_name]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
@@ -104,8 +109,7 @@ def schema_at(schema: dict[str, Any], json_path: str) -> dict[str, Any]:
 
 def validations(schema: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """(node path, rule) for every x-kubernetes-validations entry in the schema."""
-    return [(path, rule) for path, node in schema_nodes(schema)
-            for rule in node.get("x-kubernetes-validations") or []]
+    return [(path, rule) for path, node in schema_nodes(schema) for rule in node.get("x-kubernetes-validations") or []]
 
 
 class Recorded:

@@ -22,7 +22,7 @@ from specdec.plan import Plan, Problem, parse_spec, plan
 from specdec.status.deployment import DeploymentInput, deployment_conditions
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def simulated_gpu_node(name: str, product: str, memory_mib: str, gpus: int = 8) -> dict:
@@ -62,30 +62,44 @@ def llama70b_fp16(**target: object) -> dict:
 
 # --- vocabulary ------------------------------------------------------------------------------------
 
+
 def test_draft_of_another_tokenizer_is_refused_naming_both_models_and_vocab_sizes():
     spec = blog_example()
     spec["speculation"]["draftTarget"]["draft"]["model"] = "hf://Qwen/Qwen2.5-0.5B-Instruct"
     message = refused(spec, "VocabularyMismatch", Observed())  # needs no nodes
-    assert message.startswith("the draft and the target do not share a tokenizer (draft Qwen/Qwen2.5-0.5B-Instruct: "
-                              "the qwen2 tokenizer, vocab_size 151936; target meta-llama/Llama-3.1-70B-Instruct: "
-                              "the llama3 tokenizer, vocab_size 128256)")
+    assert message.startswith(
+        "the draft and the target do not share a tokenizer (draft Qwen/Qwen2.5-0.5B-Instruct: "
+        "the qwen2 tokenizer, vocab_size 151936; target meta-llama/Llama-3.1-70B-Instruct: "
+        "the llama3 tokenizer, vocab_size 128256)"
+    )
     # the smallest draft of the target's family, and where the facts came from
-    assert message.endswith("e.g. meta-llama/Llama-3.2-1B-Instruct (facts of meta-llama/Llama-3.1-70B-Instruct and "
-                            f"Qwen/Qwen2.5-0.5B-Instruct: {CATALOG_SOURCE})")
+    assert message.endswith(
+        "e.g. meta-llama/Llama-3.2-1B-Instruct (facts of meta-llama/Llama-3.1-70B-Instruct and "
+        f"Qwen/Qwen2.5-0.5B-Instruct: {CATALOG_SOURCE})"
+    )
 
 
 def test_llama2_draft_for_a_llama3_target_is_refused():
     spec = blog_example()
     spec["speculation"]["draftTarget"]["draft"].update(model="hf://meta-llama/Llama-2-7b-hf", quantization="none")
-    assert "vocab_size 32000; target meta-llama/Llama-3.1-70B-Instruct: the llama3 tokenizer, vocab_size 128256" in \
-        refused(spec, "VocabularyMismatch", Observed())
+    assert (
+        "vocab_size 32000; target meta-llama/Llama-3.1-70B-Instruct: the llama3 tokenizer, vocab_size 128256"
+        in refused(spec, "VocabularyMismatch", Observed())
+    )
 
 
 def qwen_pair(acceptance: str) -> dict:
-    return {"target": {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "family": "qwen", "devices": [1]},
-            "speculation": {"mode": "draftTarget", "draftTarget": {
+    return {
+        "target": {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "family": "qwen", "devices": [1]},
+        "speculation": {
+            "mode": "draftTarget",
+            "draftTarget": {
                 "draft": {"model": "hf://Qwen/Qwen2.5-0.5B-Instruct", "family": "qwen", "devices": [0]},
-                "draftLen": 4, "acceptance": acceptance}}}
+                "draftLen": 4,
+                "acceptance": acceptance,
+            },
+        },
+    }
 
 
 def test_same_tokenizer_with_padded_vocab_passes_token_acceptance_but_not_logits():
@@ -98,39 +112,55 @@ def test_same_tokenizer_with_padded_vocab_passes_token_acceptance_but_not_logits
 
 # --- tensor parallelism ----------------------------------------------------------------------------
 
+
 def test_tensor_parallel_size_that_does_not_divide_the_heads_is_refused():
     message = refused(llama70b_fp16(tensorParallelSize=3), "TensorParallelDoesNotDivideHeads")
-    assert message == ("spec.target.tensorParallelSize 3 does not divide the 64 attention heads of "
-                       "meta-llama/Llama-3.1-70B-Instruct (64 / 3 = 21.33): each GPU computes whole heads; "
-                       "sizes that work for it: 1, 2, 4, 8, 16, 32, 64 (facts of "
-                       f"meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})")
-    qwen = refused({"target": {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "family": "qwen", "tensorParallelSize": 8}},
-                   "TensorParallelDoesNotDivideHeads")
+    assert message == (
+        "spec.target.tensorParallelSize 3 does not divide the 64 attention heads of "
+        "meta-llama/Llama-3.1-70B-Instruct (64 / 3 = 21.33): each GPU computes whole heads; "
+        "sizes that work for it: 1, 2, 4, 8, 16, 32, 64 (facts of "
+        f"meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})"
+    )
+    qwen = refused(
+        {"target": {"model": "hf://Qwen/Qwen2.5-7B-Instruct", "family": "qwen", "tensorParallelSize": 8}},
+        "TensorParallelDoesNotDivideHeads",
+    )
     assert "8 does not divide the 28 attention heads of Qwen/Qwen2.5-7B-Instruct" in qwen
-    assert qwen.endswith("sizes that work for it: 1, 2, 4, 28 (facts of Qwen/Qwen2.5-7B-Instruct: "
-                         f"{CATALOG_SOURCE})")  # 4 KV heads: 2 and 4 split them, 28 copies them
+    assert qwen.endswith(
+        f"sizes that work for it: 1, 2, 4, 28 (facts of Qwen/Qwen2.5-7B-Instruct: {CATALOG_SOURCE})"
+    )  # 4 KV heads: 2 and 4 split them, 28 copies them
 
 
 def test_kv_heads_must_split_evenly_or_be_copied():
     """Llama 3.2 3B: 24 attention heads, 8 KV heads; TP 3 divides the former, not the latter."""
-    message = refused({"target": {"model": "hf://meta-llama/Llama-3.2-3B-Instruct", "tensorParallelSize": 3}},
-                      "TensorParallelDoesNotDivideHeads", Observed())
-    assert ("tensorParallelSize 3 and the 8 KV heads of meta-llama/Llama-3.2-3B-Instruct do not divide one "
-            "another") in message
+    message = refused(
+        {"target": {"model": "hf://meta-llama/Llama-3.2-3B-Instruct", "tensorParallelSize": 3}},
+        "TensorParallelDoesNotDivideHeads",
+        Observed(),
+    )
+    assert (
+        "tensorParallelSize 3 and the 8 KV heads of meta-llama/Llama-3.2-3B-Instruct do not divide one another"
+    ) in message
     assert isinstance(admitted(llama70b_fp16(tensorParallelSize=16), Observed()), Plan)  # 8 KV heads, each on 2 GPUs
 
 
 def test_the_pytorch_draft_is_checked_at_the_targets_tensor_parallel_size():
-    spec = {"backend": "pytorch",
-            "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "tensorParallelSize": 16},
-            "speculation": {"mode": "draftTarget", "draftTarget": {
-                "draft": {"model": "hf://meta-llama/Llama-3.2-3B-Instruct"}, "draftLen": 4}}}
+    spec = {
+        "backend": "pytorch",
+        "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "tensorParallelSize": 16},
+        "speculation": {
+            "mode": "draftTarget",
+            "draftTarget": {"draft": {"model": "hf://meta-llama/Llama-3.2-3B-Instruct"}, "draftLen": 4},
+        },
+    }
     assert refused(spec, "TensorParallelDoesNotDivideHeads", Observed()).startswith(
         "spec.target.tensorParallelSize (the draft's on backend pytorch) 16 does not divide the 24 attention heads "
-        "of meta-llama/Llama-3.2-3B-Instruct")
+        "of meta-llama/Llama-3.2-3B-Instruct"
+    )
 
 
 # --- GPU memory ------------------------------------------------------------------------------------
+
 
 def test_70b_fp16_on_one_80gb_gpu_is_refused_naming_the_numbers():
     message = refused(llama70b_fp16(), "ModelDoesNotFitGpu")
@@ -138,7 +168,8 @@ def test_70b_fp16_on_one_80gb_gpu_is_refused_naming_the_numbers():
         "the GPU cannot hold the weights: target meta-llama/Llama-3.1-70B-Instruct: 70.6B parameters × 2 bytes "
         "(float16) / tensorParallelSize 1 = 131.5 GiB, more than one NVIDIA-H100-80GB-HBM3 GPU (81559 MiB; 90% "
         "usable = 71.7 GiB). Use more GPUs (tensorParallelSize), quantization: fp8, or nodes with larger GPUs "
-        f"(facts of meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})")
+        f"(facts of meta-llama/Llama-3.1-70B-Instruct: {CATALOG_SOURCE})"
+    )
     assert isinstance(admitted(llama70b_fp16(tensorParallelSize=2)), Plan)  # 65.7 GiB per GPU, and room for KV
 
 
@@ -158,10 +189,12 @@ def test_a_kv_cache_share_too_small_for_one_sequence_is_refused():
     message = refused(spec, "ModelDoesNotFitGpu")
     assert "the GPU holds 69.1 GiB of weights" in message and "leaving 2.57 GiB" in message
     # Two engines on the GPU: whichever starts later gets 5% of what the earlier left.
-    assert ("the target and the draft engines each take 5% of the memory free when they start, the later one 5% of "
-            "what the earlier left, in either order; with the target's first, the target's KV cache gets 0.13 GiB, "
-            "less than one sequence of 4096 tokens needs: target 0.62 GiB (163840 bytes per token: 80 layers × 2 "
-            "(K, V) × 8 KV heads × 128 × 1 byte)") in message
+    assert (
+        "the target and the draft engines each take 5% of the memory free when they start, the later one 5% of "
+        "what the earlier left, in either order; with the target's first, the target's KV cache gets 0.13 GiB, "
+        "less than one sequence of 4096 tokens needs: target 0.62 GiB (163840 bytes per token: 80 layers × 2 "
+        "(K, V) × 8 KV heads × 128 × 1 byte)"
+    ) in message
 
 
 def test_draft_and_target_on_separate_gpus_are_sized_per_gpu():
@@ -171,20 +204,24 @@ def test_draft_and_target_on_separate_gpus_are_sized_per_gpu():
     spec = copy.deepcopy(spec)
     spec["target"]["devices"] = [0]  # both on GPU 0 of a 40 GB A100
     message = refused(spec, "ModelDoesNotFitGpu", observed(SIMULATED_A100_40GB))
-    assert message.startswith("the GPU cannot hold the weights: target meta-llama/Llama-2-13b-hf: 13B parameters × 2 "
-                              "bytes (float16) / tensorParallelSize 1 = 24.2 GiB + draft meta-llama/Llama-2-7b-hf: "
-                              "6.74B parameters × 2 bytes (float16) / tensorParallelSize 1 = 12.6 GiB (= 36.8 GiB), "
-                              "more than one NVIDIA-A100-SXM4-40GB GPU (40960 MiB; 90% usable = 36.0 GiB)")
+    assert message.startswith(
+        "the GPU cannot hold the weights: target meta-llama/Llama-2-13b-hf: 13B parameters × 2 "
+        "bytes (float16) / tensorParallelSize 1 = 24.2 GiB + draft meta-llama/Llama-2-7b-hf: "
+        "6.74B parameters × 2 bytes (float16) / tensorParallelSize 1 = 12.6 GiB (= 36.8 GiB), "
+        "more than one NVIDIA-A100-SXM4-40GB GPU (40960 MiB; 90% usable = 36.0 GiB)"
+    )
 
 
 def test_every_node_the_pod_may_land_on_must_fit_and_the_message_says_which_do():
     mixed = observed(dev_nodes.gpu_node(0), SIMULATED_A100_40GB)
     message = refused(blog_example(), "ModelDoesNotFitGpu", mixed)
     assert "more than one NVIDIA-A100-SXM4-40GB GPU (40960 MiB" in message
-    assert message.endswith("It fits the NVIDIA-H100-80GB-HBM3 GPUs of other nodes: select them with "
-                            "spec.runtime.nodeSelector (nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3) (facts of "
-                            "meta-llama/Llama-3.1-70B-Instruct and meta-llama/Llama-3.2-1B-Instruct: "
-                            f"{CATALOG_SOURCE})")
+    assert message.endswith(
+        "It fits the NVIDIA-H100-80GB-HBM3 GPUs of other nodes: select them with "
+        "spec.runtime.nodeSelector (nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3) (facts of "
+        "meta-llama/Llama-3.1-70B-Instruct and meta-llama/Llama-3.2-1B-Instruct: "
+        f"{CATALOG_SOURCE})"
+    )
     pinned = blog_example()
     pinned["runtime"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert isinstance(admitted(pinned, mixed), Plan)
@@ -194,8 +231,10 @@ def test_deepseek_r1_fp8_needs_gpus_larger_than_80gb():
     """685B FP8 parameters over 8 GPUs: 80 GiB each before any KV cache; an H200 (141 GB) holds it."""
     spec = load_example("deepseek-r1-mtp")["spec"]
     message = refused(spec, "ModelDoesNotFitGpu")
-    assert ("target deepseek-ai/DeepSeek-R1: 685B parameters × 1 byte (fp8, embeddings bfloat16) / "
-            "tensorParallelSize 8 = 80.0 GiB, more than one NVIDIA-H100-80GB-HBM3 GPU") in message
+    assert (
+        "target deepseek-ai/DeepSeek-R1: 685B parameters × 1 byte (fp8, embeddings bfloat16) / "
+        "tensorParallelSize 8 = 80.0 GiB, more than one NVIDIA-H100-80GB-HBM3 GPU"
+    ) in message
     assert "quantization: fp8" not in message  # already FP8, and backend pytorch
     assert isinstance(admitted(spec, observed(SIMULATED_H200)), Plan)
     r1 = served_models(parse_spec(spec), Observed())[0]
@@ -208,24 +247,29 @@ def test_memory_is_not_checked_without_nodes_and_the_plan_says_why():
     too_few_gpus = admitted(llama70b_fp16(tensorParallelSize=16))  # no simulated node has 16 GPUs
     assert too_few_gpus.unchecked == (
         "GPU memory, as no node with a nvidia.com/gpu.memory label matches the runtime pods' node selector "
-        "(nvidia.com/gpu.present=true) and has 16 allocatable GPU(s)",)
+        "(nvidia.com/gpu.present=true) and has 16 allocatable GPU(s)",
+    )
     unreadable = Observed(gpu_nodes=GpuNodes(None, "the operator may not list Nodes (RBAC: list nodes)"))
     assert admitted(llama70b_fp16(), unreadable).spec_valid_message == (
-        "spec accepted; not checked: GPU memory, as the operator may not list Nodes (RBAC: list nodes)")
+        "spec accepted; not checked: GPU memory, as the operator may not list Nodes (RBAC: list nodes)"
+    )
 
 
 def test_a_model_without_facts_is_not_refused_and_the_status_says_what_was_skipped():
     spec = {"target": {"model": "pvc://models/my-llama", "dtype": "float16"}}
     result = admitted(spec)
     assert isinstance(result, Plan)
-    assert result.unchecked == ("the vocabulary, attention heads and GPU memory of pvc://models/my-llama (the "
-                                "operator reads the files of the hf:// checkpoints it fetches, not of pvc:// ones)",)
+    assert result.unchecked == (
+        "the vocabulary, attention heads and GPU memory of pvc://models/my-llama (the "
+        "operator reads the files of the hf:// checkpoints it fetches, not of pvc:// ones)",
+    )
     assert result.facts_awaited == ()  # nothing to wait for: it is built unchecked
     _, conditions = deployment_conditions(DeploymentInput(result, {}, None, False, None))
     valid = next(c for c in conditions if c.type == "SpecValid")
     assert (valid.status, valid.reason) == (True, "Valid")
-    assert valid.message.startswith("spec accepted; not checked: the vocabulary, attention heads and GPU memory of "
-                                    "pvc://models/my-llama")
+    assert valid.message.startswith(
+        "spec accepted; not checked: the vocabulary, attention heads and GPU memory of pvc://models/my-llama"
+    )
 
 
 def test_a_draft_without_facts_still_has_its_target_checked():
@@ -243,8 +287,7 @@ UNKNOWN = "hf://example-org/llama-70b-finetune"  # not in the catalog
 
 def from_files(hub_id: str, tokenizer: str, **changes) -> ModelFacts:
     """A catalog model's facts as a fetch would have read them from its files."""
-    return dataclasses.replace(catalog_facts(hub_id), tokenizer=tokenizer, source=f"the files of {hub_id}",
-                               **changes)
+    return dataclasses.replace(catalog_facts(hub_id), tokenizer=tokenizer, source=f"the files of {hub_id}", **changes)
 
 
 def fetched(facts: dict[str, ModelFacts | None], nodes: Observed = SIMULATED_H100) -> Observed:
@@ -256,8 +299,10 @@ def test_fetched_facts_come_first_and_messages_say_so():
     refuse it; a catalog model's fetched facts win over the catalog's."""
     awaiting = admitted({"target": {"model": UNKNOWN}})
     assert awaiting.facts_awaited == (UNKNOWN,)
-    assert awaiting.unchecked == (f"the vocabulary, attention heads and GPU memory of {UNKNOWN} (not in the operator's "
-                                  "catalog: read from its files when its fetch finishes; no GPU work starts before)",)
+    assert awaiting.unchecked == (
+        f"the vocabulary, attention heads and GPU memory of {UNKNOWN} (not in the operator's "
+        "catalog: read from its files when its fetch finishes; no GPU work starts before)",
+    )
     read = from_files("meta-llama/Llama-3.1-70B-Instruct", "vocab-sha256:aa", model="example-org/llama-70b-finetune")
     message = refused({"target": {"model": UNKNOWN}}, "ModelDoesNotFitGpu", fetched({UNKNOWN: read}))
     assert "target example-org/llama-70b-finetune: 70.6B parameters × 2 bytes (float16)" in message
@@ -266,7 +311,8 @@ def test_fetched_facts_come_first_and_messages_say_so():
     spec = {"target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "tensorParallelSize": 4}}
     assert isinstance(admitted(spec), Plan)  # the catalog's 32 heads divide by 4
     assert "does not divide the 30 attention heads" in refused(
-        spec, "TensorParallelDoesNotDivideHeads", fetched({"hf://meta-llama/Llama-3.1-8B-Instruct": fewer_heads}))
+        spec, "TensorParallelDoesNotDivideHeads", fetched({"hf://meta-llama/Llama-3.1-8B-Instruct": fewer_heads})
+    )
 
 
 def test_a_fetch_without_facts_ends_the_wait_and_the_checks_are_skipped():
@@ -276,24 +322,31 @@ def test_a_fetch_without_facts_ends_the_wait_and_the_checks_are_skipped():
 
 
 def small_pair(draft: str = "hf://meta-llama/Llama-3.2-1B-Instruct") -> dict:
-    return {"target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "devices": [1]},
-            "speculation": {"mode": "draftTarget", "draftTarget": {"draft": {"model": draft, "devices": [0]},
-                                                                   "draftLen": 4}}}
+    return {
+        "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct", "devices": [1]},
+        "speculation": {
+            "mode": "draftTarget",
+            "draftTarget": {"draft": {"model": draft, "devices": [0]}, "draftLen": 4},
+        },
+    }
 
 
 def test_tokenizers_read_from_files_are_compared_by_their_identity():
     target, draft = "hf://meta-llama/Llama-3.1-8B-Instruct", "hf://meta-llama/Llama-3.2-1B-Instruct"
-    same = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
-                    draft: from_files(draft[5:], "vocab-sha256:aa")})
+    same = fetched({target: from_files(target[5:], "vocab-sha256:aa"), draft: from_files(draft[5:], "vocab-sha256:aa")})
     assert admitted(small_pair(), same).unchecked == ()
-    other = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
-                     draft: from_files(draft[5:], "vocab-sha256:bb")})
+    other = fetched(
+        {target: from_files(target[5:], "vocab-sha256:aa"), draft: from_files(draft[5:], "vocab-sha256:bb")}
+    )
     message = refused(small_pair(), "VocabularyMismatch", other)
     assert "draft meta-llama/Llama-3.2-1B-Instruct: tokenizer vocab-sha256:bb, vocab_size 128256" in message
-    kinds = fetched({target: from_files(target[5:], "vocab-sha256:aa"),
-                     draft: from_files(draft[5:], "sentencepiece-sha256:aa")})
-    assert "(identities of different kinds: sentencepiece-sha256:aa, vocab-sha256:aa)" in admitted(
-        small_pair(), kinds).unchecked[0]
+    kinds = fetched(
+        {target: from_files(target[5:], "vocab-sha256:aa"), draft: from_files(draft[5:], "sentencepiece-sha256:aa")}
+    )
+    assert (
+        "(identities of different kinds: sentencepiece-sha256:aa, vocab-sha256:aa)"
+        in admitted(small_pair(), kinds).unchecked[0]
+    )
 
 
 def test_a_catalog_family_and_a_file_identity_are_not_compared_but_vocab_sizes_still_are():
@@ -302,16 +355,19 @@ def test_a_catalog_family_and_a_file_identity_are_not_compared_but_vocab_sizes_s
     target = "hf://meta-llama/Llama-3.1-8B-Instruct"
     mixed = fetched({target: from_files(target[5:], "vocab-sha256:aa")})
     note = admitted(small_pair(), mixed).unchecked
-    assert note == ("the tokenizers of meta-llama/Llama-3.2-1B-Instruct and meta-llama/Llama-3.1-8B-Instruct (the "
-                    f"draft's facts come from {CATALOG_SOURCE}, the target's from the files of "
-                    "meta-llama/Llama-3.1-8B-Instruct: a catalog family and an identity read from files are not "
-                    "comparable: family:llama3, vocab-sha256:aa)",)
+    assert note == (
+        "the tokenizers of meta-llama/Llama-3.2-1B-Instruct and meta-llama/Llama-3.1-8B-Instruct (the "
+        f"draft's facts come from {CATALOG_SOURCE}, the target's from the files of "
+        "meta-llama/Llama-3.1-8B-Instruct: a catalog family and an identity read from files are not "
+        "comparable: family:llama3, vocab-sha256:aa)",
+    )
     logits = small_pair("hf://meta-llama/Llama-2-7b-hf")
     logits["speculation"]["draftTarget"]["acceptance"] = "logits"
     assert "vocab_size 32000" in refused(logits, "VocabularyMismatch", mixed)
 
 
 # --- the examples ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_example_is_admitted_on_facts_offline_and_on_the_simulated_h100s(path):
@@ -335,8 +391,10 @@ def test_every_example_is_admitted_on_facts_offline_and_on_the_simulated_h100s(p
 
 
 def test_served_models_follow_the_device_lists_on_tensorrt_and_the_target_on_pytorch():
-    trt = {m.role: m.devices for m in served_models(parse_spec(load_example("llama-2-13b-draft-7b-logits")["spec"]),
-                                                    Observed())}
+    trt = {
+        m.role: m.devices
+        for m in served_models(parse_spec(load_example("llama-2-13b-draft-7b-logits")["spec"]), Observed())
+    }
     assert trt == {"target": (1,), "draft": (0,)}
     torch = served_models(parse_spec(load_example("llama-3.1-8b-draft-1b-pytorch")["spec"]), Observed())
     assert [(m.role, m.devices, m.tensor_parallel_size) for m in torch] == [("target", (0,), 1), ("draft", (0,), 1)]

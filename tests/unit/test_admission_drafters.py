@@ -20,7 +20,7 @@ from specdec.plan import Plan, parse_spec
 from tests.unit.helpers import EXAMPLE_REDRAFTER, load_example
 from tests.unit.test_admission import SIMULATED_H100, SIMULATED_H200, admitted, observed, refused, simulated_gpu_node
 
-GIB = 1024 ** 3
+GIB = 1024**3
 HEAD = "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 # A GPU on which Llama 3.1 8B in bfloat16 (15.0 GiB) fits with its KV cache, but not beside a 1.4 GiB head.
 SMALL_GPU = simulated_gpu_node("small-0", "SIMULATED-17.5GB", "17920")
@@ -40,17 +40,21 @@ def head_fetched(facts: ModelFacts | None, nodes: Observed = SIMULATED_H100) -> 
 
 # --- a draft model -----------------------------------------------------------------------------------
 
+
 def test_pytorch_draft_shares_the_targets_kv_budget_token_for_token():
     """One executor, one budget: 4096 tokens need 0.50 GiB of the target's and 0.12 GiB of the draft's KV
     cache; 1% of what the weights leave (0.54 GiB) holds the target's alone, not both."""
     message = refused(spec_of("llama-3.1-8b-draft-1b-pytorch", freeGpuMemoryFraction=0.01), "ModelDoesNotFitGpu")
-    assert ("the GPU holds 17.3 GiB of weights (target meta-llama/Llama-3.1-8B-Instruct: 8.03B parameters × 2 bytes "
-            "(bfloat16) / tensorParallelSize 1 = 15.0 GiB + draft meta-llama/Llama-3.2-1B-Instruct: 1.24B parameters "
-            "× 2 bytes (bfloat16) / tensorParallelSize 1 = 2.3 GiB)") in message
-    assert ("the target's and the draft's KV caches get 1% of that, 0.54 GiB, less than one sequence of 4096 tokens "
-            "needs: target 0.50 GiB (131072 bytes per token: 32 layers × 2 (K, V) × 8 KV heads × 128 × 2 bytes) + "
-            "draft 0.12 GiB (32768 bytes per token: 16 layers × 2 (K, V) × 8 KV heads × 64 × 2 bytes) = 0.62 GiB"
-            ) in message
+    assert (
+        "the GPU holds 17.3 GiB of weights (target meta-llama/Llama-3.1-8B-Instruct: 8.03B parameters × 2 bytes "
+        "(bfloat16) / tensorParallelSize 1 = 15.0 GiB + draft meta-llama/Llama-3.2-1B-Instruct: 1.24B parameters "
+        "× 2 bytes (bfloat16) / tensorParallelSize 1 = 2.3 GiB)"
+    ) in message
+    assert (
+        "the target's and the draft's KV caches get 1% of that, 0.54 GiB, less than one sequence of 4096 tokens "
+        "needs: target 0.50 GiB (131072 bytes per token: 32 layers × 2 (K, V) × 8 KV heads × 128 × 2 bytes) + "
+        "draft 0.12 GiB (32768 bytes per token: 16 layers × 2 (K, V) × 8 KV heads × 64 × 2 bytes) = 0.62 GiB"
+    ) in message
     assert "use a smaller draft, or use more GPUs" in message
     assert isinstance(admitted(spec_of("llama-3.1-8b-draft-1b-pytorch", freeGpuMemoryFraction=0.02)), Plan)
 
@@ -63,10 +67,11 @@ def test_tensorrt_draft_on_the_targets_gpu_fits_in_one_start_order():
 
 # --- a drafter in the target's engine ----------------------------------------------------------------
 
+
 def test_an_eagle3_head_whose_facts_are_unknown_is_sized_from_the_target():
     target = catalog_facts("meta-llama/Llama-3.1-8B-Instruct")
     head = estimated_head(HEAD.removeprefix("hf://"), target)
-    assert head.parameters == 15 * 4096 ** 2 + 4096 * 128256 and head.layers == 1
+    assert head.parameters == 15 * 4096**2 + 4096 * 128256 and head.layers == 1
     assert head.source == HEAD_ESTIMATE
     # Its fetch gave no facts: the head is estimated, counted beside the target and named in the message.
     served = served_models(parse_spec(spec_of("llama-3.1-8b-eagle3")), head_fetched(None))
@@ -79,19 +84,32 @@ def test_an_eagle3_head_whose_facts_are_unknown_is_sized_from_the_target():
         "(bfloat16) / tensorParallelSize 1 = 15.0 GiB + EAGLE-3 head yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: "
         "0.777B estimated parameters × 2 bytes (bfloat16) / tensorParallelSize 1 = 1.4 GiB (= 16.4 GiB), more than "
         "one SIMULATED-17.5GB GPU (17920 MiB; 90% usable = 15.8 GiB). Use more GPUs (tensorParallelSize), a smaller "
-        "draft, or nodes with larger GPUs")
+        "draft, or nodes with larger GPUs"
+    )
     assert HEAD_ESTIMATE in message  # where the head's numbers come from
     # The target alone fits there: the head made the difference.
-    assert isinstance(admitted({"backend": "pytorch", "target": spec_of("llama-3.1-8b-eagle3")["target"]},
-                               observed(SMALL_GPU)), Plan)
+    assert isinstance(
+        admitted({"backend": "pytorch", "target": spec_of("llama-3.1-8b-eagle3")["target"]}, observed(SMALL_GPU)), Plan
+    )
 
 
 def test_an_eagle3_heads_fetched_facts_win_over_the_estimate():
     """A head as a fetch reads it (config.json with one layer; the parameter count here is the test's)."""
-    read = ModelFacts.from_config(HEAD.removeprefix("hf://"), {
-        "architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 128256, "hidden_size": 4096, "num_hidden_layers": 1,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "float16"},
-        parameters=400_000_000, tokenizer="vocab-sha256:aa", source="the files of the head")
+    read = ModelFacts.from_config(
+        HEAD.removeprefix("hf://"),
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "vocab_size": 128256,
+            "hidden_size": 4096,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "torch_dtype": "float16",
+        },
+        parameters=400_000_000,
+        tokenizer="vocab-sha256:aa",
+        source="the files of the head",
+    )
     result = admitted(spec_of("llama-3.1-8b-eagle3"), head_fetched(read))
     assert isinstance(result, Plan) and result.unchecked == () and result.facts_awaited == ()
     message = refused(spec_of("llama-3.1-8b-eagle3"), "ModelDoesNotFitGpu", head_fetched(read, observed(SMALL_GPU)))
@@ -99,20 +117,27 @@ def test_an_eagle3_heads_fetched_facts_win_over_the_estimate():
     assert message.startswith(
         "the GPU holds 15.7 GiB of weights (target meta-llama/Llama-3.1-8B-Instruct: 8.03B parameters × 2 bytes "
         "(bfloat16) / tensorParallelSize 1 = 15.0 GiB + EAGLE-3 head yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: 0.4B "
-        "parameters × 2 bytes (bfloat16) / tensorParallelSize 1 = 0.7 GiB), leaving 0.05 GiB")
-    assert ("the target's and the EAGLE-3 head's KV caches get 90% of that" in message
-            and "needs: target 0.50 GiB" in message and "+ EAGLE-3 head 0.02 GiB (4096 bytes per token: 1 layer × 2 "
-            "(K, V) × 8 KV heads × 128 × 2 bytes)" in message), message
-    assert message.endswith("facts of meta-llama/Llama-3.1-8B-Instruct: the operator's model catalog (simulated fetch "
-                            "data); yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: the files of the head)")
+        "parameters × 2 bytes (bfloat16) / tensorParallelSize 1 = 0.7 GiB), leaving 0.05 GiB"
+    )
+    assert (
+        "the target's and the EAGLE-3 head's KV caches get 90% of that" in message
+        and "needs: target 0.50 GiB" in message
+        and "+ EAGLE-3 head 0.02 GiB (4096 bytes per token: 1 layer × 2 (K, V) × 8 KV heads × 128 × 2 bytes)" in message
+    ), message
+    assert message.endswith(
+        "facts of meta-llama/Llama-3.1-8B-Instruct: the operator's model catalog (simulated fetch "
+        "data); yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: the files of the head)"
+    )
 
 
 def test_a_drafter_awaiting_its_fetch_holds_the_deployment_back_and_says_so():
     result = admitted(spec_of("llama-3.1-8b-pard"))
     assert isinstance(result, Plan) and result.facts_awaited == ("hf://amd/PARD-Llama-3.2-1B",)
-    assert result.unchecked == ("the vocabulary, attention heads and GPU memory of hf://amd/PARD-Llama-3.2-1B (not "
-                                "in the operator's catalog: read from its files when its fetch finishes; no GPU work "
-                                "starts before)",)
+    assert result.unchecked == (
+        "the vocabulary, attention heads and GPU memory of hf://amd/PARD-Llama-3.2-1B (not "
+        "in the operator's catalog: read from its files when its fetch finishes; no GPU work "
+        "starts before)",
+    )
     for example, label in (("llama-3.1-8b-dflash", "DFlash draft"), ("qwen3-4b-dspark", "DSpark draft")):
         served = served_models(parse_spec(spec_of(example)), Observed())
         assert [(m.role, m.name, m.facts) for m in served[1:]] == [("drafter", label, None)]
@@ -124,7 +149,11 @@ def test_redrafters_drafter_adds_weights_and_no_kv_cache():
     served = served_models(parse_spec(spec_of(EXAMPLE_REDRAFTER)), Observed())
     drafter = served[1]
     assert (drafter.role, drafter.name, drafter.engine, drafter.facts.source) == (
-        "drafter", "ReDrafter drafter", "target", HEAD_ESTIMATE)
+        "drafter",
+        "ReDrafter drafter",
+        "target",
+        HEAD_ESTIMATE,
+    )
     assert kv_bytes_per_token(drafter) == 0 and weight_bytes_per_gpu(drafter) > 0
     message = refused(spec_of(EXAMPLE_REDRAFTER, freeGpuMemoryFraction=0.001), "ModelDoesNotFitGpu")
     assert "+ ReDrafter drafter pvc://drafters/vicuna-7b-drafter: " in message  # its weights
@@ -132,6 +161,7 @@ def test_redrafters_drafter_adds_weights_and_no_kv_cache():
 
 
 # --- MTP layers: weights in the target checkpoint, KV cache beside the target's ----------------------
+
 
 def test_mtp_layers_add_their_kv_cache_not_their_weights_again():
     spec = parse_spec(spec_of("deepseek-r1-mtp"))
@@ -144,13 +174,17 @@ def test_mtp_layers_add_their_kv_cache_not_their_weights_again():
     assert served_models(parse_spec(vanilla), Observed())[1].kv_layers == 3
     # 0.582% of the 46.4 GiB the weights leave on an H200 (0.2702 GiB) holds the target's 61 layers for 4096
     # tokens (0.2681 GiB), not with the MTP layer's (0.0044 GiB).
-    message = refused(spec_of("deepseek-r1-mtp", freeGpuMemoryFraction=0.00582), "ModelDoesNotFitGpu",
-                      observed(SIMULATED_H200))
-    assert ("the target's and the MTP layers' KV caches get 0.582% of that, 0.27 GiB, less than one sequence of 4096 "
-            "tokens needs: target 0.27 GiB (70272 bytes per token: 61 layers × 576 (latent) × 2 bytes) + MTP layers "
-            "0.00 GiB (1152 bytes per token: 1 layer × 576 (latent) × 2 bytes) = 0.27 GiB") in message
-    assert isinstance(admitted(spec_of("deepseek-r1-mtp", freeGpuMemoryFraction=0.0059), observed(SIMULATED_H200)),
-                      Plan)
+    message = refused(
+        spec_of("deepseek-r1-mtp", freeGpuMemoryFraction=0.00582), "ModelDoesNotFitGpu", observed(SIMULATED_H200)
+    )
+    assert (
+        "the target's and the MTP layers' KV caches get 0.582% of that, 0.27 GiB, less than one sequence of 4096 "
+        "tokens needs: target 0.27 GiB (70272 bytes per token: 61 layers × 576 (latent) × 2 bytes) + MTP layers "
+        "0.00 GiB (1152 bytes per token: 1 layer × 576 (latent) × 2 bytes) = 0.27 GiB"
+    ) in message
+    assert isinstance(
+        admitted(spec_of("deepseek-r1-mtp", freeGpuMemoryFraction=0.0059), observed(SIMULATED_H200)), Plan
+    )
     assert message.count("685B parameters") == 1
 
 

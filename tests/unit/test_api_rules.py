@@ -44,8 +44,9 @@ def test_parse_spec_refuses_and_names_the_field(entry_id, raw, field):
     assert field in problem.message, problem.message
 
 
-@pytest.mark.parametrize("entry_id,raw,field", [e for e in INVALID_SPECS if e[0] in CEL],
-                         ids=sorted(CEL, key=IDS.index))
+@pytest.mark.parametrize(
+    "entry_id,raw,field", [e for e in INVALID_SPECS if e[0] in CEL], ids=sorted(CEL, key=IDS.index)
+)
 def test_cel_entry_is_refused_offline_by_its_rule(entry_id, raw, field):
     """The CRD rule the offline check evaluated: its message is the one reported, and the
     path the API server reports (the rule's node plus its fieldPath), or else its message, names the field."""
@@ -75,8 +76,11 @@ def test_cel_field_paths_name_existing_fields():
 @pytest.mark.parametrize("entry_id", sorted(LIST_SET))
 def test_list_set_entries_rely_on_a_set_list(entry_id):
     field = dict((e[0], e[2]) for e in INVALID_SPECS)[entry_id]
-    sets = [path for path, node in schema_nodes(spec_schema())
-            if path.endswith("." + field) and node.get("x-kubernetes-list-type") == "set"]
+    sets = [
+        path
+        for path, node in schema_nodes(spec_schema())
+        if path.endswith("." + field) and node.get("x-kubernetes-list-type") == "set"
+    ]
     assert ".target.devices" in sets and ".speculation.draftTarget.draft.devices" in sets, sets
 
 
@@ -133,16 +137,19 @@ def test_fp8_quantization_defaults_kv_cache_to_fp8():
     assert parsed.target.effective_kv_cache_dtype == "fp8"
 
 
-@pytest.mark.parametrize("json_path,default", [
-    (".backend", "tensorrt"),
-    (".speculation.mode", "none"),
-    (".runtime.replicas", 1),
-    (".runtime.kvCache.enableBlockReuse", True),
-    (".speculation.redrafter.numBeams", 5),
-    (".speculation.redrafter.draftLenPerBeam", 5),
-    (".speculation.redrafter.greedy", True),
-    (".target.tensorParallelSize", 1),
-])
+@pytest.mark.parametrize(
+    "json_path,default",
+    [
+        (".backend", "tensorrt"),
+        (".speculation.mode", "none"),
+        (".runtime.replicas", 1),
+        (".runtime.kvCache.enableBlockReuse", True),
+        (".speculation.redrafter.numBeams", 5),
+        (".speculation.redrafter.draftLenPerBeam", 5),
+        (".speculation.redrafter.greedy", True),
+        (".target.tensorParallelSize", 1),
+    ],
+)
 def test_crd_defaults_match_pydantic(json_path, default):
     node = spec_schema()
     for part in json_path.strip(".").split("."):

@@ -50,6 +50,7 @@ def containers(job):
 
 # --- draftTarget, fp16 ----------------------------------------------------------------------------
 
+
 def test_fp16_target_is_converted_then_built_with_draft_tokens_external():
     target = engines(fp16_draft_target())["target"]
     assert names(target) == ["convert", "build"]
@@ -58,8 +59,13 @@ def test_fp16_target_is_converted_then_built_with_draft_tokens_external():
     assert has_pairs(convert, ("--dtype", "float16"), ("--tp_size", 1), ("--workers", 1))
     assert flag(convert, "--model_dir") == "/cache/models/meta-llama--Llama-2-13b-hf/main"
     build = command(step(target, "build"), "trtllm-build")
-    assert has_pairs(build, ("--speculative_decoding_mode", "draft_tokens_external"), ("--max_draft_len", 10),
-                     ("--use_paged_context_fmha", "enable"), ("--gemm_plugin", "float16"))
+    assert has_pairs(
+        build,
+        ("--speculative_decoding_mode", "draft_tokens_external"),
+        ("--max_draft_len", 10),
+        ("--use_paged_context_fmha", "enable"),
+        ("--gemm_plugin", "float16"),
+    )
     assert flag(build, "--checkpoint_dir") == flag(convert, "--output_dir")
     assert "--gather_generation_logits" not in build
 
@@ -75,8 +81,10 @@ def test_fp16_draft_has_no_speculative_flags():
     build = command(step(draft, "build"), "trtllm-build")
     assert not SPECULATIVE_FLAGS & set(build)
     assert has_pairs(build, ("--use_paged_context_fmha", "enable"), ("--gemm_plugin", "float16"))
-    assert flag(command(step(draft, "convert"), "convert_checkpoint.py"), "--model_dir") == \
-        "/cache/models/meta-llama--Llama-2-7b-hf/main"
+    assert (
+        flag(command(step(draft, "convert"), "convert_checkpoint.py"), "--model_dir")
+        == "/cache/models/meta-llama--Llama-2-7b-hf/main"
+    )
 
 
 def test_bfloat16_and_family_select_dtype_and_script():
@@ -93,8 +101,13 @@ def test_engine_limits_become_build_flags():
     raw["engine"] = {"maxBatchSize": 4, "maxInputLen": 3200, "maxSeqLen": 4800, "maxNumTokens": 8192}
     for engine in engines(raw).values():
         build = command(step(engine, "build"), "trtllm-build")
-        assert has_pairs(build, ("--max_batch_size", 4), ("--max_input_len", 3200), ("--max_seq_len", 4800),
-                         ("--max_num_tokens", 8192))
+        assert has_pairs(
+            build,
+            ("--max_batch_size", 4),
+            ("--max_input_len", 3200),
+            ("--max_seq_len", 4800),
+            ("--max_num_tokens", 8192),
+        )
 
 
 def test_unset_engine_limits_are_left_to_trtllm():
@@ -105,16 +118,17 @@ def test_unset_engine_limits_are_left_to_trtllm():
 
 # --- fp8 ------------------------------------------------------------------------------------------
 
+
 def test_fp8_is_quantized_with_fp8_kv_cache_and_fp8_gemm():
-    raw = spec(target=fp8_source(TARGET, tensorParallelSize=2),
-               speculation=draft_target(draft=fp8_source(DRAFT)))
+    raw = spec(target=fp8_source(TARGET, tensorParallelSize=2), speculation=draft_target(draft=fp8_source(DRAFT)))
     built = engines(raw)
     for role, engine in built.items():
         assert names(engine) == ["quantize", "build"], role
         quantize = command(step(engine, "quantize"), "quantize.py")
         assert quantize[1] == f"{EXAMPLES_DIR}/quantization/quantize.py"
-        assert has_pairs(quantize, ("--qformat", "fp8"), ("--kv_cache_dtype", "fp8"), ("--calib_size", 512),
-                         ("--dtype", "float16"))
+        assert has_pairs(
+            quantize, ("--qformat", "fp8"), ("--kv_cache_dtype", "fp8"), ("--calib_size", 512), ("--dtype", "float16")
+        )
         assert flag(command(step(engine, "build"), "trtllm-build"), "--gemm_plugin") == "fp8"
     assert flag(command(step(built["target"], "quantize"), "quantize.py"), "--tp_size") == "2"
     assert flag(command(step(built["draft"], "quantize"), "quantize.py"), "--tp_size") == "1"
@@ -135,6 +149,7 @@ def test_calib_size_comes_from_settings():
 
 # --- logits acceptance ----------------------------------------------------------------------------
 
+
 def test_logits_acceptance_gathers_generation_logits_on_both_engines():
     built = engines(fp16_draft_target(acceptance="logits"))
     assert set(built) == {"target", "draft"}
@@ -148,6 +163,7 @@ def test_token_acceptance_gathers_no_logits():
 
 
 # --- redrafter ------------------------------------------------------------------------------------
+
 
 def redrafter_engine(**fields):
     built = engines(spec(speculation=redrafter(numBeams=4, draftLenPerBeam=5, **fields)))
@@ -183,27 +199,36 @@ def test_redrafter_on_fp8_base_quantizes_first():
     engine = engines(raw)["target"]
     assert names(engine) == ["quantize", "redrafter-convert", "build"]
     rd = command(step(engine, "redrafter-convert"), "convert_checkpoint.py")
-    assert flag(rd, "--base_model_checkpoint_dir") == flag(command(step(engine, "quantize"), "quantize.py"), "--output_dir")
+    assert flag(rd, "--base_model_checkpoint_dir") == flag(
+        command(step(engine, "quantize"), "quantize.py"), "--output_dir"
+    )
     assert flag(command(step(engine, "build"), "trtllm-build"), "--gemm_plugin") == "fp8"
 
 
 def test_hf_drafter_is_read_from_the_cache_its_model_cache_fills():
     engine = engines(spec(speculation=redrafter(drafterModel="hf://org/drafter")))["target"]
     assert [(c.spec.model, c.spec.revision) for c in engine.inputs] == [
-        ("hf://meta-llama/Llama-2-13b-hf", "main"), ("hf://org/drafter", "main")]
+        ("hf://meta-llama/Llama-2-13b-hf", "main"),
+        ("hf://org/drafter", "main"),
+    ]
     rd = command(step(engine, "redrafter-convert"), "convert_checkpoint.py")
-    assert flag(rd, "--drafter_model_dir") == "/cache/" + engine.inputs[1].spec.path == "/cache/models/org--drafter/main"
+    assert (
+        flag(rd, "--drafter_model_dir") == "/cache/" + engine.inputs[1].spec.path == "/cache/models/org--drafter/main"
+    )
 
 
 # --- models: hf:// read from the cache (fetched by a ModelCache), pvc:// mounted --------------------
+
 
 def test_build_reads_hf_model_from_the_cache_and_never_downloads():
     engine = engines(spec(target={"model": TARGET, "revision": "v1.0"}))["target"]
     assert names(engine) == ["convert", "build"]
     assert all("snapshot_download" not in s.script for s in steps(engine))
     assert [c.spec.path for c in engine.inputs] == ["models/meta-llama--Llama-2-13b-hf/v1.0"]
-    assert flag(command(step(engine, "convert"), "convert_checkpoint.py"), "--model_dir") == \
-        "/cache/models/meta-llama--Llama-2-13b-hf/v1.0"
+    assert (
+        flag(command(step(engine, "convert"), "convert_checkpoint.py"), "--model_dir")
+        == "/cache/models/meta-llama--Llama-2-13b-hf/v1.0"
+    )
 
 
 def test_pvc_model_is_not_fetched_and_is_mounted_read_only():
@@ -219,11 +244,16 @@ def test_pvc_model_is_not_fetched_and_is_mounted_read_only():
 
 # --- the Job --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw,expected", [
-    (spec(speculation=redrafter()), ["convert", "redrafter-convert", "build"]),
-    (spec(target=fp8_source(TARGET)), ["quantize", "build"]),
-    (spec(target={"model": "pvc://weights/m"}), ["convert", "build"]),
-], ids=["redrafter", "fp8", "pvc"])
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (spec(speculation=redrafter()), ["convert", "redrafter-convert", "build"]),
+        (spec(target=fp8_source(TARGET)), ["quantize", "build"]),
+        (spec(target={"model": "pvc://weights/m"}), ["convert", "build"]),
+    ],
+    ids=["redrafter", "fp8", "pvc"],
+)
 def test_job_containers_are_the_steps_in_order(raw, expected):
     job = job_for(engines(raw)["target"])
     pod = job["spec"]["template"]["spec"]
@@ -238,8 +268,10 @@ def test_job_containers_are_the_steps_in_order(raw, expected):
 
 
 def test_gpu_limit_is_tensor_parallel_size_on_every_build_step():
-    raw = spec(target={"model": TARGET, "tensorParallelSize": 2}, build={"resources": {
-        "limits": {"memory": "64Gi", "nvidia.com/gpu": 8}, "requests": {"cpu": "8"}}})
+    raw = spec(
+        target={"model": TARGET, "tensorParallelSize": 2},
+        build={"resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": 8}, "requests": {"cpu": "8"}}},
+    )
     job = job_for(engines(raw)["target"])
     by_name = {c["name"]: c for c in containers(job)}
     assert set(by_name) == {"convert", "build"}  # no step without GPUs: the fetch is a ModelCache's Job
@@ -276,21 +308,38 @@ def test_every_pod_runs_as_its_image_s_non_root_user(example):
     templates = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Job", "Deployment")]
     assert any(o["kind"] == "Deployment" for o in objects) and any(o["kind"] == "Job" for o in objects)
     for pod in templates:
-        assert pod["securityContext"] == {"runAsNonRoot": True, "fsGroup": 1000,
-                                          "seccompProfile": {"type": "RuntimeDefault"}}
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
         for c in pod.get("initContainers", []) + pod["containers"]:
             assert "runAsUser" not in c["securityContext"] and c["securityContext"]["runAsNonRoot"] is True
 
 
 def test_job_is_owned_by_its_engine_build_and_placed_on_gpus():
-    raw = spec(build={"nodeSelector": {"gpu": "h100"}, "backoffLimit": 5, "activeDeadlineSeconds": 7200,
-                      "podLabels": {"team": "ml"}, "podAnnotations": {"a": "b"}})
+    raw = spec(
+        build={
+            "nodeSelector": {"gpu": "h100"},
+            "backoffLimit": 5,
+            "activeDeadlineSeconds": 7200,
+            "podLabels": {"team": "ml"},
+            "podAnnotations": {"a": "b"},
+        }
+    )
     engine = engines(raw)["target"]
     job = job_for(engine)
     assert job["metadata"]["name"] == f"{engine.name}-build"
-    assert job["metadata"]["ownerReferences"] == [{"apiVersion": "specdec.io/v1alpha1", "kind": "EngineBuild",
-                                                   "name": engine.name, "uid": "uid-1", "controller": True,
-                                                   "blockOwnerDeletion": True}]
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "specdec.io/v1alpha1",
+            "kind": "EngineBuild",
+            "name": engine.name,
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     assert job["spec"]["backoffLimit"] == 5 and job["spec"]["activeDeadlineSeconds"] == 7200
     template = job["spec"]["template"]
     assert template["metadata"]["labels"]["team"] == "ml"
@@ -298,7 +347,9 @@ def test_job_is_owned_by_its_engine_build_and_placed_on_gpus():
     assert template["metadata"]["annotations"] == {"a": "b"}
     assert template["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu": "h100"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in template["spec"]["tolerations"]
-    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "specdec-engine-cache"}} in template["spec"]["volumes"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "specdec-engine-cache"}} in template["spec"][
+        "volumes"
+    ]
 
 
 def test_build_publishes_the_engine_atomically():
@@ -324,6 +375,7 @@ def test_builds_of_one_recipe_with_other_placement_share_the_engine_directory():
 
 
 # --- tuning: the blog's recipe, and every flag as trtllm-build defines it ---------------------------
+
 
 def build_line(engine):
     return command(step(engine, "build"), "trtllm-build")
@@ -358,20 +410,34 @@ TUNING_VARIANTS = [
     spec(),
     spec(speculation=redrafter()),
     fp16_draft_target(acceptance="logits"),
-    spec(target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2},
-         engine={"tuning": {"useFusedMlp": False, "multipleProfiles": False, "gptAttentionPlugin": "float32",
-                            "reduceFusion": {"target": True, "draft": True}}},
-         speculation=draft_target()),
+    spec(
+        target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2},
+        engine={
+            "tuning": {
+                "useFusedMlp": False,
+                "multipleProfiles": False,
+                "gptAttentionPlugin": "float32",
+                "reduceFusion": {"target": True, "draft": True},
+            }
+        },
+        speculation=draft_target(),
+    ),
     spec(target=fp8_source(TARGET), engine={"tuning": {"lowLatencyGemmPlugin": False}}),
 ]
 
 
-ENGINE_EXAMPLES = {p.stem: load_example(p.stem)["spec"] for p in EXAMPLES
-                   if load_example(p.stem)["spec"].get("backend", "tensorrt") == "tensorrt"}
+ENGINE_EXAMPLES = {
+    p.stem: load_example(p.stem)["spec"]
+    for p in EXAMPLES
+    if load_example(p.stem)["spec"].get("backend", "tensorrt") == "tensorrt"
+}
 
 
-@pytest.mark.parametrize("raw", [*ENGINE_EXAMPLES.values(), *TUNING_VARIANTS],
-                         ids=[*ENGINE_EXAMPLES, *(f"variant-{i}" for i in range(len(TUNING_VARIANTS)))])
+@pytest.mark.parametrize(
+    "raw",
+    [*ENGINE_EXAMPLES.values(), *TUNING_VARIANTS],
+    ids=[*ENGINE_EXAMPLES, *(f"variant-{i}" for i in range(len(TUNING_VARIANTS)))],
+)
 def test_every_trtllm_build_flag_and_value_is_one_trtllm_build_defines(raw):
     built = engines(raw)
     assert built
@@ -407,8 +473,9 @@ def test_the_blog_example_renders_the_blogs_trtllm_build_lines(role, line):
 
 
 def test_tuning_defaults_follow_the_blog_per_role_and_dtype():
-    built = engines(spec(target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2},
-                         speculation=draft_target()))
+    built = engines(
+        spec(target={"model": TARGET, "dtype": "bfloat16", "tensorParallelSize": 2}, speculation=draft_target())
+    )
     target, draft = build_line(built["target"]), build_line(built["draft"])
     for argv in (target, draft):
         assert has_pairs(argv, ("--use_fused_mlp", "enable"), ("--multiple_profiles", "enable"))
@@ -434,11 +501,20 @@ def test_low_latency_gemm_is_on_fp8_targets_only_and_can_be_turned_off():
 
 
 def test_tuning_set_explicitly_reaches_both_engines_and_names_new_engines():
-    tuned = {"gptAttentionPlugin": "float32", "useFusedMlp": False, "multipleProfiles": False,
-             "reduceFusion": {"target": True, "draft": True}}
+    tuned = {
+        "gptAttentionPlugin": "float32",
+        "useFusedMlp": False,
+        "multipleProfiles": False,
+        "reduceFusion": {"target": True, "draft": True},
+    }
     plain = engines(spec(speculation=draft_target()))
     built = engines(spec(speculation=draft_target(), engine={"tuning": tuned}))
     for role, engine in built.items():
-        assert has_pairs(build_line(engine), ("--gpt_attention_plugin", "float32"), ("--use_fused_mlp", "disable"),
-                         ("--multiple_profiles", "disable"), ("--reduce_fusion", "enable")), role
+        assert has_pairs(
+            build_line(engine),
+            ("--gpt_attention_plugin", "float32"),
+            ("--use_fused_mlp", "disable"),
+            ("--multiple_profiles", "disable"),
+            ("--reduce_fusion", "enable"),
+        ), role
         assert engine.name != plain[role].name, role  # engine bytes differ: so does the content hash

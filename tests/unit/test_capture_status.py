@@ -18,8 +18,9 @@ GIB = 1 << 30
 PLACE = CapturePlace("captures", "hidden-states/llama")
 
 
-def sample(files: int = 3, size: int = GIB, tokens: int = 9000, requests: int = 60,
-           last_write: float | None = 1_764_000_000.0) -> CaptureSample:
+def sample(
+    files: int = 3, size: int = GIB, tokens: int = 9000, requests: int = 60, last_write: float | None = 1_764_000_000.0
+) -> CaptureSample:
     return CaptureSample(files, size, requests, tokens, last_write)
 
 
@@ -32,20 +33,35 @@ def front_metrics(totals: CaptureTotals) -> str:
 
 def test_the_status_says_what_is_where_and_how_full():
     assert capture_status(PLACE, sample(), 10 * GIB) == {
-        "claimName": "captures", "path": "hidden-states/llama", "files": 3, "bytes": GIB, "requests": 60,
-        "tokens": 9000, "lastWriteAt": "2025-11-24T16:00:00Z", "claimCapacityBytes": 10 * GIB,
-        "claimUsedPercent": 10.0}
+        "claimName": "captures",
+        "path": "hidden-states/llama",
+        "files": 3,
+        "bytes": GIB,
+        "requests": 60,
+        "tokens": 9000,
+        "lastWriteAt": "2025-11-24T16:00:00Z",
+        "claimCapacityBytes": 10 * GIB,
+        "claimUsedPercent": 10.0,
+    }
     nothing = capture_status(PLACE, sample(files=0, size=0, tokens=0, requests=0, last_write=None), None)
     assert "lastWriteAt" not in nothing and "claimCapacityBytes" not in nothing and nothing["files"] == 0
 
 
 def test_the_condition_turns_false_at_90_percent_and_says_what_to_do():
     within = capture_condition(PLACE, sample(size=8 * GIB), 10 * GIB)
-    assert (within.status, within.reason) == (True, "WithinClaim") and "80.0% of the claim's 10.00 GiB" in within.message
+    assert (within.status, within.reason) == (
+        True,
+        "WithinClaim",
+    ) and "80.0% of the claim's 10.00 GiB" in within.message
     full = capture_condition(PLACE, sample(size=9 * GIB), 10 * GIB)
     assert (full.status, full.reason) == (False, "ClaimNearlyFull")
-    for words in ("hidden-states/llama of claim captures", "90.0%", "Copy the files away",
-                  "output.claimName to a bigger claim", "never deletes captured data"):
+    for words in (
+        "hidden-states/llama of claim captures",
+        "90.0%",
+        "Copy the files away",
+        "output.claimName to a bigger claim",
+        "never deletes captured data",
+    ):
         assert words in full.message
     unknown = capture_condition(PLACE, sample(), None)
     assert (unknown.status, unknown.reason) == (None, "CapacityUnknown")
@@ -58,11 +74,16 @@ def test_reads_the_gauges_the_runtime_front_renders():
     assert parse_capture("specdec_draft_tokens_total 4\n") is None  # not a saveState front
 
 
-@pytest.mark.parametrize("claim, capacity", [
-    ({"status": {"phase": "Bound", "capacity": {"storage": "10Gi"}}}, 10 * GIB),
-    ({"status": {"phase": "Bound", "capacity": {"storage": "500M"}}}, 500_000_000),
-    ({"status": {"phase": "Pending"}}, None), (None, None),
-    ({"status": {"capacity": {"storage": "lots"}}}, None)])
+@pytest.mark.parametrize(
+    "claim, capacity",
+    [
+        ({"status": {"phase": "Bound", "capacity": {"storage": "10Gi"}}}, 10 * GIB),
+        ({"status": {"phase": "Bound", "capacity": {"storage": "500M"}}}, 500_000_000),
+        ({"status": {"phase": "Pending"}}, None),
+        (None, None),
+        ({"status": {"capacity": {"storage": "lots"}}}, None),
+    ],
+)
 def test_the_claims_capacity_is_its_status_capacity(claim, capacity):
     assert claim_capacity(claim) == capacity
 
@@ -71,8 +92,11 @@ class Rig:
     def __init__(self, capacity: str | None = "10Gi"):
         self.events, self.enqueued, self.reads = [], [], []
         self.capacity = capacity
-        self.watch = CaptureWatch(self.read_claim, lambda obj, reason, message, warning=False:
-                                  self.events.append((reason, warning)), lambda ns, n: self.enqueued.append((ns, n)))
+        self.watch = CaptureWatch(
+            self.read_claim,
+            lambda obj, reason, message, warning=False: self.events.append((reason, warning)),
+            lambda ns, n: self.enqueued.append((ns, n)),
+        )
 
     def read_claim(self, namespace, name):
         self.reads.append((namespace, name))
@@ -103,8 +127,9 @@ def test_published_once_per_change_with_one_warning_when_nearly_full():
 
 def test_pods_count_one_directory_so_the_latest_count_wins():
     rig = Rig()
-    rig.watch.account(deployment(), facts(), [sample(files=2, last_write=10.0), sample(files=3, last_write=20.0)],
-                      now=0.0)
+    rig.watch.account(
+        deployment(), facts(), [sample(files=2, last_write=10.0), sample(files=3, last_write=20.0)], now=0.0
+    )
     assert rig.watch.published("ns", "llama", 2).status["files"] == 3
 
 
@@ -119,7 +144,10 @@ def test_the_writer_takes_the_published_capture_else_what_status_says():
     rig = Rig()
     writer = DeploymentStatusWriter(None, None, lambda *a: None, rig.watch.published)
     assert writer._capture_status(deployment(), {}) == (None, None)
-    said = {"capture": {"files": 1}, "conditions": [{"type": "CaptureSpace", "status": "True", "reason": "WithinClaim"}]}
+    said = {
+        "capture": {"files": 1},
+        "conditions": [{"type": "CaptureSpace", "status": "True", "reason": "WithinClaim"}],
+    }
     status, condition = writer._capture_status(deployment(said), said)
     assert status == {"files": 1} and (condition.status, condition.reason) == (True, "WithinClaim")
     rig.watch.account(deployment(), facts(), [sample()], now=0.0)
@@ -134,21 +162,41 @@ def test_the_monitor_scrapes_save_state_pods_for_their_capture():
     try:
         store = Store(("SpeculativeDeployment", "Pod"))
         enqueued, events = [], []
-        monitor = SpeculationMonitor(store, lambda obj, reason, message, warning=False: events.append(reason),
-                                     lambda ns, name: enqueued.append((ns, name)), interval=10,
-                                     read_claim=lambda ns, name: {"status": {"capacity": {"storage": "1Gi"}}})
-        store.put({"kind": "SpeculativeDeployment",
-                   "metadata": {"name": "llama", "namespace": "ns", "uid": "uid-llama", "generation": 1},
-                   "spec": {"backend": "pytorch", "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct"},
-                            "runtime": {"port": port}, "cache": {"claimName": "cache"},
-                            "speculation": {"mode": "saveState", "saveState": {"output": {"claimName": "captures"}}}}})
+        monitor = SpeculationMonitor(
+            store,
+            lambda obj, reason, message, warning=False: events.append(reason),
+            lambda ns, name: enqueued.append((ns, name)),
+            interval=10,
+            read_claim=lambda ns, name: {"status": {"capacity": {"storage": "1Gi"}}},
+        )
+        store.put(
+            {
+                "kind": "SpeculativeDeployment",
+                "metadata": {"name": "llama", "namespace": "ns", "uid": "uid-llama", "generation": 1},
+                "spec": {
+                    "backend": "pytorch",
+                    "target": {"model": "hf://meta-llama/Llama-3.1-8B-Instruct"},
+                    "runtime": {"port": port},
+                    "cache": {"claimName": "cache"},
+                    "speculation": {"mode": "saveState", "saveState": {"output": {"claimName": "captures"}}},
+                },
+            }
+        )
         store.put(pod("llama-a", "llama", hosts[0]))
         endpoint.text = front_metrics(CaptureTotals(files=1, bytes=1 << 20, requests=20, tokens=400, last_write=1e9))
         monitor.run_once(now=0.0)
         published = monitor.capture.published("ns", "llama", 1)
-        assert published.status == {"claimName": "captures", "path": "hidden-states/llama", "files": 1,
-                                    "bytes": 1 << 20, "requests": 20, "tokens": 400, "lastWriteAt": "2001-09-09T01:46:40Z",
-                                    "claimCapacityBytes": 1 << 30, "claimUsedPercent": 0.1}
+        assert published.status == {
+            "claimName": "captures",
+            "path": "hidden-states/llama",
+            "files": 1,
+            "bytes": 1 << 20,
+            "requests": 20,
+            "tokens": 400,
+            "lastWriteAt": "2001-09-09T01:46:40Z",
+            "claimCapacityBytes": 1 << 30,
+            "claimUsedPercent": 0.1,
+        }
         assert enqueued == [("ns", "llama")] and monitor.published("ns", "llama", 1) is None  # no speculation
         monitor.run_once(now=15.0)
         assert enqueued == [("ns", "llama")] and endpoint.hits == 2

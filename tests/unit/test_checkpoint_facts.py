@@ -14,23 +14,41 @@ from specdec.model_catalog import config_excerpt as catalog_excerpt
 from specdec.model_catalog import hub_ids
 from specdec.model_facts import ModelFacts
 
-CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 64,
-          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-          "torch_dtype": "bfloat16", "rope_scaling": {"factor": 8.0, "rope_type": "llama3"},
-          "quantization_config": {"quant_method": "gptq", "bits": 4, "modules_to_not_convert": ["lm_head"] * 50}}
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 128256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "torch_dtype": "bfloat16",
+    "rope_scaling": {"factor": 8.0, "rope_type": "llama3"},
+    "quantization_config": {"quant_method": "gptq", "bits": 4, "modules_to_not_convert": ["lm_head"] * 50},
+}
 
 
 def write_safetensors(path: Path, shapes: dict[str, list[int]]) -> None:
     """A shard with a real header and zero bytes of weights (the reader never looks past the header)."""
-    header = json.dumps({"__metadata__": {"format": "pt"},
-                         **{name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}
-                            for name, shape in shapes.items()}}).encode()
+    header = json.dumps(
+        {
+            "__metadata__": {"format": "pt"},
+            **{name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]} for name, shape in shapes.items()},
+        }
+    ).encode()
     path.write_bytes(struct.pack("<Q", len(header)) + header)
 
 
 def write_tokenizer(path: Path, vocab: dict[str, int], added: dict[str, int]) -> None:
-    path.write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []},
-                                "added_tokens": [{"id": i, "content": t, "special": True} for t, i in added.items()]}))
+    path.write_text(
+        json.dumps(
+            {
+                "model": {"type": "BPE", "vocab": vocab, "merges": []},
+                "added_tokens": [{"id": i, "content": t, "special": True} for t, i in added.items()],
+            }
+        )
+    )
 
 
 def checkpoint(directory: Path, vocab: dict[str, int] | None = None) -> Path:
@@ -49,13 +67,15 @@ def test_report_counts_parameters_from_headers_and_keeps_only_what_facts_need(tm
     assert "rope_scaling" not in found["config"] and "intermediate_size" not in found["config"]
     assert found["tokenizer"].startswith("vocab-sha256:") and len(found["tokenizer"]) == len("vocab-sha256:") + 64
     assert found["sizeBytes"] == sum(p.stat().st_size for p in (tmp_path / "model").iterdir())
-    facts = ModelFacts.from_config("x/y", found["config"], parameters=found["parameters"],
-                                   tokenizer=found["tokenizer"], source="test")
+    facts = ModelFacts.from_config(
+        "x/y", found["config"], parameters=found["parameters"], tokenizer=found["tokenizer"], source="test"
+    )
     assert (facts.kv_heads, facts.head_dim, facts.weight_quantization) == (2, 8, "int4")
 
 
 def test_tokenizer_identity_is_the_id_to_token_table(tmp_path):
     """Same ids for the same text: equal, however the file orders them; one token moved: different."""
+
     def identity(directory: Path, vocab: dict[str, int], added: dict[str, int]) -> str:
         directory.mkdir()
         write_tokenizer(directory / "tokenizer.json", vocab, added)
@@ -90,8 +110,9 @@ def test_the_shipped_program_runs_standalone_and_fits_a_termination_message(tmp_
     the facts, not the fetch."""
     source = Path(checkpoint_facts.__file__).read_text()
     directory = checkpoint(tmp_path / "model", vocab={f"token{i}": i for i in range(5000)})
-    run = subprocess.run([sys.executable, "-I", "-c", source, str(directory)], capture_output=True, text=True,
-                         cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-I", "-c", source, str(directory)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     assert len(run.stdout.encode()) < 4096 and json.loads(run.stdout) == report(str(directory))
     (directory / "config.json").write_text("{not json")

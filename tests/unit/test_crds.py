@@ -29,8 +29,9 @@ def all_nodes():
 def test_committed_crds_are_up_to_date(file_name):
     committed = ROOT / "crds" / file_name
     assert committed.is_file(), f"{committed} is missing: run `specdec crds`"
-    assert committed.read_text() == render_crds()[file_name], \
+    assert committed.read_text() == render_crds()[file_name], (
         f"crds/{file_name} differs from the models in operator/specdec/api/models.py: run `specdec crds`"
+    )
 
 
 def test_no_stray_crd_files():
@@ -77,14 +78,19 @@ def test_schema_values_have_jsonschemaprops_types():
             expected = PY_TYPES.get(SCHEMA_PROPS[key])
             if expected is None:
                 continue
-            assert isinstance(value, expected) and not (bool not in expected and isinstance(value, bool)), \
+            assert isinstance(value, expected) and not (bool not in expected and isinstance(value, bool)), (
                 f"{where}: {key}={value!r} should be {SCHEMA_PROPS[key]}"
+            )
 
 
 def test_exclusive_bounds_are_booleans():
     """OpenAPI v3.0 (apiextensions/v1): `exclusiveMinimum: true` next to `minimum`, not JSON Schema's number."""
-    bounds = [(where, node, key) for where, node in all_nodes()
-              for key in ("exclusiveMinimum", "exclusiveMaximum") if key in node]
+    bounds = [
+        (where, node, key)
+        for where, node in all_nodes()
+        for key in ("exclusiveMinimum", "exclusiveMaximum")
+        if key in node
+    ]
     assert {w.rsplit(".", 1)[-1] for w, _, _ in bounds} >= {"temperature", "freeGpuMemoryFraction"}
     for where, node, key in bounds:
         assert node[key] is True, f"{where}: {key}={node[key]!r}"
@@ -114,8 +120,7 @@ def test_status_subresource_on_both():
 
 def test_printer_columns():
     columns = {c["name"]: c for c in version(SD_CRD)["additionalPrinterColumns"]}
-    assert list(columns) == ["Mode", "Ready", "Reason", "Replicas", "Accept", "Speedup", "DraftLen", "Drafting",
-                             "Age"]
+    assert list(columns) == ["Mode", "Ready", "Reason", "Replicas", "Accept", "Speedup", "DraftLen", "Drafting", "Age"]
     assert columns["Mode"]["jsonPath"] == ".spec.speculation.mode"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
@@ -128,16 +133,23 @@ def test_printer_columns():
         assert columns[name]["jsonPath"] == f".status.speculation.{field}"
         assert schema_at(schema, f".status.speculation.{field}")["type"] == columns[name]["type"]
     assert columns["DraftLen"]["priority"] == 1  # kubectl get -o wide
-    assert columns["Drafting"] == {"name": "Drafting", "type": "string", "priority": 1,
-                                   "jsonPath": '.status.conditions[?(@.type=="SpeculationActive")].reason'}
+    assert columns["Drafting"] == {
+        "name": "Drafting",
+        "type": "string",
+        "priority": 1,
+        "jsonPath": '.status.conditions[?(@.type=="SpeculationActive")].reason',
+    }
     eb_columns = [c["name"] for c in version(EB_CRD)["additionalPrinterColumns"]]
     assert eb_columns == ["Model", "Mode", "Phase", "Step", "Age"]
 
 
 def test_scale_subresource_paths_exist():
     scale = version(SD_CRD)["subresources"]["scale"]
-    assert scale == {"specReplicasPath": ".spec.runtime.replicas", "statusReplicasPath": ".status.replicas",
-                     "labelSelectorPath": ".status.selector"}
+    assert scale == {
+        "specReplicasPath": ".spec.runtime.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
     schema = crd_schema(SD_CRD)
     assert schema_at(schema, scale["specReplicasPath"])["type"] == "integer"
     assert schema_at(schema, scale["statusReplicasPath"])["type"] == "integer"

@@ -38,20 +38,38 @@ def test_kwokctl_config_leaves_real_nodes_to_their_kubelets(tmp_path: Path):
         patches = {p["name"]: p["extraArgs"] for p in config["componentsPatches"]}
         assert {"key": "manage-all-nodes", "value": "false"} in patches["kwok-controller"]
         assert {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"} in patches[
-            "kwok-controller"]
+            "kwok-controller"
+        ]
         assert {"key": "kubelet-client-certificate", "value": str(tmp_path / "pki" / "admin.crt")} in patches[
-            "kube-apiserver"]
+            "kube-apiserver"
+        ]
         assert config["options"]["kubeApiserverCertSANs"] == ["10.96.0.1"]  # the kubernetes Service's ClusterIP
-    binds = [[a["value"] for a in c["componentsPatches"][0]["extraArgs"] if a["key"] == "bind-address"]
-             for c in (plain, real)]
+    binds = [
+        [a["value"] for a in c["componentsPatches"][0]["extraArgs"] if a["key"] == "bind-address"]
+        for c in (plain, real)
+    ]
     assert binds == [[], ["0.0.0.0"]]  # only a real node's cluster listens beyond loopback
 
 
 def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
-    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki")) if d["kind"] == "Stage"}
-    assert set(stages) == {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete", "pod-delete",
-                           "pod-container-running-failed", "job-pod-simulated-step", "pvc-provision", "pv-bind",
-                           "pv-delete", "pvc-delete"}
+    stages = {
+        d["metadata"]["name"]: d
+        for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki"))
+        if d["kind"] == "Stage"
+    }
+    assert set(stages) == {
+        "node-initialize",
+        "node-heartbeat-with-lease",
+        "pod-ready",
+        "pod-complete",
+        "pod-delete",
+        "pod-container-running-failed",
+        "job-pod-simulated-step",
+        "pvc-provision",
+        "pv-bind",
+        "pv-delete",
+        "pvc-delete",
+    }
     delay = stages["pod-complete"]["spec"]["delay"]["durationFrom"]["expressionFrom"]
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in delay
 
@@ -64,14 +82,22 @@ def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
     from specdec.model_facts import ModelFacts
     from specdec.status.shared import fetched_status
 
-    stages = {d["metadata"]["name"]: d for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki")) if d["kind"] == "Stage"}
+    stages = {
+        d["metadata"]["name"]: d
+        for d in _docs(cluster.kwokctl_config(tmp_path, tmp_path / "pki"))
+        if d["kind"] == "Stage"
+    }
     template = stages["pod-complete"]["spec"]["next"]["statusTemplate"]
     assert EMPTY_TABLE not in template
     for hub_id in hub_ids():
         report = json.dumps(simulated_report(hub_id))
         assert f"{json.dumps(hub_id.lower())} {json.dumps(report)}" in template
-        pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [
-            {"name": "fetch", "state": {"terminated": {"exitCode": 0, "message": report}}}]}}
+        pod = {
+            "metadata": {"name": "p"},
+            "status": {
+                "containerStatuses": [{"name": "fetch", "state": {"terminated": {"exitCode": 0, "message": report}}}]
+            },
+        }
         status = fetched_status([pod], {}, f"hf://{hub_id}")
         facts = catalog_facts(hub_id)
         assert ModelFacts.from_status(facts.model, status["facts"], facts.source) == facts
@@ -109,11 +135,23 @@ def test_pinned_versions_meet_what_the_control_plane_needs():
     etcd = tuple(int(x) for x in toolchain.ETCD_VERSION.lstrip("v").split("."))
     assert etcd >= (3, 5, 13)  # watch progress requests
     versions = {g.name: g.version for g in toolchain.GROUPS}
-    assert versions == {"etcd": toolchain.ETCD_VERSION, "kubernetes": toolchain.KUBERNETES_VERSION,
-                        "kwok": toolchain.KWOK_VERSION, "helm": toolchain.HELM_VERSION}
+    assert versions == {
+        "etcd": toolchain.ETCD_VERSION,
+        "kubernetes": toolchain.KUBERNETES_VERSION,
+        "kwok": toolchain.KWOK_VERSION,
+        "helm": toolchain.HELM_VERSION,
+    }
     binaries = {b for g in toolchain.GROUPS for b in g.binaries}
-    assert binaries == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
-                        "kwok", "kwokctl", "helm"}
+    assert binaries == {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+        "kwok",
+        "kwokctl",
+        "helm",
+    }
     # A real node: the kubelet of the control plane's release, and containerd 2.x (the 1.36 kubelet refuses 1.x).
     node = {g.name: g for g in toolchain.NODE_GROUPS}
     assert node["kubelet"].version == toolchain.KUBERNETES_VERSION and node["kubelet"].replace_staging
@@ -158,14 +196,15 @@ def test_a_node_keeps_a_pod_network_it_has_and_gets_ours_when_it_has_none():
     applied, notes = nodes.keep_pod_cidrs(wanted, existing)
     by_name = {o["metadata"]["name"]: o for o in applied if o["kind"] == "Node"}
     assert by_name["gpu-0"]["spec"]["podCIDRs"] == ["127.64.0.0/24"]
-    assert by_name["gpu-1"]["spec"]["podCIDR"] == "10.0.0.0/24" and by_name["gpu-1"]["spec"]["podCIDRs"] == ["10.0.0.0/24"]
+    assert by_name["gpu-1"]["spec"]["podCIDR"] == "10.0.0.0/24" and by_name["gpu-1"]["spec"]["podCIDRs"] == [
+        "10.0.0.0/24"
+    ]
     assert by_name["gpu-2"]["spec"]["podCIDR"] == "127.64.2.0/24"
     assert applied[0]["kind"] == "StorageClass"
     assert len(notes) == 2 and "gpu-1 keeps podCIDR 10.0.0.0/24" in notes[0] and "gpu-2" in notes[1]
 
 
-def test_dev_simulate_writes_a_deployments_profile_and_refuses_what_cannot_be_simulated(monkeypatch, tmp_path,
-                                                                                         capsys):
+def test_dev_simulate_writes_a_deployments_profile_and_refuses_what_cannot_be_simulated(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     local = cluster.LocalCluster(name="c")
     assert cli.main(["dev", "simulate", "llama", "--acceptance", "0.9", "--name", "c"]) == 1

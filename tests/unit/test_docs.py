@@ -17,21 +17,36 @@ API_PAGE = ROOT / "docs" / "reference" / "api.md"
 
 def test_site_builds_in_strict_mode(tmp_path):
     """A broken link or anchor, a page missing from the nav or a nav entry without a page fails the build."""
-    assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("material"), \
+    assert importlib.util.find_spec("mkdocs") and importlib.util.find_spec("material"), (
         "mkdocs-material is not installed: .venv/bin/pip install -e '.[test]' (the docs extra is part of it)"
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-         "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # material's banner about MkDocs 2
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # material's banner about MkDocs 2
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
 
 
 def test_api_reference_is_generated_from_the_crds():
     assert API_PAGE.is_file(), f"{API_PAGE} is missing: run `{reference.REGENERATE}`"
-    assert API_PAGE.read_text(encoding="utf-8") == reference.render(), \
+    assert API_PAGE.read_text(encoding="utf-8") == reference.render(), (
         f"docs/reference/api.md differs from the CRDs (crds/*.yaml): run `{reference.REGENERATE}`"
+    )
 
 
 def test_api_reference_covers_every_field_and_rule():
@@ -70,8 +85,9 @@ def test_readme_is_a_front_door():
 def test_site_front_page_is_the_readme():
     """docs/index.md is README.md with its links made relative to docs/: one front door, two places."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert (ROOT / "docs" / "index.md").read_text(encoding="utf-8") == readme.replace("](docs/", "]("), \
+    assert (ROOT / "docs" / "index.md").read_text(encoding="utf-8") == readme.replace("](docs/", "]("), (
         "docs/index.md differs from README.md: run `sed 's|](docs/|](|g' README.md > docs/index.md`"
+    )
 
 
 def test_readme_links_into_docs_exist():

@@ -16,7 +16,9 @@ from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import spec
 
 BLOCKS = {
-    "ngram": {}, "sa": {}, "mtp": {"maxDraftLen": 4},
+    "ngram": {},
+    "sa": {},
+    "mtp": {"maxDraftLen": 4},
     "pard": {"draftModel": "hf://amd/PARD-Llama-3.2-1B"},
     "eagle3": {"draftModel": "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "maxDraftLen": 4},
     "dflash": {"draftModel": "hf://z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat"},
@@ -25,8 +27,9 @@ BLOCKS = {
 
 
 def with_schedule(mode: str, schedule: dict, **fields) -> dict:
-    return spec(backend="pytorch", speculation={"mode": mode, mode: {**BLOCKS[mode], "draftLenSchedule": schedule,
-                                                                     **fields}})
+    return spec(
+        backend="pytorch", speculation={"mode": mode, mode: {**BLOCKS[mode], "draftLenSchedule": schedule, **fields}}
+    )
 
 
 @pytest.mark.parametrize("mode", sorted(BLOCKS))
@@ -47,12 +50,15 @@ def test_ngram_may_end_on_a_zero_tier():
     assert config["draft_len_schedule"] == {4: 4, 64: 0}
 
 
-@pytest.mark.parametrize("schedule, fields, message", [
-    ({"4": 4}, {"maxConcurrency": 8}, "set maxConcurrency"),
-    ({"0": 4}, {}, "keys are batch sizes"),
-    ({"4": 3, "8": 2}, {}, "smallest batch size drafts maxDraftLen"),
-    ({"4": 4, "8": 5}, {}, "at most maxDraftLen"),
-])
+@pytest.mark.parametrize(
+    "schedule, fields, message",
+    [
+        ({"4": 4}, {"maxConcurrency": 8}, "set maxConcurrency"),
+        ({"0": 4}, {}, "keys are batch sizes"),
+        ({"4": 3, "8": 2}, {}, "smallest batch size drafts maxDraftLen"),
+        ({"4": 4, "8": 5}, {}, "at most maxDraftLen"),
+    ],
+)
 def test_schedules_tensorrt_llm_would_refuse_at_start_are_refused_first(schedule, fields, message):
     problem = parse_spec(with_schedule("sa", schedule, **fields))
     assert isinstance(problem, Problem) and message in problem.message

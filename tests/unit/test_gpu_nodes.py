@@ -12,8 +12,12 @@ from specdec.settings import Settings
 def test_simulated_gpu_nodes_read_as_h100s_and_cpu_nodes_are_skipped():
     read = [gpu_node(n) for n in dev_nodes.dev_nodes(cpu_nodes=1, gpu_nodes=1)]
     assert read[0] is None
-    assert (read[1].name, read[1].gpus, read[1].memory_mib, read[1].product) == \
-        ("gpu-0", 8, 81559, "NVIDIA-H100-80GB-HBM3")
+    assert (read[1].name, read[1].gpus, read[1].memory_mib, read[1].product) == (
+        "gpu-0",
+        8,
+        81559,
+        "NVIDIA-H100-80GB-HBM3",
+    )
 
 
 def test_candidates_match_the_pods_node_selector_and_gpu_count():

@@ -16,23 +16,40 @@ def container(name: str, gpus: int = 0) -> dict:
 
 
 def ran(name: str, start: int, end: int | None) -> dict:
-    state = {"terminated": {"startedAt": at(start), "finishedAt": at(end)}} if end is not None else \
-        {"running": {"startedAt": at(start)}}
+    state = (
+        {"terminated": {"startedAt": at(start), "finishedAt": at(end)}}
+        if end is not None
+        else {"running": {"startedAt": at(start)}}
+    )
     return {"name": name, "state": state}
 
 
-def build_pod(init: list[tuple[str, int, int, int | None]], main: tuple[str, int, int, int | None] | None,
-              phase: str = "Succeeded", scheduled: int | None = 0) -> dict:
+def build_pod(
+    init: list[tuple[str, int, int, int | None]],
+    main: tuple[str, int, int, int | None] | None,
+    phase: str = "Succeeded",
+    scheduled: int | None = 0,
+) -> dict:
     """init/main: (name, gpus, started, finished or None while running); main None: not started."""
     main_spec = main or ("build", 1, 0, None)
-    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(scheduled)}] \
-        if scheduled is not None else [{"type": "PodScheduled", "status": "False"}]
-    return {"metadata": {"name": "p"},
-            "spec": {"initContainers": [container(n, g) for n, g, *_ in init],
-                     "containers": [container(main_spec[0], main_spec[1])]},
-            "status": {"phase": phase, "conditions": conditions,
-                       "initContainerStatuses": [ran(n, s, e) for n, _, s, e in init],
-                       "containerStatuses": [ran(*main[:1], *main[2:])] if main else []}}
+    conditions = (
+        [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(scheduled)}]
+        if scheduled is not None
+        else [{"type": "PodScheduled", "status": "False"}]
+    )
+    return {
+        "metadata": {"name": "p"},
+        "spec": {
+            "initContainers": [container(n, g) for n, g, *_ in init],
+            "containers": [container(main_spec[0], main_spec[1])],
+        },
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "initContainerStatuses": [ran(n, s, e) for n, _, s, e in init],
+            "containerStatuses": [ran(*main[:1], *main[2:])] if main else [],
+        },
+    }
 
 
 def test_a_pod_holds_its_largest_init_container_or_the_sum_of_its_containers():

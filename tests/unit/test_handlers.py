@@ -40,6 +40,7 @@ def test_after_the_warm_up_an_example_s_first_plan_compiles_no_cel_rule():
 def test_a_failing_warm_up_does_not_stop_the_operator_s_start(monkeypatch, caplog):
     def broken(*_args, **_kwargs):
         raise RuntimeError("a bug in plan()")
+
     monkeypatch.setattr(handlers, "plan", broken)
     handlers._warm_up(SETTINGS)  # returns
     assert "warming up plan()" in caplog.text and "a bug in plan()" in caplog.text
@@ -62,14 +63,16 @@ def test_a_runtime_pod_wakes_its_deployment_only_when_what_blocks_it_changes(mon
     verdict changes (a root image refused, then fixed)."""
     woken = _Woken()
     monkeypatch.setitem(handlers._state, "reconciler", woken)
-    labels = {"app.kubernetes.io/component": "runtime", "app.kubernetes.io/instance": "sd",
-              "app.kubernetes.io/managed-by": "specdec-operator"}
+    labels = {
+        "app.kubernetes.io/component": "runtime",
+        "app.kubernetes.io/instance": "sd",
+        "app.kubernetes.io/managed-by": "specdec-operator",
+    }
     version = iter(range(1, 100))
 
     def event(pod, kind="MODIFIED"):
         pod["metadata"].update(resourceVersion=str(next(version)), labels=labels)
-        asyncio.run(handlers.pod_event(event={"type": kind, "object": pod}, namespace="ns", name=RT_POD,
-                                       labels=labels))
+        asyncio.run(handlers.pod_event(event={"type": kind, "object": pod}, namespace="ns", name=RT_POD, labels=labels))
         return len(woken.queued)
 
     running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}

@@ -120,12 +120,15 @@ def test_ulimits_stay_within_the_hard_limits():
     limits = dict(value.split("=") for value in args[1::2])
     for name, which in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
         soft, hard = (int(v) for v in limits[name].split(":"))
-        assert soft == hard and (resource.getrlimit(which)[1] == resource.RLIM_INFINITY
-                                 or hard <= resource.getrlimit(which)[1])
+        assert soft == hard and (
+            resource.getrlimit(which)[1] == resource.RLIM_INFINITY or hard <= resource.getrlimit(which)[1]
+        )
 
 
 def test_missing_tools_say_what_to_install(monkeypatch):
-    monkeypatch.setattr(podman.toolchain, "which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}")
+    monkeypatch.setattr(
+        podman.toolchain, "which", lambda name: None if name in ("runc", "mmdebstrap") else f"/usr/bin/{name}"
+    )
     podman.require("podman")
     with pytest.raises(images.ImageBuildError, match="runc, mmdebstrap are not installed.*apt-get install"):
         podman.require("podman", "runc", "mmdebstrap")

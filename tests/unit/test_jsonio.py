@@ -10,8 +10,10 @@ from specdec.kube import jsonio, kopf_patches
 
 
 def test_loads_reads_what_the_standard_library_reads():
-    line = '{"type":"MODIFIED","object":{"metadata":{"name":"x","resourceVersion":"12"},"spec":{"n":1.5,' \
-           '"i":9223372036854775807,"s":"\\u00e9 \xe9","l":[true,false,null],"m":{}}}}'
+    line = (
+        '{"type":"MODIFIED","object":{"metadata":{"name":"x","resourceVersion":"12"},"spec":{"n":1.5,'
+        '"i":9223372036854775807,"s":"\\u00e9 \xe9","l":[true,false,null],"m":{}}}}'
+    )
     assert jsonio.loads(line) == jsonio.loads(line.encode()) == json.loads(line)
     assert math.isnan(jsonio.loads('{"x": NaN}')["x"])  # orjson refuses NaN: the standard library reads it
 

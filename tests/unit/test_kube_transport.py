@@ -63,8 +63,14 @@ def server(monkeypatch):
 
 
 def status(code: int, message: str, reason: str = "Failure") -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason,
-            "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 CM = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns"}}
@@ -160,8 +166,10 @@ def test_a_list_is_read_in_pages_and_slimmed(server):
     def pod(name: str) -> dict:
         return {"metadata": {"name": name, "namespace": "ns", "managedFields": [{"manager": "kubelet"}]}}
 
-    Scripted.script = [(200, {}, {"metadata": {"continue": "next-1", "resourceVersion": "7"}, "items": [pod("a")]}),
-                       (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [pod("b")]})]
+    Scripted.script = [
+        (200, {}, {"metadata": {"continue": "next-1", "resourceVersion": "7"}, "items": [pod("a")]}),
+        (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [pod("b")]}),
+    ]
     items, version = server._list("Pod", "ns", "app=x")
     assert [i["metadata"]["name"] for i in items] == ["a", "b"] and version == "9"
     assert all("managedFields" not in i["metadata"] and i["kind"] == "Pod" for i in items)
@@ -172,12 +180,22 @@ def test_a_list_is_read_in_pages_and_slimmed(server):
 
 def test_a_resync_keeps_the_cached_copy_of_what_did_not_change(server: Kube):
     def cm(name: str, version: str) -> dict:
-        return {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {
-            "name": name, "namespace": "ns", "resourceVersion": version, "labels": {"app": "x"},
-            "managedFields": [{"manager": "kubectl"}]}}
+        return {
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "resourceVersion": version,
+                "labels": {"app": "x"},
+                "managedFields": [{"manager": "kubectl"}],
+            },
+        }
 
-    Scripted.script = [(200, {}, {"metadata": {"resourceVersion": "5"}, "items": [cm("same", "3"), cm("moved", "4")]}),
-                       (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [cm("same", "3"), cm("moved", "8")]})]
+    Scripted.script = [
+        (200, {}, {"metadata": {"resourceVersion": "5"}, "items": [cm("same", "3"), cm("moved", "4")]}),
+        (200, {}, {"metadata": {"resourceVersion": "9"}, "items": [cm("same", "3"), cm("moved", "8")]}),
+    ]
     server.refresh("ConfigMap", "ns", "app=x")
     same, moved = (server.store.get("ConfigMap", "ns", name) for name in ("same", "moved"))
     server.refresh("ConfigMap", "ns", "app=x")
@@ -188,7 +206,7 @@ def test_a_resync_keeps_the_cached_copy_of_what_did_not_change(server: Kube):
 
 def test_a_first_write_is_a_create_and_a_name_taken_by_another_is_not_cached(server: Kube):
     server.store = Store(["ConfigMap"], selectors={"ConfigMap": "managed=us"})
-    conflict = (409, {}, status(409, "configmaps \"x\" already exists", "AlreadyExists"))
+    conflict = (409, {}, status(409, 'configmaps "x" already exists', "AlreadyExists"))
     foreign = {**CM, "metadata": {**CM["metadata"], "labels": {"app": "someone-else"}}}
     Scripted.script = [conflict, (200, {}, foreign)]
     obj, written = server.apply(CM, None)
@@ -202,8 +220,14 @@ def test_a_first_write_is_a_create_and_a_name_taken_by_another_is_not_cached(ser
 
 
 def managed(manager: str, operation: str, fields: dict, **more) -> dict:
-    return {"manager": manager, "operation": operation, "apiVersion": "v1", "fieldsType": "FieldsV1",
-            "fieldsV1": fields, **more}
+    return {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+        **more,
+    }
 
 
 def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: Kube):
@@ -213,8 +237,11 @@ def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: K
     ours_applied = managed("specdec-operator", "Apply", {"f:data": {"f:c": {}}, "f:metadata": {"f:labels": {}}})
     theirs = managed("kubectl-annotate", "Update", {"f:metadata": {"f:annotations": {}}})
     entries = [ours_created, theirs, ours_applied]
-    live = {**CM, "data": {"a": "1", "b": "2", "c": "3"},
-            "metadata": {**CM["metadata"], "resourceVersion": "7", "managedFields": entries}}
+    live = {
+        **CM,
+        "data": {"a": "1", "b": "2", "c": "3"},
+        "metadata": {**CM["metadata"], "resourceVersion": "7", "managedFields": entries},
+    }
     desired = {**CM, "data": {"a": "1"}}
     Scripted.script = [(200, {}, live), (200, {}, live), (200, {}, desired)]
     assert server.apply(desired, {**CM, "data": {"a": "0", "b": "2"}}) == (desired, True)
@@ -223,14 +250,23 @@ def test_a_change_first_makes_the_fields_our_create_set_applied_fields(server: K
     test, replace = json.loads(body)
     assert test == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}  # else refused: read again
     assert replace["path"] == "/metadata/managedFields"
-    assert replace["value"] == [theirs, managed("specdec-operator", "Apply", {
-        "f:data": {"f:a": {}, "f:b": {}, "f:c": {}}, "f:metadata": {"f:labels": {}}})]
+    assert replace["value"] == [
+        theirs,
+        managed(
+            "specdec-operator", "Apply", {"f:data": {"f:a": {}, "f:b": {}, "f:c": {}}, "f:metadata": {"f:labels": {}}}
+        ),
+    ]
     assert "force=true" in query and json.loads(applied) == desired
 
     Scripted.seen.clear()  # written meanwhile (the test op fails: 422): read again
     changed = {**live, "metadata": {**live["metadata"], "resourceVersion": "8"}}
-    Scripted.script = [(200, {}, live), (422, {}, status(422, "rejected", "Invalid")), (200, {}, changed),
-                       (200, {}, changed), (200, {}, desired)]
+    Scripted.script = [
+        (200, {}, live),
+        (422, {}, status(422, "rejected", "Invalid")),
+        (200, {}, changed),
+        (200, {}, changed),
+        (200, {}, desired),
+    ]
     assert server.apply(desired, {**CM, "data": {"a": "0"}}) == (desired, True)
     assert [s[0] for s in Scripted.seen] == ["GET", "PATCH", "GET", "PATCH", "PATCH"]
     assert json.loads(Scripted.seen[3][2])[0]["value"] == "8"

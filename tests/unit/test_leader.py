@@ -23,8 +23,9 @@ def library_accepts(lease: float, renew: float, retry: float) -> bool:
     return True
 
 
-@pytest.mark.parametrize("lease, renew, retry", list(itertools.product(
-    [1, 2, 4, 15, 15.5], [1, 2.5, 3, 10, 15], [0.5, 1, 2, 3])))
+@pytest.mark.parametrize(
+    "lease, renew, retry", list(itertools.product([1, 2, 4, 15, 15.5], [1, 2.5, 3, 10, 15], [0.5, 1, 2, 3]))
+)
 def test_validation_is_the_librarys_as_value_errors(lease, renew, retry):
     """What we accept, the library's Config accepts (it would sys.exit otherwise); fractional lease
     durations are refused too (the Lease stores whole seconds)."""
@@ -36,12 +37,15 @@ def test_validation_is_the_librarys_as_value_errors(lease, renew, retry):
         assert library_accepts(lease, renew, retry)
 
 
-@pytest.mark.parametrize("lease, renew, retry, complaint", [
-    (10, 10, 2, "lease duration (10s) must be greater than the renew deadline (10s)"),
-    (15, 2, 2, "renew deadline (2s) must be greater than 1.2 × the retry period (2s)"),
-    (15, 10, 0.5, "retry period must be at least 1 second"),
-    (15.5, 10, 2, "whole number"),
-])
+@pytest.mark.parametrize(
+    "lease, renew, retry, complaint",
+    [
+        (10, 10, 2, "lease duration (10s) must be greater than the renew deadline (10s)"),
+        (15, 2, 2, "renew deadline (2s) must be greater than 1.2 × the retry period (2s)"),
+        (15, 10, 0.5, "retry period must be at least 1 second"),
+        (15.5, 10, 2, "whole number"),
+    ],
+)
 def test_bad_timing_raises_a_value_error_naming_the_problem(lease, renew, retry, complaint):
     with pytest.raises(ValueError, match=complaint.replace("(", r"\(").replace(")", r"\)")):
         Leadership(client.ApiClient(), "ops", "lease", "me", lease, renew, retry)
@@ -53,29 +57,41 @@ def test_settings_default_to_off():
 
 
 def test_settings_from_the_environment():
-    settings = ElectionSettings.from_env({
-        "SPECDEC_LEADER_ELECTION": "true", "POD_NAMESPACE": "ops", "POD_NAME": "op-7d9-x2",
-        "SPECDEC_LEADER_ELECTION_NAME": "rel-specdec-operator", "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "30",
-        "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "20", "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "4"})
+    settings = ElectionSettings.from_env(
+        {
+            "SPECDEC_LEADER_ELECTION": "true",
+            "POD_NAMESPACE": "ops",
+            "POD_NAME": "op-7d9-x2",
+            "SPECDEC_LEADER_ELECTION_NAME": "rel-specdec-operator",
+            "SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "30",
+            "SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS": "20",
+            "SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "4",
+        }
+    )
     assert (settings.enabled, settings.namespace, settings.name) == (True, "ops", "rel-specdec-operator")
     assert (settings.lease_seconds, settings.renew_deadline, settings.retry_period) == (30, 20, 4)
     assert settings.identity.startswith("op-7d9-x2_")
     # An explicit namespace wins over the pod's; the defaults are client-go's.
-    settings = ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "True", "POD_NAMESPACE": "ops",
-                                          "SPECDEC_LEADER_ELECTION_NAMESPACE": "leases"})
+    settings = ElectionSettings.from_env(
+        {"SPECDEC_LEADER_ELECTION": "True", "POD_NAMESPACE": "ops", "SPECDEC_LEADER_ELECTION_NAMESPACE": "leases"}
+    )
     assert (settings.namespace, settings.name) == ("leases", "specdec-operator")
     assert (settings.lease_seconds, settings.renew_deadline, settings.retry_period) == (15, 10, 2)
-    leadership = Leadership.from_env(client.ApiClient(), env={"SPECDEC_LEADER_ELECTION": "true",
-                                                              "POD_NAMESPACE": "ops"})
+    leadership = Leadership.from_env(
+        client.ApiClient(), env={"SPECDEC_LEADER_ELECTION": "true", "POD_NAMESPACE": "ops"}
+    )
     assert (leadership.namespace, leadership.name, leadership.lease_seconds) == ("ops", "specdec-operator", 15)
     assert not leadership.alive and not leadership.is_leader()
 
 
-@pytest.mark.parametrize("env, complaint", [
-    ({"SPECDEC_LEADER_ELECTION": "yes"}, "SPECDEC_LEADER_ELECTION must be true or false"),
-    ({"SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "15s"}, "SPECDEC_LEADER_ELECTION_LEASE_SECONDS must be a number"),
-    ({"SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "9"}, "must be greater than 1.2 × the retry period"),
-])
+@pytest.mark.parametrize(
+    "env, complaint",
+    [
+        ({"SPECDEC_LEADER_ELECTION": "yes"}, "SPECDEC_LEADER_ELECTION must be true or false"),
+        ({"SPECDEC_LEADER_ELECTION_LEASE_SECONDS": "15s"}, "SPECDEC_LEADER_ELECTION_LEASE_SECONDS must be a number"),
+        ({"SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS": "9"}, "must be greater than 1.2 × the retry period"),
+    ],
+)
 def test_bad_settings_say_which(env, complaint):
     with pytest.raises(ValueError, match=complaint):
         ElectionSettings.from_env({"SPECDEC_LEADER_ELECTION": "true", "POD_NAMESPACE": "ops", **env})

@@ -25,25 +25,47 @@ def dflash(**fields) -> dict:
 
 def test_defaults_are_tensorrt_llms():
     config = make_plan(dflash()).runtime.speculative_config
-    assert config == {"decoding_type": "DFlash", "max_draft_len": 4, "speculative_model": CACHED_DRAFT,
-                      "context_recompute_tail": 0, "attention_backend": "VANILLA",
-                      "skip_ctx_buffer_budget_check": False}
+    assert config == {
+        "decoding_type": "DFlash",
+        "max_draft_len": 4,
+        "speculative_model": CACHED_DRAFT,
+        "context_recompute_tail": 0,
+        "attention_backend": "VANILLA",
+        "skip_ctx_buffer_budget_check": False,
+    }
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():
-    config = make_plan(dflash(maxDraftLen=15, maskTokenId=128256, targetLayerIds=[1, 9, 17, 25, 31],
-                              contextRecomputeTail=64, attentionBackend="TRTLLM", skipCtxBufferBudgetCheck=True,
-                              maxConcurrency=16, acceptanceRateWindowSize=100,
-                              acceptanceRateThreshold=0.2)).runtime.speculative_config
+    config = make_plan(
+        dflash(
+            maxDraftLen=15,
+            maskTokenId=128256,
+            targetLayerIds=[1, 9, 17, 25, 31],
+            contextRecomputeTail=64,
+            attentionBackend="TRTLLM",
+            skipCtxBufferBudgetCheck=True,
+            maxConcurrency=16,
+            acceptanceRateWindowSize=100,
+            acceptanceRateThreshold=0.2,
+        )
+    ).runtime.speculative_config
     entry = SPECULATIVE["decoding_types"]["DFlash"]
     assert entry["class"] == "DFlashDecodingConfig" and entry["backends"] == ["pytorch"]
     assert "1.4.0rc1" in entry["source"]
     assert set(config) <= {"decoding_type", *SPECULATIVE["base_fields"], *entry["fields"]}
-    assert config == {"decoding_type": "DFlash", "max_draft_len": 15, "speculative_model": CACHED_DRAFT,
-                      "mask_token_id": 128256, "target_layer_ids": [1, 9, 17, 25, 31],
-                      "context_recompute_tail": 64, "attention_backend": "TRTLLM",
-                      "skip_ctx_buffer_budget_check": True, "max_concurrency": 16,
-                      "acceptance_rate_window_size": 100, "acceptance_rate_threshold": 0.2}
+    assert config == {
+        "decoding_type": "DFlash",
+        "max_draft_len": 15,
+        "speculative_model": CACHED_DRAFT,
+        "mask_token_id": 128256,
+        "target_layer_ids": [1, 9, 17, 25, 31],
+        "context_recompute_tail": 64,
+        "attention_backend": "TRTLLM",
+        "skip_ctx_buffer_budget_check": True,
+        "max_concurrency": 16,
+        "acceptance_rate_window_size": 100,
+        "acceptance_rate_threshold": 0.2,
+    }
 
 
 def test_the_draft_is_a_model_of_its_own_fetched_into_the_cache():
@@ -60,8 +82,14 @@ def test_refused_before_any_pod_with_a_clear_message():
     without = parse_spec(spec(backend="pytorch", speculation={"mode": "dflash", "dflash": {}}))
     assert isinstance(without, Problem)
     assert "dflash needs its draft checkpoint, trained against this target: set draftModel" in without.message
-    for bad in ({"attentionBackend": "CUTEDSL"}, {"targetLayerIds": []}, {"targetLayerIds": [-1]},
-                {"contextRecomputeTail": -1}, {"maskTokenId": -1}, {"maxDraftLen": 0}):
+    for bad in (
+        {"attentionBackend": "CUTEDSL"},
+        {"targetLayerIds": []},
+        {"targetLayerIds": [-1]},
+        {"contextRecomputeTail": -1},
+        {"maskTokenId": -1},
+        {"maxDraftLen": 0},
+    ):
         assert isinstance(parse_spec(dflash(**bad)), Problem), bad
 
 

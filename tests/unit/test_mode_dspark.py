@@ -24,20 +24,42 @@ def dspark(**fields) -> dict:
 
 def test_defaults_leave_the_draft_config_in_charge():
     config = make_plan(dspark(maxDraftLen=7)).runtime.speculative_config
-    assert config == {"decoding_type": "DSpark", "max_draft_len": 7, "speculative_model": CACHED_DRAFT,
-                      "attention_backend": "AUTO"}
+    assert config == {
+        "decoding_type": "DSpark",
+        "max_draft_len": 7,
+        "speculative_model": CACHED_DRAFT,
+        "attention_backend": "AUTO",
+    }
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():
-    config = make_plan(dspark(maxDraftLen=7, blockSize=7, markovRank=256, markovHeadType="gated",
-                              maskTokenId=151669, targetLayerIds=[33, 34, 35], attentionBackend="CUTEDSL",
-                              maxConcurrency=8)).runtime.speculative_config
+    config = make_plan(
+        dspark(
+            maxDraftLen=7,
+            blockSize=7,
+            markovRank=256,
+            markovHeadType="gated",
+            maskTokenId=151669,
+            targetLayerIds=[33, 34, 35],
+            attentionBackend="CUTEDSL",
+            maxConcurrency=8,
+        )
+    ).runtime.speculative_config
     entry = SPECULATIVE["decoding_types"]["DSpark"]
     assert entry["class"] == "DSparkDecodingConfig" and "1.4.0rc1" in entry["source"]
     assert set(config) <= {"decoding_type", *SPECULATIVE["base_fields"], *entry["fields"]}
-    assert config == {"decoding_type": "DSpark", "max_draft_len": 7, "speculative_model": CACHED_DRAFT,
-                      "block_size": 7, "markov_rank": 256, "markov_head_type": "gated", "mask_token_id": 151669,
-                      "target_layer_ids": [33, 34, 35], "attention_backend": "CUTEDSL", "max_concurrency": 8}
+    assert config == {
+        "decoding_type": "DSpark",
+        "max_draft_len": 7,
+        "speculative_model": CACHED_DRAFT,
+        "block_size": 7,
+        "markov_rank": 256,
+        "markov_head_type": "gated",
+        "mask_token_id": 151669,
+        "target_layer_ids": [33, 34, 35],
+        "attention_backend": "CUTEDSL",
+        "max_concurrency": 8,
+    }
 
 
 def test_markov_rank_zero_turns_the_head_off_and_is_emitted():
@@ -63,10 +85,16 @@ def test_refused_before_any_pod_with_a_clear_message():
 def test_the_target_as_its_own_draft_only_for_deepseek_v4():
     """Only DeepSeek-V4 checkpoints embed a DSpark draft (mtp.*): any other target named as draftModel is refused."""
     qwen = "hf://Qwen/Qwen3-4B"
-    problem = make_problem(spec(backend="pytorch", target={"model": qwen},
-                                speculation={"mode": "dspark", "dspark": {"draftModel": qwen}}))
+    problem = make_problem(
+        spec(backend="pytorch", target={"model": qwen}, speculation={"mode": "dspark", "dspark": {"draftModel": qwen}})
+    )
     assert problem.reason == "InvalidSpec"
     assert "only a DeepseekV4ForCausalLM target holds a DSpark draft" in problem.message
     assert "Qwen/Qwen3-4B is Qwen3ForCausalLM" in problem.message
-    make_plan(spec(backend="pytorch", target={"model": qwen}, speculation={"mode": "dspark", "dspark": {
-        "draftModel": DRAFT, "maxDraftLen": 7}}))
+    make_plan(
+        spec(
+            backend="pytorch",
+            target={"model": qwen},
+            speculation={"mode": "dspark", "dspark": {"draftModel": DRAFT, "maxDraftLen": 7}},
+        )
+    )

@@ -29,23 +29,45 @@ def test_defaults_and_the_cached_draft():
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():
-    config = make_plan(pard(maxDraftLen=6, maskTokenId=128256, saConfig={"threshold": 5, "enableGlobalPool": True},
-                            maxConcurrency=16, acceptanceRateWindowSize=100,
-                            acceptanceRateThreshold=0.2)).runtime.speculative_config
+    config = make_plan(
+        pard(
+            maxDraftLen=6,
+            maskTokenId=128256,
+            saConfig={"threshold": 5, "enableGlobalPool": True},
+            maxConcurrency=16,
+            acceptanceRateWindowSize=100,
+            acceptanceRateThreshold=0.2,
+        )
+    ).runtime.speculative_config
     entry = SPECULATIVE["decoding_types"]["PARD"]
     assert entry["class"] == "PARDDecodingConfig" and entry["backends"] == ["pytorch"]
-    assert set(config) == {"decoding_type", "max_draft_len", "speculative_model", "mask_token_id", "sa_config",
-                           *DYNAMIC}
+    assert set(config) == {
+        "decoding_type",
+        "max_draft_len",
+        "speculative_model",
+        "mask_token_id",
+        "sa_config",
+        *DYNAMIC,
+    }
     assert set(config) <= {"decoding_type", *SPECULATIVE["base_fields"], *entry["fields"]}
     assert set(config["sa_config"]) == set(entry["sa_config_fields"])
-    assert config == {"decoding_type": "PARD", "max_draft_len": 6, "speculative_model": CACHED_DRAFT,
-                      "mask_token_id": 128256, "sa_config": {"threshold": 5, "enable_global_pool": True},
-                      "max_concurrency": 16, "acceptance_rate_window_size": 100, "acceptance_rate_threshold": 0.2}
+    assert config == {
+        "decoding_type": "PARD",
+        "max_draft_len": 6,
+        "speculative_model": CACHED_DRAFT,
+        "mask_token_id": 128256,
+        "sa_config": {"threshold": 5, "enable_global_pool": True},
+        "max_concurrency": 16,
+        "acceptance_rate_window_size": 100,
+        "acceptance_rate_threshold": 0.2,
+    }
 
 
 def test_sa_enhancer_defaults_are_tensorrt_llms():
     assert make_plan(pard(saConfig={})).runtime.speculative_config["sa_config"] == {
-        "threshold": 4, "enable_global_pool": False}
+        "threshold": 4,
+        "enable_global_pool": False,
+    }
 
 
 def test_the_draft_is_a_model_of_its_own_fetched_into_the_cache():

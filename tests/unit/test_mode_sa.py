@@ -22,20 +22,38 @@ def sa(**fields) -> dict:
 
 def test_defaults_are_tensorrt_llms():
     config = make_plan(sa()).runtime.speculative_config
-    assert config == {"decoding_type": "SA", "max_draft_len": 4, "max_matching_ngram_size": -1,
-                      "enable_global_pool": False}
+    assert config == {
+        "decoding_type": "SA",
+        "max_draft_len": 4,
+        "max_matching_ngram_size": -1,
+        "enable_global_pool": False,
+    }
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():
-    config = make_plan(sa(maxDraftLen=6, maxMatchingNgramSize=3, enableGlobalPool=True, maxConcurrency=16,
-                          acceptanceRateWindowSize=100, acceptanceRateThreshold=0.2)).runtime.speculative_config
+    config = make_plan(
+        sa(
+            maxDraftLen=6,
+            maxMatchingNgramSize=3,
+            enableGlobalPool=True,
+            maxConcurrency=16,
+            acceptanceRateWindowSize=100,
+            acceptanceRateThreshold=0.2,
+        )
+    ).runtime.speculative_config
     assert SPECULATIVE["decoding_types"]["SA"]["class"] == "SADecodingConfig"
     assert set(config) == {"decoding_type", "max_draft_len", "max_matching_ngram_size", "enable_global_pool", *DYNAMIC}
     verified = {"decoding_type", *SPECULATIVE["base_fields"], *SPECULATIVE["decoding_types"]["SA"]["fields"]}
     assert set(config) <= verified
-    assert config == {"decoding_type": "SA", "max_draft_len": 6, "max_matching_ngram_size": 3,
-                      "enable_global_pool": True, "max_concurrency": 16, "acceptance_rate_window_size": 100,
-                      "acceptance_rate_threshold": 0.2}
+    assert config == {
+        "decoding_type": "SA",
+        "max_draft_len": 6,
+        "max_matching_ngram_size": 3,
+        "enable_global_pool": True,
+        "max_concurrency": 16,
+        "acceptance_rate_window_size": 100,
+        "acceptance_rate_threshold": 0.2,
+    }
 
 
 def test_the_mode_drafts_by_lookup_with_its_configured_length():

@@ -26,22 +26,32 @@ def pod(result) -> dict:
 
 def test_defaults_are_tensorrt_llms_and_nothing_drafts():
     result = make_plan(save_state())
-    assert result.runtime.speculative_config == {"decoding_type": "SaveState", "output_directory": "/captures",
-                                                 "write_interval": 20, "file_prefix": "data"}
+    assert result.runtime.speculative_config == {
+        "decoding_type": "SaveState",
+        "output_directory": "/captures",
+        "write_interval": 20,
+        "file_prefix": "data",
+    }
     assert {cache.spec.model for cache in result.model_caches} == {result.spec.target.model}
     mode = MODES["saveState"]
     assert mode.backends == ("pytorch",) and mode.draft_len(None) is None and mode.drafter == "lookup"
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():
-    config = make_plan(save_state(writeInterval=1, filePrefix="dp_0", eagle3LayersToCapture=[28, 1, 15, -1])
-                       ).runtime.speculative_config
+    config = make_plan(
+        save_state(writeInterval=1, filePrefix="dp_0", eagle3LayersToCapture=[28, 1, 15, -1])
+    ).runtime.speculative_config
     entry = SPECULATIVE["decoding_types"]["SaveState"]
     assert entry["class"] == "SaveHiddenStatesDecodingConfig"
     assert set(config) == {"decoding_type", *entry["fields"]}
     assert not set(config) & set(entry["not_settable"])
-    assert config == {"decoding_type": "SaveState", "output_directory": "/captures", "write_interval": 1,
-                      "file_prefix": "dp_0", "eagle3_layers_to_capture": [-1, 1, 15, 28]}
+    assert config == {
+        "decoding_type": "SaveState",
+        "output_directory": "/captures",
+        "write_interval": 1,
+        "file_prefix": "dp_0",
+        "eagle3_layers_to_capture": [-1, 1, 15, 28],
+    }
 
 
 def test_the_capture_directory_of_the_cache_claim_by_default_and_only_it_writable():
@@ -49,8 +59,11 @@ def test_the_capture_directory_of_the_cache_claim_by_default_and_only_it_writabl
     spec_ = pod(result)
     mounts = {m["name"]: m for m in spec_["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in spec_["volumes"]}
-    assert mounts["captures"] == {"name": "captures", "mountPath": "/captures",
-                                  "subPath": f"hidden-states/{result.name}"}
+    assert mounts["captures"] == {
+        "name": "captures",
+        "mountPath": "/captures",
+        "subPath": f"hidden-states/{result.name}",
+    }
     assert volumes["captures"]["persistentVolumeClaim"] == {"claimName": result.cache.claim_name}
     assert mounts["cache"]["readOnly"] is True  # the checkpoints stay read-only
 
@@ -73,9 +86,15 @@ def test_refused_before_any_pod_with_a_clear_message():
     assert isinstance(on_tensorrt, Problem) and "saveState is served by backend pytorch only" in on_tensorrt.message
     twice = parse_spec(save_state(eagle3LayersToCapture=[1, 1]))
     assert isinstance(twice, Problem) and "lists each layer once" in twice.message
-    for bad in ({"eagle3LayersToCapture": []}, {"eagle3LayersToCapture": [-2]}, {"writeInterval": 0},
-                {"filePrefix": "../x"}, {"output": {"path": "/abs"}}, {"output": {"path": "a/../b"}},
-                {"output": {"claimName": "Not_A_Claim"}}):
+    for bad in (
+        {"eagle3LayersToCapture": []},
+        {"eagle3LayersToCapture": [-2]},
+        {"writeInterval": 0},
+        {"filePrefix": "../x"},
+        {"output": {"path": "/abs"}},
+        {"output": {"path": "a/../b"}},
+        {"output": {"claimName": "Not_A_Claim"}},
+    ):
         assert isinstance(parse_spec(save_state(**bad)), Problem), bad
 
 

@@ -22,8 +22,12 @@ def fetch_job(cache, uid: str = "uid-1") -> dict:
 
 
 def test_fetch_job_requests_no_gpu_and_tolerates_no_gpu_taint():
-    cache = make_plan(spec(build={"nodeSelector": {"pool": "a100"}, "resources": {"limits": {"nvidia.com/gpu": 8}}},
-                           speculation=draft_target())).model_caches[0]
+    cache = make_plan(
+        spec(
+            build={"nodeSelector": {"pool": "a100"}, "resources": {"limits": {"nvidia.com/gpu": 8}}},
+            speculation=draft_target(),
+        )
+    ).model_caches[0]
     pod = fetch_job(cache)["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["fetch"] and "initContainers" not in pod
     assert pod["containers"][0]["resources"] == {}  # no nvidia.com/gpu, and spec.build's resources do not apply
@@ -31,9 +35,14 @@ def test_fetch_job_requests_no_gpu_and_tolerates_no_gpu_taint():
 
 
 def test_fetch_pods_are_placed_by_spec_cache_fetch():
-    fetch = {"nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "spot", "operator": "Exists"}],
-             "resources": {"limits": {"memory": "8Gi", "nvidia.com/gpu": 1}}, "backoffLimit": 5,
-             "activeDeadlineSeconds": 7200, "podLabels": {"team": "ml"}}
+    fetch = {
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "resources": {"limits": {"memory": "8Gi", "nvidia.com/gpu": 1}},
+        "backoffLimit": 5,
+        "activeDeadlineSeconds": 7200,
+        "podLabels": {"team": "ml"},
+    }
     cache = make_plan(spec(cache={"fetch": fetch})).model_caches[0]
     job = fetch_job(cache)
     pod = job["spec"]["template"]["spec"]
@@ -50,9 +59,16 @@ def test_fetch_job_carries_our_labels_and_is_owned_by_its_model_cache():
     assert job["metadata"]["name"] == f"{cache.name}-fetch"
     for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
         assert labels[LABEL_MANAGED_BY] == MANAGED_BY and labels[LABEL_MODEL_CACHE] == cache.name
-    assert job["metadata"]["ownerReferences"] == [{
-        "apiVersion": "specdec.io/v1alpha1", "kind": "ModelCache", "name": cache.name, "uid": "mc-uid",
-        "controller": True, "blockOwnerDeletion": True}]
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "specdec.io/v1alpha1",
+            "kind": "ModelCache",
+            "name": cache.name,
+            "uid": "mc-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
     assert build_model_cache("ns", cache)["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
 
 
@@ -61,8 +77,11 @@ def test_model_cache_is_content_addressed_and_shared():
     b = make_plan(spec(speculation=draft_target(draft={"model": "hf://other/draft"})), "b")
     assert a.model_caches[0] == b.model_caches[0]  # one target checkpoint for both deployments
     assert a.model_caches[0].spec.path == "models/meta-llama--Llama-2-13b-hf/main"
-    names = {make_plan(spec(target={"model": TARGET, "revision": rev}, cache=cache)).model_caches[0].name
-             for rev in (None, "main", "v1") for cache in ({}, {"claimName": "mine"})}
+    names = {
+        make_plan(spec(target={"model": TARGET, "revision": rev}, cache=cache)).model_caches[0].name
+        for rev in (None, "main", "v1")
+        for cache in ({}, {"claimName": "mine"})
+    }
     assert len(names) == 4  # None and "main" are one revision; claim and revision name the cache
     placed = make_plan(spec(cache={"fetch": {"nodeSelector": {"pool": "cpu"}}})).model_caches[0]
     assert placed.name.startswith(a.model_caches[0].name + "-")  # same checkpoint path, own name
@@ -75,7 +94,10 @@ def test_engines_list_the_checkpoints_they_read():
     assert by_role == {"target": [TARGET], "draft": [DRAFT]}
     assert [c.spec.model for c in p.model_caches] == [TARGET, DRAFT]
     rd = make_plan(spec(speculation=redrafter(drafterModel="hf://org/drafter")))
-    assert [(c.spec.model, c.spec.revision) for c in rd.model_caches] == [(TARGET, "main"), ("hf://org/drafter", "main")]
+    assert [(c.spec.model, c.spec.revision) for c in rd.model_caches] == [
+        (TARGET, "main"),
+        ("hf://org/drafter", "main"),
+    ]
     assert make_plan(spec(target={"model": "pvc://weights/m"})).model_caches == ()
     assert make_plan(spec(backend="pytorch")).engines == ()  # the runtime's own checkpoints: runtime_inputs
 
@@ -94,13 +116,18 @@ def test_fetch_script_publishes_atomically(tmp_path):
     real one): the checkpoint appears complete under its path, the partial directory is gone, the
     termination message has its report, and a second run does nothing."""
     cache = make_plan(spec()).model_caches[0]
-    script = fetch_script(cache.name, cache.spec).replace("/cache", str(tmp_path)).replace(
-        "/dev/termination-log", str(tmp_path / "termination"))
+    script = (
+        fetch_script(cache.name, cache.spec)
+        .replace("/cache", str(tmp_path))
+        .replace("/dev/termination-log", str(tmp_path / "termination"))
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "python3"
-    fake.write_text(f'#!/bin/bash\nif [[ "$2" != *snapshot_download* ]]; then exec {sys.executable} "$@"; fi\n'
-                    f'echo weights > "${{@: -1}}/model.safetensors"\necho "downloaded $3"\n')
+    fake.write_text(
+        f'#!/bin/bash\nif [[ "$2" != *snapshot_download* ]]; then exec {sys.executable} "$@"; fi\n'
+        f'echo weights > "${{@: -1}}/model.safetensors"\necho "downloaded $3"\n'
+    )
     fake.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SPECDEC_MODEL": "meta-llama/Llama-3.1-70B-Instruct"}
     first = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, text=True)
@@ -116,14 +143,17 @@ def test_fetch_script_publishes_atomically(tmp_path):
 
 # --- backend pytorch: the runtime reads its checkpoints from the cache ------------------------------
 
+
 def test_pytorch_plan_fetches_every_checkpoint_its_runtime_reads():
     dt = make_plan(spec(backend="pytorch", speculation=draft_target(draft={"model": DRAFT, "revision": "r1"})))
     assert dt.engines == ()
     assert [(c.spec.model, c.spec.revision) for c in dt.model_caches] == [(TARGET, "main"), (DRAFT, "r1")]
     assert dt.runtime_inputs == dt.model_caches
     eagle = make_plan(load_example("llama-3.1-8b-eagle3")["spec"])
-    assert [c.spec.model for c in eagle.model_caches] == ["hf://meta-llama/Llama-3.1-8B-Instruct",
-                                                         "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]
+    assert [c.spec.model for c in eagle.model_caches] == [
+        "hf://meta-llama/Llama-3.1-8B-Instruct",
+        "hf://yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    ]
     assert make_plan(spec(backend="pytorch", target={"model": "pvc://weights/m"})).model_caches == ()  # as is
 
 
@@ -134,8 +164,10 @@ def test_pytorch_runtime_config_points_at_the_cache():
     speculative_model = p.runtime.speculative_config["speculative_model"]
     assert speculative_model == f"/cache/{p.runtime_inputs[1].spec.path}" and speculative_model.endswith("/r1")
     eagle = make_plan(load_example("llama-3.1-8b-eagle3")["spec"])
-    assert eagle.runtime.speculative_config["speculative_model"] == \
-        "/cache/models/yuhuili--EAGLE3-LLaMA3.1-Instruct-8B/main"
+    assert (
+        eagle.runtime.speculative_config["speculative_model"]
+        == "/cache/models/yuhuili--EAGLE3-LLaMA3.1-Instruct-8B/main"
+    )
 
 
 def test_pytorch_runtime_mounts_the_cache_read_only():
@@ -143,12 +175,14 @@ def test_pytorch_runtime_mounts_the_cache_read_only():
 
     p = make_plan(spec(backend="pytorch"))
     pod = build_deployment(p, "uid", SETTINGS)["spec"]["template"]["spec"]
-    assert {"name": "cache", "persistentVolumeClaim": {"claimName": p.cache.claim_name, "readOnly": True}} \
-        in pod["volumes"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": p.cache.claim_name, "readOnly": True}} in pod[
+        "volumes"
+    ]
     assert {"name": "cache", "mountPath": "/cache", "readOnly": True} in pod["containers"][0]["volumeMounts"]
     pvc_only = make_plan(spec(backend="pytorch", target={"model": "pvc://weights/m"}))
-    assert "cache" not in {v["name"] for v in build_deployment(pvc_only, "uid", SETTINGS)["spec"]["template"]["spec"]
-                           ["volumes"]}
+    assert "cache" not in {
+        v["name"] for v in build_deployment(pvc_only, "uid", SETTINGS)["spec"]["template"]["spec"]["volumes"]
+    }
 
 
 class NoWrites:
@@ -188,8 +222,14 @@ def runtime_applier(kube, queues: Queues):
     from specdec.reconcile.serving import RuntimeApplier
     from specdec.reconcile.state.failures import ServiceFailures
 
-    return RuntimeApplier(kube, SETTINGS, Children(kube), ServiceFailures(),
-                          draft_len_choice=lambda namespace, name: None, enqueue=queues.enqueue)
+    return RuntimeApplier(
+        kube,
+        SETTINGS,
+        Children(kube),
+        ServiceFailures(),
+        draft_len_choice=lambda namespace, name: None,
+        enqueue=queues.enqueue,
+    )
 
 
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
@@ -208,15 +248,25 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     target, draft = p.runtime_inputs
     fetched = BuildState("Fetched", "Fetched", "checkpoint in the cache")
     assert runtime.apply(sd, p, {}, {}) == (None, False, False)
-    assert runtime.apply(sd, p, {}, {target.name: fetched, draft.name: BuildState(
-        "Fetching", "Fetching", "")}) == (None, False, False)
+    assert runtime.apply(sd, p, {}, {target.name: fetched, draft.name: BuildState("Fetching", "Fetching", "")}) == (
+        None,
+        False,
+        False,
+    )
     assert kube.written == []
     _, current, service_current = runtime.apply(sd, p, {}, {target.name: fetched, draft.name: fetched})
     assert current and not service_current
     assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
     assert services.keys == [("Service", p.namespace, p.name)] and services.urgent == [True]
-    lane = ServiceLane(kube, SimpleNamespace(plan=lambda _: p), Children(kube), ServiceFailures(),
-                       Backoff(lambda seconds, *key, urgent=False: None), queues.enqueue, active=lambda: True)
+    lane = ServiceLane(
+        kube,
+        SimpleNamespace(plan=lambda _: p),
+        Children(kube),
+        ServiceFailures(),
+        Backoff(lambda seconds, *key, urgent=False: None),
+        queues.enqueue,
+        active=lambda: True,
+    )
     kube.get = lambda kind, namespace, name: sd if kind == "SpeculativeDeployment" else None
     lane.reconcile(("Service", p.namespace, p.name))
     assert kube.written[2:] == ["Service"]
@@ -250,7 +300,8 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
 
     foreign = {"metadata": {"name": "x", "labels": {"app": "someone-else"}}}
     kube.apply = lambda desired, existing: (
-        (foreign, False) if desired["kind"] == "ConfigMap" else NoWrites.apply(kube, desired, existing))
+        (foreign, False) if desired["kind"] == "ConfigMap" else NoWrites.apply(kube, desired, existing)
+    )
     kube.written.clear()
     with pytest.raises(NameConflict, match=r"ConfigMap .* already exists and is not controlled by this"):
         runtime.apply(sd, p, {}, fetched)
@@ -263,12 +314,16 @@ def test_pytorch_runtime_waits_naming_the_checkpoints():
 
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     target, draft = p.runtime_inputs
-    caches = {target.name: BuildState("Fetched", "Fetched", "checkpoint in the cache"),
-              draft.name: BuildState("Fetching", "Fetching", "step fetch running")}
+    caches = {
+        target.name: BuildState("Fetched", "Fetched", "checkpoint in the cache"),
+        draft.name: BuildState("Fetching", "Fetching", "step fetch running"),
+    }
     phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=caches))
     runtime = next(c for c in conds if c.type == "RuntimeAvailable")
     assert phase == "Building" and (runtime.status, runtime.reason) == (False, "Fetching")
-    assert runtime.message.endswith(f"fetching {DRAFT}@main (ModelCache {draft.name})") and TARGET not in runtime.message
+    assert (
+        runtime.message.endswith(f"fetching {DRAFT}@main (ModelCache {draft.name})") and TARGET not in runtime.message
+    )
     assert "EnginesReady" not in {c.type for c in conds}
     failed = {c.name: BuildState("Failed", "FetchFailed", "401 Unauthorized") for c in p.runtime_inputs}
     phase, conds = deployment_conditions(DeploymentInput(p, {}, None, False, None, caches=failed))

@@ -50,8 +50,13 @@ def test_config_json_parses_into_facts():
     r1 = model_catalog.catalog_facts("deepseek-ai/DeepSeek-R1")
     assert (r1.architecture, r1.weight_quantization, r1.kv_latent_dim) == ("DeepseekV3ForCausalLM", "fp8", 512 + 64)
     assert r1.source == model_catalog.CATALOG_SOURCE
-    config = {"num_attention_heads": 8, "hidden_size": 1024, "vocab_size": 1000, "num_hidden_layers": 2,
-              "quantization_config": {"quant_method": "awq", "bits": 4}}
+    config = {
+        "num_attention_heads": 8,
+        "hidden_size": 1024,
+        "vocab_size": 1000,
+        "num_hidden_layers": 2,
+        "quantization_config": {"quant_method": "awq", "bits": 4},
+    }
     awq = ModelFacts.from_config("x/awq", config, parameters=10, tokenizer="sha256:ab", source="config.json")
     assert (awq.weight_quantization, awq.kv_heads, awq.dtype, awq.architecture) == ("int4", 8, "float16", "unknown")
 

@@ -19,8 +19,11 @@ def test_the_api_union_is_the_registry():
 
 @pytest.mark.parametrize("mode", [m for m in MODES.values() if len(m.backends) == 1], ids=lambda m: m.name)
 def test_a_mode_one_backend_serves_has_a_cel_rule_saying_so(mode):
-    rules = [r for r in SpeculativeDeploymentSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]
-             if r["rule"].startswith(f"self.speculation.mode != '{mode.name}' || self.backend in")]
+    rules = [
+        r
+        for r in SpeculativeDeploymentSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]
+        if r["rule"].startswith(f"self.speculation.mode != '{mode.name}' || self.backend in")
+    ]
     assert [r["message"] for r in rules] == [f"{mode.name} is served by backend {mode.backends[0]} only"]
 
 
@@ -31,20 +34,40 @@ def test_pytorch_modes_are_served_by_pytorch(mode):
 
 
 def test_eagle3_plan_mounts_a_pvc_draft_head_and_names_it_in_speculative_config():
-    p = make_plan(spec(backend="pytorch", speculation=eagle3(draftModel="pvc://heads/eagle3-8b", maxDraftLen=4,
-                                                             useDynamicTree=True, dynamicTreeMaxTopK=8)))
+    p = make_plan(
+        spec(
+            backend="pytorch",
+            speculation=eagle3(
+                draftModel="pvc://heads/eagle3-8b", maxDraftLen=4, useDynamicTree=True, dynamicTreeMaxTopK=8
+            ),
+        )
+    )
     assert p.model_claims == ("heads",) and p.engines == ()
     assert p.runtime.speculative_config == {
-        "decoding_type": "Eagle3", "max_draft_len": 4, "speculative_model": "/models/heads/eagle3-8b",
-        "use_dynamic_tree": True, "dynamic_tree_max_topK": 8}
+        "decoding_type": "Eagle3",
+        "max_draft_len": 4,
+        "speculative_model": "/models/heads/eagle3-8b",
+        "use_dynamic_tree": True,
+        "dynamic_tree_max_topK": 8,
+    }
 
 
 def test_dynamic_speculation_settings_reach_the_speculative_config():
-    p = make_plan(spec(backend="pytorch", speculation={"mode": "ngram", "ngram": {
-        "maxConcurrency": 16, "acceptanceRateWindowSize": 200, "acceptanceRateThreshold": 0.3}}))
+    p = make_plan(
+        spec(
+            backend="pytorch",
+            speculation={
+                "mode": "ngram",
+                "ngram": {"maxConcurrency": 16, "acceptanceRateWindowSize": 200, "acceptanceRateThreshold": 0.3},
+            },
+        )
+    )
     config = p.runtime.speculative_config
-    assert (config["max_concurrency"], config["acceptance_rate_window_size"], config["acceptance_rate_threshold"]) == \
-        (16, 200, 0.3)
+    assert (config["max_concurrency"], config["acceptance_rate_window_size"], config["acceptance_rate_threshold"]) == (
+        16,
+        200,
+        0.3,
+    )
     assert config["max_matching_ngram_size"] == 2  # TensorRT-LLM's default, restated
 
 
@@ -63,7 +86,9 @@ def test_the_engine_recipe_and_the_runtime_union_are_the_registry():
 
     schema = EngineRecipe.model_json_schema(by_alias=True)
     assert schema["properties"]["speculativeDecodingMode"]["enum"] == [
-        "none", *(m.decoding_mode for m in MODES.values() if m.decoding_mode)]
+        "none",
+        *(m.decoding_mode for m in MODES.values() if m.decoding_mode),
+    ]
     assert {m.field for m in MODES.values() if m.engine_recipe} <= set(EngineRecipe.model_fields)
     union = RuntimeConfig.model_json_schema(by_alias=True)["$defs"]
     for mode in (m for m in MODES.values() if m.runtime_block):

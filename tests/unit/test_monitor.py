@@ -17,18 +17,32 @@ TARGET = "hf://meta-llama/Llama-3.1-70B-Instruct"
 DRAFT = "hf://meta-llama/Llama-3.2-1B-Instruct"
 
 
-def metrics_text(draft: float, accepted: float, steps: float, draft_len: int | None = 4,
-                 draft_s: float = 0.0, target_s: float = 0.0, tokens: float = 0.0, requests: float = 3) -> str:
+def metrics_text(
+    draft: float,
+    accepted: float,
+    steps: float,
+    draft_len: int | None = 4,
+    draft_s: float = 0.0,
+    target_s: float = 0.0,
+    tokens: float = 0.0,
+    requests: float = 3,
+) -> str:
     lines = [
-        "# HELP specdec_draft_tokens_total Draft tokens proposed.", "# TYPE specdec_draft_tokens_total counter",
+        "# HELP specdec_draft_tokens_total Draft tokens proposed.",
+        "# TYPE specdec_draft_tokens_total counter",
         f"specdec_draft_tokens_total {draft}",
-        "# TYPE specdec_accepted_draft_tokens_total counter", f"specdec_accepted_draft_tokens_total {accepted}",
-        "# TYPE specdec_speculative_steps_total counter", f"specdec_speculative_steps_total {steps}",
-        "# TYPE specdec_draft_seconds_total counter", f"specdec_draft_seconds_total {draft_s}",
-        "# TYPE specdec_target_seconds_total counter", f"specdec_target_seconds_total {target_s}",
+        "# TYPE specdec_accepted_draft_tokens_total counter",
+        f"specdec_accepted_draft_tokens_total {accepted}",
+        "# TYPE specdec_speculative_steps_total counter",
+        f"specdec_speculative_steps_total {steps}",
+        "# TYPE specdec_draft_seconds_total counter",
+        f"specdec_draft_seconds_total {draft_s}",
+        "# TYPE specdec_target_seconds_total counter",
+        f"specdec_target_seconds_total {target_s}",
         "# TYPE specdec_requests_total counter",
         f'specdec_requests_total{{endpoint="/v1/completions",status="200"}} {requests}',
-        "# TYPE specdec_completion_tokens_total counter", f"specdec_completion_tokens_total {tokens}",
+        "# TYPE specdec_completion_tokens_total counter",
+        f"specdec_completion_tokens_total {tokens}",
         "# TYPE specdec_request_duration_seconds histogram",
         'specdec_request_duration_seconds_bucket{endpoint="/v1/completions",le="+Inf"} 3',
         'specdec_request_duration_seconds_count{endpoint="/v1/completions"} 3',
@@ -84,21 +98,35 @@ def _free_port(hosts: list[str]) -> int:
     raise RuntimeError("no free port on every host")
 
 
-def sd(name: str = "llama", draft_len: int | str = "auto", generation: int = 1, port: int = 8000,
-       backend: str = "tensorrt") -> dict:
+def sd(
+    name: str = "llama", draft_len: int | str = "auto", generation: int = 1, port: int = 8000, backend: str = "tensorrt"
+) -> dict:
     block = {"draft": {"model": DRAFT}, "draftLen": draft_len}
     if draft_len == "auto":
         block["maxDraftLen"] = 8
-    return {"kind": "SpeculativeDeployment",
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": generation},
-            "spec": {"backend": backend, "target": {"model": TARGET}, "runtime": {"port": port},
-                     "speculation": {"mode": "draftTarget", "draftTarget": block}}}
+    return {
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": generation},
+        "spec": {
+            "backend": backend,
+            "target": {"model": TARGET},
+            "runtime": {"port": port},
+            "speculation": {"mode": "draftTarget", "draftTarget": block},
+        },
+    }
 
 
 def pod(name: str, instance: str, ip: str, ready: bool = True) -> dict:
-    return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-                                        "labels": {LABEL_INSTANCE: instance, LABEL_COMPONENT: "runtime"}},
-            "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "labels": {LABEL_INSTANCE: instance, LABEL_COMPONENT: "runtime"},
+        },
+        "status": {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 @pytest.fixture
@@ -108,8 +136,13 @@ def rig():
     endpoints = [Endpoint(h, port) for h in hosts]
     store = Store(("SpeculativeDeployment", "Pod"), indexed_labels=(LABEL_INSTANCE,))
     events, enqueued = [], []
-    monitor = SpeculationMonitor(store, lambda obj, reason, message, warning=False: events.append((reason, message)),
-                                 lambda ns, name: enqueued.append((ns, name)), interval=10, refresh_seconds=300)
+    monitor = SpeculationMonitor(
+        store,
+        lambda obj, reason, message, warning=False: events.append((reason, message)),
+        lambda ns, name: enqueued.append((ns, name)),
+        interval=10,
+        refresh_seconds=300,
+    )
     yield store, endpoints, monitor, events, enqueued, port
     for e in endpoints:
         e.close()
@@ -117,15 +150,27 @@ def rig():
 
 def test_parse_sample_reads_only_what_it_needs():
     sample = parse_sample(metrics_text(100, 80, 25, draft_len=4, draft_s=0.2, target_s=1.0))
-    assert sample.counters == {"draft": 100, "accepted": 80, "steps": 25, "draft_seconds": 0.2, "target_seconds": 1.0,
-                               "requests": 3, "completion_tokens": 0}
+    assert sample.counters == {
+        "draft": 100,
+        "accepted": 80,
+        "steps": 25,
+        "draft_seconds": 0.2,
+        "target_seconds": 1.0,
+        "requests": 3,
+        "completion_tokens": 0,
+    }
     assert sample.draft_len == 4
     assert parse_sample(metrics_text(1, 1, 1, draft_len=None)).draft_len is None
     assert parse_sample(metrics_text(1, 1, 1, draft_len=10**9)).draft_len is None  # not believed
     assert parse_sample(metrics_text(1, 1, 1, draft_len=0)).draft_len is None
     odd = parse_sample(metrics_text(100, float("nan"), float("inf")))
-    assert odd.counters == {"draft": 100, "draft_seconds": 0, "target_seconds": 0, "requests": 3,
-                            "completion_tokens": 0}  # NaN, Inf: not counted
+    assert odd.counters == {
+        "draft": 100,
+        "draft_seconds": 0,
+        "target_seconds": 0,
+        "requests": 3,
+        "completion_tokens": 0,
+    }  # NaN, Inf: not counted
 
 
 def test_windows_are_summed_over_pods_and_published(rig):
@@ -219,11 +264,21 @@ def test_autopilot_on_trtllm_serve_waits_longer_and_says_it_rolls_the_pods(rig):
     decided_at = []
 
     def window(n: int, k: int, accepted: int = 99) -> None:  # per 100 drafted; the draft is cheap
-        counters.update(draft=counters["draft"] + 100 * k, accepted=counters["accepted"] + accepted * k,
-                        steps=counters["steps"] + 100, draft_s=counters["draft_s"] + 0.1 * k,
-                        target_s=counters["target_s"] + 5.0)
-        a.text = metrics_text(counters["draft"], counters["accepted"], counters["steps"], draft_len=k,
-                              draft_s=counters["draft_s"], target_s=counters["target_s"])
+        counters.update(
+            draft=counters["draft"] + 100 * k,
+            accepted=counters["accepted"] + accepted * k,
+            steps=counters["steps"] + 100,
+            draft_s=counters["draft_s"] + 0.1 * k,
+            target_s=counters["target_s"] + 5.0,
+        )
+        a.text = metrics_text(
+            counters["draft"],
+            counters["accepted"],
+            counters["steps"],
+            draft_len=k,
+            draft_s=counters["draft_s"],
+            target_s=counters["target_s"],
+        )
         before = monitor.draft_len_choice("ns", "llama")
         monitor.run_once(now=15.0 * n)
         if monitor.draft_len_choice("ns", "llama") != before:
@@ -255,7 +310,6 @@ def test_forgets_deleted_deployments(rig):
     assert monitor.published("ns", "llama", 1) is None
 
 
-
 def test_reads_what_the_runtime_front_exposes():
     """The metric names are a contract between the front (specdec.runtime.metrics) and the monitor."""
     from specdec.runtime.metrics import RuntimeMetrics
@@ -270,9 +324,19 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.tokens(prompt=7, completion=12)
     metrics.target_iterations(10, 0.5, 3, 5)  # 10 iterations of 3 sequences with 5 draft tokens each
     sample = parse_sample(metrics.render().decode())
-    assert sample.counters == {"draft": 10, "accepted": 8, "steps": 2, "draft_seconds": 0.25, "target_seconds": 2.0,
-                               "requests": 2, "completion_tokens": 12, "iterations": 10, "iteration_seconds": 0.5,
-                               "batch_sequences": 30, "batch_draft_tokens": 150}
+    assert sample.counters == {
+        "draft": 10,
+        "accepted": 8,
+        "steps": 2,
+        "draft_seconds": 0.25,
+        "target_seconds": 2.0,
+        "requests": 2,
+        "completion_tokens": 12,
+        "iterations": 10,
+        "iteration_seconds": 0.5,
+        "batch_sequences": 30,
+        "batch_draft_tokens": 150,
+    }
     assert sample.draft_len == 5
 
 
@@ -309,11 +373,21 @@ def test_autopilot_waits_for_the_pods_and_for_the_change_to_settle(rig):
     counters = {"draft": 0, "accepted": 0, "steps": 0, "draft_s": 0.0, "target_s": 0.0}
 
     def window(n: int, k: int, draft_s: float) -> None:
-        counters.update(draft=counters["draft"] + 100 * k, accepted=counters["accepted"] + 99 * k,
-                        steps=counters["steps"] + 100, draft_s=counters["draft_s"] + draft_s,
-                        target_s=counters["target_s"] + 5.0)
-        a.text = metrics_text(counters["draft"], counters["accepted"], counters["steps"], draft_len=k,
-                              draft_s=counters["draft_s"], target_s=counters["target_s"])
+        counters.update(
+            draft=counters["draft"] + 100 * k,
+            accepted=counters["accepted"] + 99 * k,
+            steps=counters["steps"] + 100,
+            draft_s=counters["draft_s"] + draft_s,
+            target_s=counters["target_s"] + 5.0,
+        )
+        a.text = metrics_text(
+            counters["draft"],
+            counters["accepted"],
+            counters["steps"],
+            draft_len=k,
+            draft_s=counters["draft_s"],
+            target_s=counters["target_s"],
+        )
         monitor.run_once(now=15.0 * n)
 
     n = 0
@@ -358,17 +432,26 @@ def test_speculation_active_flips_once_with_a_warning_and_recovers_with_a_normal
     counts = {"draft": 0, "accepted": 0, "steps": 0, "tokens": 0, "requests": 0}
 
     def window(now: float, draft: int, accepted: int, steps: int, tokens: int = 600) -> None:
-        for key, value in (("draft", draft), ("accepted", accepted), ("steps", steps), ("tokens", tokens),
-                           ("requests", 10)):
+        for key, value in (
+            ("draft", draft),
+            ("accepted", accepted),
+            ("steps", steps),
+            ("tokens", tokens),
+            ("requests", 10),
+        ):
             counts[key] += value
-        a.text = metrics_text(counts["draft"], counts["accepted"], counts["steps"], tokens=counts["tokens"],
-                              requests=counts["requests"])
+        a.text = metrics_text(
+            counts["draft"], counts["accepted"], counts["steps"], tokens=counts["tokens"], requests=counts["requests"]
+        )
         monitor.run_once(now=now)
 
     window(15.0, 400, 300, 100)
     published = monitor.published("ns", "llama", 1)
-    assert (published.active.type, published.active.status, published.active.reason) == \
-        ("SpeculationActive", True, "Drafting")
+    assert (published.active.type, published.active.status, published.active.reason) == (
+        "SpeculationActive",
+        True,
+        "Drafting",
+    )
     assert enqueued == [("ns", "llama")]  # with the first measurement: one publication
     window(30.0, 0, 0, 0)  # the runtime stopped drafting: one window is not yet evidence
     assert len(enqueued) == 1 and monitor.published("ns", "llama", 1).active.status is True
@@ -389,8 +472,12 @@ def test_speculation_active_flips_once_with_a_warning_and_recovers_with_a_normal
 
 def test_modes_that_do_not_speculate_are_not_watched(rig):
     store, (a, _), monitor, _, enqueued, port = rig
-    store.put({**sd(port=port), "spec": {"target": {"model": TARGET}, "runtime": {"port": port},
-                                         "speculation": {"mode": "none"}}})
+    store.put(
+        {
+            **sd(port=port),
+            "spec": {"target": {"model": TARGET}, "runtime": {"port": port}, "speculation": {"mode": "none"}},
+        }
+    )
     store.put(pod("llama-a", "llama", "127.0.0.1"))
     monitor.run_once(now=0.0)
     a.text = metrics_text(0, 0, 0, tokens=6000, requests=100)

@@ -31,17 +31,25 @@ class Pod:
         """`timed`: the front polled Triton's compute times in the window; `counted`: and counted the target's
         iterations (it does not where Triton idled)."""
         accepted = (speculation.tokens_per_step(ALPHA, K) - 1) * iterations
-        for key, value in (("draft", K * iterations), ("accepted", accepted), ("steps", iterations),
-                           ("draft_s", iterations * n * K * COST * T(n) * timed),
-                           ("target_s", iterations * n * T(n * (K + 1)) * timed)):
+        for key, value in (
+            ("draft", K * iterations),
+            ("accepted", accepted),
+            ("steps", iterations),
+            ("draft_s", iterations * n * K * COST * T(n) * timed),
+            ("target_s", iterations * n * T(n * (K + 1)) * timed),
+        ):
             self.spec[key] += value
-        for key, value in (("iterations", iterations),
-                           ("iteration_seconds", iterations * load_model.step_seconds(T, n, K, COST)),
-                           ("batch_sequences", iterations * n), ("batch_draft_tokens", iterations * n * K)):
+        for key, value in (
+            ("iterations", iterations),
+            ("iteration_seconds", iterations * load_model.step_seconds(T, n, K, COST)),
+            ("batch_sequences", iterations * n),
+            ("batch_draft_tokens", iterations * n * K),
+        ):
             self.load[key] += value * counted
         s = self.spec
-        return metrics_text(s["draft"], s["accepted"], s["steps"], draft_len=K, draft_s=s["draft_s"],
-                            target_s=s["target_s"]) + load_text(self.load)
+        return metrics_text(
+            s["draft"], s["accepted"], s["steps"], draft_len=K, draft_s=s["draft_s"], target_s=s["target_s"]
+        ) + load_text(self.load)
 
 
 FITTED = {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}

@@ -18,8 +18,11 @@ def _name(requirement: str) -> str:
 def test_constraints_pin_every_direct_dependency_of_the_images():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     direct = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["runtime"]}
-    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
-                if line and not line.startswith("#"))
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert set(pins) == direct
     installers = ("Dockerfile", "runtime_image/install-specdec-runtime.sh")
     for installer in installers:

@@ -42,6 +42,7 @@ def names(raw: dict, name: str = "sd") -> dict[str, str]:
 
 # --- engine names ---------------------------------------------------------------------------------
 
+
 def test_engine_names_are_deterministic_and_readable():
     first, second = names(base()), names(copy.deepcopy(base()))
     assert first == second
@@ -72,23 +73,26 @@ def test_a_tokens_draft_engine_is_the_plain_engine_of_that_model_with_the_drafts
     assert names(base())["draft"] != names(spec(target={"model": DRAFT}, engine={"maxBatchSize": 4}))["target"]
 
 
-@pytest.mark.parametrize("path,value", [
-    ("target.dtype", "bfloat16"),
-    ("target.quantization", "fp8"),
-    ("target.tensorParallelSize", 2),
-    ("target.revision", "v2"),
-    ("speculation.draftTarget.maxDraftLen", 8),
-    ("speculation.draftTarget.acceptance", "logits"),
-    ("build.image", "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"),
-    ("engine.maxBatchSize", 8),
-    ("engine.maxSeqLen", 4096),
-    ("engine.maxNumTokens", 8192),
-    ("engine.tuning.gptAttentionPlugin", "float32"),
-    ("engine.tuning.useFusedMlp", False),
-    ("engine.tuning.multipleProfiles", False),
-    ("engine.tuning.reduceFusion.target", True),
-    ("cache.claimName", "other-cache"),
-])
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        ("target.dtype", "bfloat16"),
+        ("target.quantization", "fp8"),
+        ("target.tensorParallelSize", 2),
+        ("target.revision", "v2"),
+        ("speculation.draftTarget.maxDraftLen", 8),
+        ("speculation.draftTarget.acceptance", "logits"),
+        ("build.image", "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"),
+        ("engine.maxBatchSize", 8),
+        ("engine.maxSeqLen", 4096),
+        ("engine.maxNumTokens", 8192),
+        ("engine.tuning.gptAttentionPlugin", "float32"),
+        ("engine.tuning.useFusedMlp", False),
+        ("engine.tuning.multipleProfiles", False),
+        ("engine.tuning.reduceFusion.target", True),
+        ("cache.claimName", "other-cache"),
+    ],
+)
 def test_target_engine_name_changes_with_the_recipe(path, value):
     assert names(edited(path, value))["target"] != names(base())["target"]
 
@@ -104,23 +108,29 @@ def test_a_field_added_to_the_recipe_renames_no_engine_while_unset():
     assert "redrafter" in HASHED_WHEN_NULL and recipe.redrafter is None  # hashed as null: names unchanged
 
 
-@pytest.mark.parametrize("path,value", [
-    ("runtime.replicas", 3),
-    ("runtime.kvCache.freeGpuMemoryFraction", 0.5),
-    ("runtime.port", 9000),
-    ("runtime.image", "example.com/runtime:2"),
-    ("speculation.draftTarget.draftLen", 7),
-])
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        ("runtime.replicas", 3),
+        ("runtime.kvCache.freeGpuMemoryFraction", 0.5),
+        ("runtime.port", 9000),
+        ("runtime.image", "example.com/runtime:2"),
+        ("speculation.draftTarget.draftLen", 7),
+    ],
+)
 def test_engine_names_ignore_serving(path, value):
     assert names(edited(path, value)) == names(base())
 
 
-@pytest.mark.parametrize("path,value", [
-    ("build.nodeSelector", {"gpu": "h100"}),
-    ("build.backoffLimit", 5),
-    ("build.podLabels", {"team": "ml"}),
-    ("build.resources", {"limits": {"memory": "64Gi"}}),
-])
+@pytest.mark.parametrize(
+    "path,value",
+    [
+        ("build.nodeSelector", {"gpu": "h100"}),
+        ("build.backoffLimit", 5),
+        ("build.podLabels", {"team": "ml"}),
+        ("build.resources", {"limits": {"memory": "64Gi"}}),
+    ],
+)
 def test_placement_gives_a_build_of_its_own_with_the_same_engine_directory(path, value):
     """One deployment's build settings never decide another's build (README: engine builds)."""
     plain = {e.role: e for e in make_plan(base()).engines}
@@ -148,6 +158,7 @@ def test_engine_build_spec_carries_placement_and_path():
 
 # --- GPUs and KV cache ----------------------------------------------------------------------------
 
+
 def test_gpus_of_the_examples():
     assert make_plan(load_example(EXAMPLE_13B)["spec"]).gpus == 2
     assert make_plan(load_example(EXAMPLE_70B)["spec"]).gpus == 1
@@ -155,8 +166,10 @@ def test_gpus_of_the_examples():
 
 
 def test_gpus_are_the_distinct_devices_of_draft_and_target():
-    raw = spec(target={"model": TARGET, "tensorParallelSize": 2, "devices": [0, 1]},
-               speculation=draft_target(draft={"model": DRAFT, "tensorParallelSize": 2, "devices": [1, 2]}))
+    raw = spec(
+        target={"model": TARGET, "tensorParallelSize": 2, "devices": [0, 1]},
+        speculation=draft_target(draft={"model": DRAFT, "tensorParallelSize": 2, "devices": [1, 2]}),
+    )
     assert make_plan(raw).gpus == 3
     assert make_plan(spec(target={"model": TARGET, "tensorParallelSize": 4})).gpus == 4
 
@@ -167,11 +180,14 @@ def test_deployment_requests_the_planned_gpus():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
 
-@pytest.mark.parametrize("draft_devices,target_devices,fraction", [
-    ([0], [0], 0.35),
-    ([0], [1], 0.9),
-    (None, None, 0.35),  # both default to GPU 0
-])
+@pytest.mark.parametrize(
+    "draft_devices,target_devices,fraction",
+    [
+        ([0], [0], 0.35),
+        ([0], [1], 0.9),
+        (None, None, 0.35),  # both default to GPU 0
+    ],
+)
 def test_default_kv_fraction(draft_devices, target_devices, fraction):
     draft = {"model": DRAFT, **({"devices": draft_devices} if draft_devices else {})}
     target = {"model": TARGET, **({"devices": target_devices} if target_devices else {})}
@@ -191,9 +207,11 @@ def test_explicit_kv_fraction_wins():
 
 # --- checks ---------------------------------------------------------------------------------------
 
+
 def test_devices_not_contiguous():
-    problem = make_problem(spec(target={"model": TARGET, "devices": [2]},
-                                speculation=draft_target(draft={"model": DRAFT, "devices": [1]})))
+    problem = make_problem(
+        spec(target={"model": TARGET, "devices": [2]}, speculation=draft_target(draft={"model": DRAFT, "devices": [1]}))
+    )
     assert problem.reason == "DevicesNotContiguous"
     assert "[1, 2]" in problem.message and "0..1" in problem.message
 
@@ -210,8 +228,9 @@ def test_revision_needs_a_hub_model():
 
 
 def test_pytorch_refuses_device_lists_with_a_draft():
-    problem = make_problem(spec(backend="pytorch", target={"model": TARGET, "devices": [0]},
-                                speculation=draft_target()))
+    problem = make_problem(
+        spec(backend="pytorch", target={"model": TARGET, "devices": [0]}, speculation=draft_target())
+    )
     assert problem.reason == "DeviceListsUnsupported"
 
 
@@ -221,6 +240,7 @@ def test_invalid_spec_is_a_problem_not_an_exception():
 
 
 # --- backends -------------------------------------------------------------------------------------
+
 
 def test_pytorch_backend_builds_no_engines():
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
@@ -251,18 +271,24 @@ def test_cache_claim():
     own = make_plan(spec(cache={"claimName": "mine"})).cache
     assert (own.claim_name, own.managed) == ("mine", False)
     fast = make_plan(spec(cache={"storageClassName": "fast.nfs", "size": "1Ti"})).cache
-    assert (fast.claim_name, fast.managed, fast.storage_class_name, fast.size) == \
-        ("specdec-engine-cache-fast-nfs", True, "fast.nfs", "1Ti")
+    assert (fast.claim_name, fast.managed, fast.storage_class_name, fast.size) == (
+        "specdec-engine-cache-fast-nfs",
+        True,
+        "fast.nfs",
+        "1Ti",
+    )
 
 
 def test_model_claims_are_the_pvc_models():
-    raw = spec(target={"model": "pvc://weights/llama/13b"},
-               speculation=draft_target(draft={"model": "pvc://drafts/7b"}))
+    raw = spec(
+        target={"model": "pvc://weights/llama/13b"}, speculation=draft_target(draft={"model": "pvc://drafts/7b"})
+    )
     assert make_plan(raw).model_claims == ("drafts", "weights")
     assert make_plan(spec()).model_claims == ()
 
 
 # --- runtime configuration of the examples --------------------------------------------------------
+
 
 def test_runtime_of_the_13b_example():
     p = make_plan(load_example(EXAMPLE_13B)["spec"], "llama2-13b-spec")
@@ -312,6 +338,7 @@ def test_served_name_of_a_pvc_model_is_its_last_path_part():
 
 # --- draftLen: auto -------------------------------------------------------------------------------
 
+
 def test_auto_draft_len_is_a_config_map_key_outside_the_rollout_hash():
     from specdec.builders.serving import build_config_map
 
@@ -344,7 +371,8 @@ def test_auto_draft_len_on_trtllm_serve_is_in_the_runtime_config_so_a_change_rol
 
     def rollout_hash(plan):
         return build_deployment(plan, "uid", SETTINGS)["spec"]["template"]["metadata"]["annotations"][
-            ANNOTATION_CONFIG_HASH]
+            ANNOTATION_CONFIG_HASH
+        ]
 
     assert rollout_hash(chosen) != rollout_hash(p) and rollout_hash(served_plan(p, 4)) == rollout_hash(p)
     # The Triton route and a fixed draftLen are left as they are.

@@ -12,8 +12,11 @@ SETTINGS = Settings()
 
 
 def pod_specs(objects: list[dict]) -> dict[str, dict]:
-    return {o["kind"] + "/" + o["metadata"]["name"]: o["spec"]["template"]["spec"]
-            for o in objects if o["kind"] in ("Job", "Deployment")}
+    return {
+        o["kind"] + "/" + o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in objects
+        if o["kind"] in ("Job", "Deployment")
+    }
 
 
 def test_pull_secrets_reach_every_build_and_runtime_pod():

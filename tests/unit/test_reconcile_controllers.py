@@ -106,12 +106,22 @@ def test_a_converged_deployment_makes_no_write_on_a_further_reconcile():
 
 def shared_controller(cluster: Cluster, queues: Queues, users: Users) -> SharedController:
     later = lambda seconds, *key, urgent=False: None
-    plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
-                     lambda namespace: cluster.kube.list("ModelCache", namespace))
-    return SharedController(cluster.kube, SharedJobs(cluster.kube, SETTINGS),
-                            UserFanout(cluster.kube, users, plans, queues.enqueue),
-                            WritePacing(later), Backoff(later), Locks(), queues.enqueue, later,
-                            active=lambda: True)
+    plans = PlanMemo(
+        SETTINGS,
+        GpuNodeInventory(lambda selector: [], False),
+        lambda namespace: cluster.kube.list("ModelCache", namespace),
+    )
+    return SharedController(
+        cluster.kube,
+        SharedJobs(cluster.kube, SETTINGS),
+        UserFanout(cluster.kube, users, plans, queues.enqueue),
+        WritePacing(later),
+        Backoff(later),
+        Locks(),
+        queues.enqueue,
+        later,
+        active=lambda: True,
+    )
 
 
 def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetched_and_then_writes_nothing():
@@ -119,8 +129,11 @@ def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetc
     shared = shared_controller(cluster, queues, users)
     p = plan(cluster.add(example()), SETTINGS)
     target = next(e for e in p.engines if e.role == "target")
-    cache = next(c for c in p.model_caches if (c.spec.model, c.spec.revision) in
-                 {(i.spec.model, i.spec.revision) for i in target.inputs})
+    cache = next(
+        c
+        for c in p.model_caches
+        if (c.spec.model, c.spec.revision) in {(i.spec.model, i.spec.revision) for i in target.inputs}
+    )
     eb = cluster.add(build_engine_build("ns", target))["metadata"]["name"]
     mc = cluster.add(build_model_cache("ns", cache))["metadata"]["name"]
     users.use("ns", eb, "user")
@@ -151,17 +164,29 @@ def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetc
 
 def deployment_controller(cluster: Cluster, queues: Queues, reconciled_shared: list) -> DeploymentController:
     later = lambda seconds, *key, urgent=False: None
-    plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
-                     lambda namespace: cluster.kube.list("ModelCache", namespace))
+    plans = PlanMemo(
+        SETTINGS,
+        GpuNodeInventory(lambda selector: [], False),
+        lambda namespace: cluster.kube.list("ModelCache", namespace),
+    )
     service_failures = ServiceFailures()
     inputs = DeploymentInputs(cluster.kube, Users(), lambda *key: reconciled_shared.append(key), queues.enqueue)
-    runtime = RuntimeApplier(cluster.kube, SETTINGS, Children(cluster.kube), service_failures,
-                             lambda namespace, name: None, queues.enqueue)
-    status = DeploymentStatusWriter(cluster.kube, WritePacing(later),
-                                    lambda namespace, name, generation: None)
-    return DeploymentController(cluster.kube, plans, inputs, runtime, status, service_failures,
-                                Backoff(later), Locks(), lambda namespace, name: None,
-                                active=lambda: True)
+    runtime = RuntimeApplier(
+        cluster.kube, SETTINGS, Children(cluster.kube), service_failures, lambda namespace, name: None, queues.enqueue
+    )
+    status = DeploymentStatusWriter(cluster.kube, WritePacing(later), lambda namespace, name, generation: None)
+    return DeploymentController(
+        cluster.kube,
+        plans,
+        inputs,
+        runtime,
+        status,
+        service_failures,
+        Backoff(later),
+        Locks(),
+        lambda namespace, name: None,
+        active=lambda: True,
+    )
 
 
 def test_the_deployment_controller_creates_its_inputs_then_its_runtime_and_reports_each_step():
@@ -183,11 +208,18 @@ def test_the_deployment_controller_creates_its_inputs_then_its_runtime_and_repor
     done = {"EngineBuild": ("Succeeded", "Built"), "ModelCache": ("Fetched", "Fetched")}
     for kind, _, shared_name in shared:
         phase, reason = done[kind]
-        cluster.kube.patch(kind, "ns", shared_name, {"status": {"phase": phase, "conditions": [
-            {"type": "Ready", "status": "True", "reason": reason}]}}, subresource="status")
+        cluster.kube.patch(
+            kind,
+            "ns",
+            shared_name,
+            {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True", "reason": reason}]}},
+            subresource="status",
+        )
     controller.reconcile("ns", name)
     assert {path.split("/")[-1] for method, path in cluster.writes()[-3:] if method == "POST"} == {
-        "configmaps", "deployments"}
+        "configmaps",
+        "deployments",
+    }
     assert status()["phase"] == "RollingOut"
     assert queues.take() == [("Service", "ns", name)]  # the Service lane applies it
     cluster.run_controllers()
@@ -210,14 +242,18 @@ def test_garbage_collection_marks_an_unused_engine_deletes_it_after_the_retentio
     unused_build = build_engine_build("ns", other.engines[0])
     unused_build["metadata"]["name"] = "unused"
     cluster.add(unused_build)
-    plans = PlanMemo(SETTINGS, GpuNodeInventory(lambda selector: [], False),
-                     lambda namespace: cluster.kube.list("ModelCache", namespace))
+    plans = PlanMemo(
+        SETTINGS,
+        GpuNodeInventory(lambda selector: [], False),
+        lambda namespace: cluster.kube.list("ModelCache", namespace),
+    )
     collector = GarbageCollector(cluster.kube, SETTINGS, plans)
     now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
 
     def marked(name: str) -> str | None:
         return (cluster.store.get("EngineBuild", "ns", name)["metadata"].get("annotations") or {}).get(
-            ANNOTATION_UNUSED_SINCE)
+            ANNOTATION_UNUSED_SINCE
+        )
 
     assert collector.collect("ns", now) == []
     assert marked("unused") == "2026-01-02T00:00:00Z" and marked(used) is None

@@ -12,9 +12,16 @@ from tests.unit.helpers import Recorded
 
 
 def engine_build(rv: str, phase: str | None = None) -> dict:
-    eb = {"kind": "EngineBuild", "metadata": {"name": "eb", "namespace": "ns", "resourceVersion": rv,
-                                              "labels": {"app.kubernetes.io/managed-by": "specdec-operator"}},
-          "spec": {"enginePath": "engines/eb"}}
+    eb = {
+        "kind": "EngineBuild",
+        "metadata": {
+            "name": "eb",
+            "namespace": "ns",
+            "resourceVersion": rv,
+            "labels": {"app.kubernetes.io/managed-by": "specdec-operator"},
+        },
+        "spec": {"enginePath": "engines/eb"},
+    }
     if phase:
         eb["status"] = {"phase": phase, "conditions": [{"type": "Ready", "status": "False", "reason": phase}]}
     return eb
@@ -53,10 +60,12 @@ def test_a_deployments_events_mark_ready_not_ready_and_each_new_failure():
 
     # progress between steps is in status only
     assert not worth_an_event({}, Cond("Ready", False, "Fetching"), None, "Building")
-    assert not worth_an_event(ready("False", "Fetching"), Cond("Ready", False, "EnginesBuilding"), "Building",
-                               "Building")
-    assert not worth_an_event(ready("False", "EnginesBuilding"), Cond("Ready", False, "RollingOut"), "Building",
-                               "RollingOut")
+    assert not worth_an_event(
+        ready("False", "Fetching"), Cond("Ready", False, "EnginesBuilding"), "Building", "Building"
+    )
+    assert not worth_an_event(
+        ready("False", "EnginesBuilding"), Cond("Ready", False, "RollingOut"), "Building", "RollingOut"
+    )
     assert worth_an_event(ready("False", "RollingOut"), Cond("Ready", True, "Ready"), "RollingOut", "Ready")
     assert not worth_an_event(ready("True", "Ready"), Cond("Ready", True, "Ready"), "Ready", "Ready")
     assert worth_an_event(ready("True", "Ready"), Cond("Ready", False, "RollingOut"), "Ready", "RollingOut")
@@ -89,8 +98,10 @@ def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_rea
     target = "hf://meta-llama/Llama-2-13b-hf"
     assert reconciler.shared.jobs.checkpoints_awaited(ebs["target"]) == [f"{target}@main"]
 
-    fetched = {**caches[target], "status": {"phase": "Fetched", "conditions": [
-        {"type": "Ready", "status": "True", "reason": "Fetched"}]}}
+    fetched = {
+        **caches[target],
+        "status": {"phase": "Fetched", "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]},
+    }
     fetched["metadata"] = {**fetched["metadata"], "resourceVersion": "2"}
     store.put(fetched)
     reconciler.shared_seen("ModelCache", fetched)
@@ -106,9 +117,12 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     from specdec.model_catalog import catalog_facts
     from specdec.plan import Plan, Problem, plan
 
-    sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
-          "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
-          "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}}}
+    sd = {
+        "apiVersion": "specdec.io/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}},
+    }
     store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
     reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     deployments = Recorded()
@@ -117,18 +131,26 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     assert isinstance(waiting, Plan) and waiting.facts_awaited == ("hf://example-org/llama-13b-finetune",)
     cache = build_model_cache("ns", waiting.model_caches[0])
     reconciler.users.use("ns", cache["metadata"]["name"], "sd")
-    fetched_without_facts = {"phase": "Fetched",
-                             "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}
-    without_facts = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "2"},
-                     "status": fetched_without_facts}
+    fetched_without_facts = {
+        "phase": "Fetched",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}],
+    }
+    without_facts = {
+        **cache,
+        "metadata": {**cache["metadata"], "resourceVersion": "2"},
+        "status": fetched_without_facts,
+    }
     store.put(without_facts)
     reconciler.shared_seen("ModelCache", without_facts)
     assert reconciler.plans.plan(sd).facts_awaited == ()  # fetched, no facts: built unchecked, as a pvc:// model
     deployments.keys.clear()
 
     facts = catalog_facts("meta-llama/Llama-2-13b-hf").to_status()
-    reported = {**cache, "metadata": {**cache["metadata"], "resourceVersion": "3"},
-                "status": {**fetched_without_facts, "facts": facts}}
+    reported = {
+        **cache,
+        "metadata": {**cache["metadata"], "resourceVersion": "3"},
+        "status": {**fetched_without_facts, "facts": facts},
+    }
     store.put(reported)
     reconciler.shared_seen("ModelCache", reported)
     assert deployments.keys == [("SpeculativeDeployment", "ns", "sd")]  # facts alone changed: its users hear
@@ -136,7 +158,8 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
     assert isinstance(refused, Problem) and refused.reason == "TensorParallelDoesNotDivideHeads"
     assert refused.message.endswith(
         "(facts of example-org/llama-13b-finetune: the files its fetch read "
-        f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))")
+        f"(hf://example-org/llama-13b-finetune@main, ModelCache {cache['metadata']['name']}))"
+    )
     assert plan(sd, Settings()).facts_awaited  # the offline plan still waits: it reads no ModelCache
     # the refusal keeps its ModelCache from collection: collected, its facts would be fetched again
     assert [c.name for c in refused.model_caches] == [cache["metadata"]["name"]]
@@ -154,9 +177,12 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
     from specdec.plan import ModelCachePlan, plan
     from specdec.reconcile import plans as plan_memo
 
-    sd = {"apiVersion": "specdec.io/v1alpha1", "kind": "SpeculativeDeployment",
-          "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
-          "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}}}
+    sd = {
+        "apiVersion": "specdec.io/v1alpha1",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": "sd", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"target": {"model": "hf://example-org/llama-13b-finetune", "tensorParallelSize": 3}},
+    }
     store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment"])
     reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     planned = []
@@ -169,9 +195,17 @@ def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
 
         def fetched(cache_plan, rv: str) -> None:
             cache = build_model_cache("ns", cache_plan)
-            store.put({**cache, "metadata": {**cache["metadata"], "resourceVersion": rv},
-                       "status": {"phase": "Fetched", "facts": catalog_facts("meta-llama/Llama-2-13b-hf").to_status(),
-                                  "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}]}})
+            store.put(
+                {
+                    **cache,
+                    "metadata": {**cache["metadata"], "resourceVersion": rv},
+                    "status": {
+                        "phase": "Fetched",
+                        "facts": catalog_facts("meta-llama/Llama-2-13b-hf").to_status(),
+                        "conditions": [{"type": "Ready", "status": "True", "reason": "Fetched"}],
+                    },
+                }
+            )
 
         fetched(other, "2")
         assert reconciler.plans.plan(sd) is first and len(planned) == 1  # not a checkpoint it reads
@@ -192,8 +226,10 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
     reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
     deployments = Recorded()
     reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
-    for name, example in (("engines", "llama-2-13b-draft-7b-logits.yaml"),
-                          ("torch", "llama-3.1-8b-draft-1b-pytorch.yaml")):
+    for name, example in (
+        ("engines", "llama-2-13b-draft-7b-logits.yaml"),
+        ("torch", "llama-3.1-8b-draft-1b-pytorch.yaml"),
+    ):
         sd = yaml.safe_load((ROOT / "examples" / example).read_text())
         sd["metadata"].update(name=name, namespace="ns", uid=name, generation=1)
         reconciler.plans.plan(sd)
@@ -225,8 +261,9 @@ def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment
 
     sd = yaml.safe_load((ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml").read_text())
     sd["metadata"].update(namespace="ns", uid="u", generation=1, resourceVersion="1")
-    store = Store(["EngineBuild", "ModelCache", "SpeculativeDeployment", "PersistentVolumeClaim", "Deployment",
-                   "Job", "Pod"])
+    store = Store(
+        ["EngineBuild", "ModelCache", "SpeculativeDeployment", "PersistentVolumeClaim", "Deployment", "Job", "Pod"]
+    )
     store.put(sd)
     kube = Kube(client.ApiClient(), store)
     written = []
@@ -257,8 +294,11 @@ def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment
     fetches = [name for kind, name in written if kind == "Job"]
     assert fetches == [f"{name}-fetch" for kind, name in written if kind == "ModelCache"]
     assert caches.keys == [] and len(builds.keys) == 2 and all(builds.urgent)
-    assert all(store.get("ModelCache", "ns", name)["status"]["phase"] == "Pending"  # reconciled, not failed
-               for kind, name in written if kind == "ModelCache")
+    assert all(
+        store.get("ModelCache", "ns", name)["status"]["phase"] == "Pending"  # reconciled, not failed
+        for kind, name in written
+        if kind == "ModelCache"
+    )
     # Handed over to the deployment queue (the ModelCaches' status writes told their user too: one key there).
     assert set(deployments.keys) == {("SpeculativeDeployment", "ns", sd["metadata"]["name"])}
     assert deployments.urgent[-1]

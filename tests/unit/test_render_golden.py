@@ -38,7 +38,8 @@ def test_render_matches_golden(example):
     assert golden.is_file(), f"{golden} is missing: run with SPECDEC_UPDATE_GOLDEN=1 and review it"
     assert text == golden.read_text(), (
         f"render of examples/{example.name} differs from tests/golden/{golden.name}; if intended, "
-        "regenerate with SPECDEC_UPDATE_GOLDEN=1 and review the diff")
+        "regenerate with SPECDEC_UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 def test_every_golden_file_has_an_example():
@@ -51,8 +52,11 @@ def test_render_is_deterministic(example):
 
 
 def test_render_reports_invalid_documents_and_skips_others():
-    docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, None,
-            {"kind": "SpeculativeDeployment", "metadata": {"name": "bad"}, "spec": {"target": {"model": "s3://x/y"}}}]
+    docs = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+        None,
+        {"kind": "SpeculativeDeployment", "metadata": {"name": "bad"}, "spec": {"target": {"model": "s3://x/y"}}},
+    ]
     stream, errors = render_stream(docs, SETTINGS)
     assert stream == ""
     assert len(errors) == 1 and errors[0].startswith("bad: InvalidSpec: spec.target.model")
@@ -62,15 +66,43 @@ def test_golden_kinds():
     """What each example creates, in order (a quick read of the golden files)."""
     kinds = {p.stem: [d["kind"] for d in yaml.safe_load_all(render(p))] for p in EXAMPLES}
     # checkpoints fetched (ModelCache + its Job) before any engine is built (EngineBuild + its Job)
-    two_engines = ["PersistentVolumeClaim", "ModelCache", "Job", "ModelCache", "Job", "EngineBuild", "Job",
-                   "EngineBuild", "Job", "ConfigMap", "Deployment", "Service"]
+    two_engines = [
+        "PersistentVolumeClaim",
+        "ModelCache",
+        "Job",
+        "ModelCache",
+        "Job",
+        "EngineBuild",
+        "Job",
+        "EngineBuild",
+        "Job",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+    ]
     assert kinds["llama-2-13b-draft-7b-logits"] == two_engines
     assert kinds["llama-3.1-70b-fp8-draft-1b"] == two_engines
-    assert kinds["vicuna-7b-redrafter"] == ["PersistentVolumeClaim", "ModelCache", "Job",  # the drafter: pvc://
-                                           "EngineBuild", "Job", "ConfigMap", "Deployment", "Service"]
+    assert kinds["vicuna-7b-redrafter"] == [
+        "PersistentVolumeClaim",
+        "ModelCache",
+        "Job",  # the drafter: pvc://
+        "EngineBuild",
+        "Job",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+    ]
     # backend pytorch: no engines; the runtime reads the target and the draft from the cache
-    assert kinds["llama-3.1-8b-draft-1b-pytorch"] == ["PersistentVolumeClaim", "ModelCache", "Job", "ModelCache", "Job",
-                                                      "ConfigMap", "Deployment", "Service"]
+    assert kinds["llama-3.1-8b-draft-1b-pytorch"] == [
+        "PersistentVolumeClaim",
+        "ModelCache",
+        "Job",
+        "ModelCache",
+        "Job",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+    ]
 
 
 # --- names of rendered objects --------------------------------------------------------------------

@@ -36,16 +36,24 @@ def jq(expression: str, pod: dict) -> list:
 def build_pod(annotations: dict | None = None, running: str = "convert") -> dict:
     states = {"quantize": {"terminated": {"exitCode": 0}}, "convert": {"waiting": {}}, "build": {"waiting": {}}}
     states[running] = {"running": {"startedAt": STARTED}}
-    return {"metadata": {"annotations": annotations or {}},
-            "status": {"initContainerStatuses": [{"name": n, "state": states[n]} for n in ("quantize", "convert")],
-                       "containerStatuses": [{"name": "build", "state": states["build"]}]}}
+    return {
+        "metadata": {"annotations": annotations or {}},
+        "status": {
+            "initContainerStatuses": [{"name": n, "state": states[n]} for n in ("quantize", "convert")],
+            "containerStatuses": [{"name": "build", "state": states["build"]}],
+        },
+    }
 
 
 def test_step_seconds_are_parsed_per_known_step():
     assert simulated_steps.parse("fetch=20, convert=10,build=2.5") == {"fetch": 20, "convert": 10, "build": 2.5}
     assert simulated_steps.parse("") == {}
-    for bad, why in [("train=3", "STEP one of"), ("fetch", "STEP=SECONDS"), ("fetch=soon", "not a number"),
-                     ("fetch=-1", "negative")]:
+    for bad, why in [
+        ("train=3", "STEP one of"),
+        ("fetch", "STEP=SECONDS"),
+        ("fetch=soon", "not a number"),
+        ("fetch=-1", "negative"),
+    ]:
         with pytest.raises(simulated_steps.StepSecondsError, match=why):
             simulated_steps.parse(bad)
 
@@ -74,14 +82,20 @@ def test_the_main_container_ends_after_its_seconds_unless_kwoks_delay_annotation
 def test_only_the_stages_of_job_steps_get_a_delay():
     other = stage("pod-ready")
     assert simulated_steps.with_step_delays(other, {"build": 1}) is other
-    assert set(simulated_steps.STAGE_STATUSES) <= {p.stem for p in
-                                                   Path(cluster.__file__).parent.joinpath("stages").glob("*.yaml")}
+    assert set(simulated_steps.STAGE_STATUSES) <= {
+        p.stem for p in Path(cluster.__file__).parent.joinpath("stages").glob("*.yaml")
+    }
 
 
 def test_kwokctl_config_writes_the_clusters_step_seconds_into_the_stages(tmp_path: Path):
-    documents = yaml.safe_load_all(cluster.kwokctl_config(tmp_path, tmp_path / "pki", step_seconds={"fetch": 20, "build": 30}))
-    delays = {d["metadata"]["name"]: d["spec"]["delay"]["durationFrom"]["expressionFrom"]
-              for d in documents if d["kind"] == "Stage" and d["metadata"]["name"] in simulated_steps.STAGE_STATUSES}
+    documents = yaml.safe_load_all(
+        cluster.kwokctl_config(tmp_path, tmp_path / "pki", step_seconds={"fetch": 20, "build": 30})
+    )
+    delays = {
+        d["metadata"]["name"]: d["spec"]["delay"]["durationFrom"]["expressionFrom"]
+        for d in documents
+        if d["kind"] == "Stage" and d["metadata"]["name"] in simulated_steps.STAGE_STATUSES
+    }
     assert set(delays) == set(simulated_steps.STAGE_STATUSES)
     assert all('{"build": 30, "fetch": 20}[.name]' in d for d in delays.values()), delays
 
@@ -90,8 +104,10 @@ def test_a_deployment_gets_the_seconds_on_its_build_and_fetch_pods():
     body = {"spec": {"build": {"backoffLimit": 1}}}
     seconds = simulated_steps.annotations({"fetch": 5})
     simulated_steps.deployment_with_step_seconds(body, {"fetch": 5})
-    assert body["spec"] == {"build": {"backoffLimit": 1, "podAnnotations": seconds},
-                            "cache": {"fetch": {"podAnnotations": seconds}}}
+    assert body["spec"] == {
+        "build": {"backoffLimit": 1, "podAnnotations": seconds},
+        "cache": {"fetch": {"podAnnotations": seconds}},
+    }
     older = simulated_steps.deployment_with_step_seconds({"spec": {}}, {"fetch": 5}, fetch_pods=False)
     assert older["spec"] == {"build": {"podAnnotations": seconds}}  # an API without fetch Jobs
 

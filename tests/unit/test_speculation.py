@@ -39,17 +39,28 @@ def test_best_draft_len_grows_with_acceptance_and_shrinks_with_cost():
     assert s.best_draft_len(0.99, 0.0, 1, 6) == 6  # bounded by the engine's capacity
 
 
-@pytest.mark.parametrize("model,billions", [
-    ("hf://meta-llama/Llama-3.1-70B-Instruct", 70), ("hf://meta-llama/Llama-3.2-1B-Instruct", 1),
-    ("hf://lmsys/vicuna-7b-v1.3", 7), ("hf://Qwen/Qwen2.5-0.5B-Instruct", 0.5), ("pvc://models/llama-13b/", 13),
-    ("hf://meta-llama/Llama-2-13b-hf", 13), ("hf://org/no-size-here", None), ("hf://org/bert-base", None)])
+@pytest.mark.parametrize(
+    "model,billions",
+    [
+        ("hf://meta-llama/Llama-3.1-70B-Instruct", 70),
+        ("hf://meta-llama/Llama-3.2-1B-Instruct", 1),
+        ("hf://lmsys/vicuna-7b-v1.3", 7),
+        ("hf://Qwen/Qwen2.5-0.5B-Instruct", 0.5),
+        ("pvc://models/llama-13b/", 13),
+        ("hf://meta-llama/Llama-2-13b-hf", 13),
+        ("hf://org/no-size-here", None),
+        ("hf://org/bert-base", None),
+    ],
+)
 def test_parameters_from_the_name(model, billions):
     assert s.parameters_billions(model) == billions
 
 
 def test_estimated_cost_ratio_by_drafter():
-    assert s.estimated_cost_ratio("model", "hf://m/Llama-3.1-70B-Instruct", "hf://m/Llama-3.2-1B-Instruct") \
-        == (pytest.approx(1 / 70), "ParameterCounts")
+    assert s.estimated_cost_ratio("model", "hf://m/Llama-3.1-70B-Instruct", "hf://m/Llama-3.2-1B-Instruct") == (
+        pytest.approx(1 / 70),
+        "ParameterCounts",
+    )
     assert s.estimated_cost_ratio("model", "hf://m/target", "hf://m/draft") == (s.ASSUMED_COST_RATIO, "Assumed")
     assert s.estimated_cost_ratio("head", "hf://m/Llama-3.1-8B-Instruct", None) == (s.HEAD_COST_RATIO, "DraftHead")
     assert s.estimated_cost_ratio("lookup", "hf://m/Qwen2.5-7B-Instruct", None) == (0.0, "NoDraftModel")
@@ -59,9 +70,18 @@ def test_every_mode_says_what_drafts():
     from specdec.modes import MODES
 
     assert {name: m.drafter for name, m in MODES.items() if name != "none"} == {
-        "draftTarget": "model", "redrafter": "head", "eagle3": "head", "mtp": "head", "ngram": "lookup",
-        "sa": "lookup", "auto": "lookup", "pard": "model", "dflash": "model", "dspark": "model",
-        "saveState": "lookup"}
+        "draftTarget": "model",
+        "redrafter": "head",
+        "eagle3": "head",
+        "mtp": "head",
+        "ngram": "lookup",
+        "sa": "lookup",
+        "auto": "lookup",
+        "pard": "model",
+        "dflash": "model",
+        "dspark": "model",
+        "saveState": "lookup",
+    }
 
 
 def test_delta_handles_first_scrape_and_restarts():
@@ -104,8 +124,9 @@ def _window(rng: random.Random, alpha: float, k: int, steps: int, noise: float) 
         while n < k and rng.random() < a:
             n += 1
         accepted += n
-    return s.measure({"draft": float(k * steps), "accepted": float(accepted), "steps": float(steps)}, k, 1, 12,
-                     (0.05, "Assumed"))
+    return s.measure(
+        {"draft": float(k * steps), "accepted": float(accepted), "steps": float(steps)}, k, 1, 12, (0.05, "Assumed")
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.55, 0.8, 0.92])

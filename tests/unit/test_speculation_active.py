@@ -42,10 +42,18 @@ def serving():
             cluster.run_controllers()
         assert cluster.store.get("SpeculativeDeployment", "ns", name)["status"]["phase"] == "Ready"
         assert condition(cluster, name, "SpeculationActive")["reason"] == "NoTraffic"
-        cluster.store.put({"kind": "Pod", "metadata": {
-            "name": f"{name}-runtime-a", "namespace": "ns", "uid": "pod-a",
-            "labels": {LABEL_INSTANCE: name, LABEL_COMPONENT: "runtime"}},
-            "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+        cluster.store.put(
+            {
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-runtime-a",
+                    "namespace": "ns",
+                    "uid": "pod-a",
+                    "labels": {LABEL_INSTANCE: name, LABEL_COMPONENT: "runtime"},
+                },
+                "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
         operator.reconciler.speculation.run_once(now=0.0)
         endpoint.text = metrics_text(400, 300, 100, tokens=600, requests=10)  # drafting
         operator.reconciler.speculation.run_once(now=15.0)

@@ -114,8 +114,9 @@ def test_rearm_is_due_after_the_cooldown_and_at_most_once_per_cooldown():
 
 def test_rearm_reads_the_last_restart_from_status_after_an_operator_restart():
     events, wall = [], {"now": 0.0}
-    rearm = Rearm(lambda obj, reason, message, warning=False: events.append((reason, message)),
-                  wall_clock=lambda: wall["now"])
+    rearm = Rearm(
+        lambda obj, reason, message, warning=False: events.append((reason, message)), wall_clock=lambda: wall["now"]
+    )
     at = datetime.datetime.fromtimestamp(10_020.0, datetime.UTC).isoformat().replace("+00:00", "Z")
     sd = {"status": {"rearm": {"restarts": 3, "lastRestartAt": at}}}  # by the operator before this one
     key = ("ns", "llama")

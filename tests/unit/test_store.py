@@ -31,10 +31,15 @@ def test_the_echo_of_our_own_write_tells_nothing_new():
     store.put(obj("SpeculativeDeployment", "sd", "7"))  # what our status write returned
     echo = {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "7")}
     assert not store.observe("SpeculativeDeployment", echo)
-    assert not store.observe("SpeculativeDeployment", {"type": "MODIFIED",
-                                                       "object": obj("SpeculativeDeployment", "sd", "6")})  # late
-    assert store.observe("SpeculativeDeployment", {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "8")})
-    assert store.observe("SpeculativeDeployment", {"type": "DELETED", "object": obj("SpeculativeDeployment", "sd", "9")})
+    assert not store.observe(
+        "SpeculativeDeployment", {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "6")}
+    )  # late
+    assert store.observe(
+        "SpeculativeDeployment", {"type": "MODIFIED", "object": obj("SpeculativeDeployment", "sd", "8")}
+    )
+    assert store.observe(
+        "SpeculativeDeployment", {"type": "DELETED", "object": obj("SpeculativeDeployment", "sd", "9")}
+    )
 
 
 def test_listed_objects_without_a_kind_are_cached_and_deletions_forget():

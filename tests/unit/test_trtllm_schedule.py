@@ -50,8 +50,15 @@ def fitted_schedules() -> LoadSchedules:
     key = ("ns", "llama")
     for batch in (1, 4, 16, 64):
         seconds = k * cost * step(batch) + step(batch * (k + 1))
-        fits.observe(key, {"iterations": 100, "batch_sequences": 100 * batch, "batch_draft_tokens": 100 * batch * k,
-                           "iteration_seconds": 100 * seconds})
+        fits.observe(
+            key,
+            {
+                "iterations": 100,
+                "batch_sequences": 100 * batch,
+                "batch_draft_tokens": 100 * batch * k,
+                "iteration_seconds": 100 * seconds,
+            },
+        )
     tokens = speculation.tokens_per_step(0.7, k)
     m = speculation.measure({"draft": 400, "accepted": (tokens - 1) * 100, "steps": 100}, k, 1, k, (cost, "Assumed"))
     assert fits.update(key, m, {"draft": 400, "steps": 100}, None, now=0.0)
@@ -66,10 +73,22 @@ def test_a_published_schedule_changes_at_most_once_a_minute():
     for batch in (1, 4, 16, 64):  # the model's memory is long: it takes many windows to move the fit
         for _ in range(40):
             seconds = k * cost * step(batch) + step(batch * (k + 1))
-            fits.observe(key, {"iterations": 100, "batch_sequences": 100 * batch,
-                               "batch_draft_tokens": 100 * batch * k, "iteration_seconds": 100 * seconds})
-    m = speculation.measure({"draft": 400, "accepted": (speculation.tokens_per_step(0.7, k) - 1) * 100,
-                             "steps": 100}, k, 1, k, (cost, "Assumed"))
+            fits.observe(
+                key,
+                {
+                    "iterations": 100,
+                    "batch_sequences": 100 * batch,
+                    "batch_draft_tokens": 100 * batch * k,
+                    "iteration_seconds": 100 * seconds,
+                },
+            )
+    m = speculation.measure(
+        {"draft": 400, "accepted": (speculation.tokens_per_step(0.7, k) - 1) * 100, "steps": 100},
+        k,
+        1,
+        k,
+        (cost, "Assumed"),
+    )
     assert not fits.update(key, m, {"draft": 400, "steps": 100}, None, now=CHANGE_SECONDS - 1)
     assert fits.schedule(*key)[0] == first
     assert fits.update(key, m, {"draft": 400, "steps": 100}, None, now=CHANGE_SECONDS)
@@ -80,9 +99,13 @@ def test_a_published_schedule_changes_at_most_once_a_minute():
 def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured_and_not_too_often():
     events = []
     told = {}
-    pilot = Autopilot(lambda obj, reason, message, warning=False: events.append((reason, message)),
-                      speculation.AutoPolicy(), speculation.ROLLOUT_POLICY, rollout_seconds=600,
-                      told_schedule=lambda ns, name: told.get((ns, name)))
+    pilot = Autopilot(
+        lambda obj, reason, message, warning=False: events.append((reason, message)),
+        speculation.AutoPolicy(),
+        speculation.ROLLOUT_POLICY,
+        rollout_seconds=600,
+        told_schedule=lambda ns, name: told.get((ns, name)),
+    )
     fits = fitted_schedules()
     key, sd = ("ns", "llama"), {"metadata": {"name": "llama", "namespace": "ns"}}
     assert not pilot.schedule(sd, key, 4, Window(batch=1.0, draft_len=4, seconds=0.01), fits, now=0.0)
@@ -90,7 +113,7 @@ def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured
     assert pilot.schedule(sd, key, 4, Window(batch=64.0, draft_len=4, seconds=0.1), fits, now=10.0)
     chosen = pilot.schedule_choice(*key)
     assert chosen[min(chosen)] == 4 and min(chosen.values()) >= 1 and max(chosen) == LAST_BATCH
-    (reason, message), = events
+    ((reason, message),) = events
     assert reason == "DraftLenScheduleChanged" and "tokens/s at the 64.0 sequences in flight" in message
     assert message.endswith("rolling the pods (a new pod ready before an old one goes)")
     # the same schedule again: nothing to do; another one within the interval: not yet
@@ -98,8 +121,13 @@ def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured
     pilot._schedules[key] = None
     assert not pilot.schedule(sd, key, 4, Window(batch=64.0, draft_len=4, seconds=0.1), fits, now=20.0)
     # after an operator restart, what the pods were told (the ConfigMap) is the current one
-    restarted = Autopilot(lambda *a, **k: events.append(a), speculation.AutoPolicy(), speculation.ROLLOUT_POLICY,
-                          rollout_seconds=600, told_schedule=lambda ns, name: told.get((ns, name)))
+    restarted = Autopilot(
+        lambda *a, **k: events.append(a),
+        speculation.AutoPolicy(),
+        speculation.ROLLOUT_POLICY,
+        rollout_seconds=600,
+        told_schedule=lambda ns, name: told.get((ns, name)),
+    )
     told[key] = chosen
     assert not restarted.schedule(sd, key, 4, Window(batch=64.0, draft_len=4, seconds=0.1), fits, now=0.0)
 

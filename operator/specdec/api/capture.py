@@ -20,8 +20,13 @@ class CaptureStatus(ApiModel):
     bytes: int | None = Field(None, description="Their size.")
     requests: int | None = Field(None, description="Requests whose hidden states the files hold.")
     tokens: int | None = Field(None, description="Token ids (input_ids) in the files: the training tokens.")
-    last_write_at: str | None = Field(None, description="Modification time of the newest file: when the capture "
-                                                         "last grew.")
+    last_write_at: str | None = Field(
+        None, description="Modification time of the newest file: when the capture last grew."
+    )
     claim_capacity_bytes: int | None = Field(None, description="The claim's capacity (its status.capacity.storage).")
-    claim_used_percent: float | None = Field(None, description=(
-        "bytes / claimCapacityBytes, in percent: from 90 the condition CaptureSpace is False (ClaimNearlyFull)."))
+    claim_used_percent: float | None = Field(
+        None,
+        description=(
+            "bytes / claimCapacityBytes, in percent: from 90 the condition CaptureSpace is False (ClaimNearlyFull)."
+        ),
+    )

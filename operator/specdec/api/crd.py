@@ -82,49 +82,65 @@ def openapi_schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _crd(kind: str, plural: str, short_names: list[str], spec: type[BaseModel], status: type[BaseModel],
-         description: str, columns: list[dict[str, Any]], scale: dict[str, str] | None = None,
-         root_rules: list[dict[str, str]] | None = None) -> dict:
+def _crd(
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    spec: type[BaseModel],
+    status: type[BaseModel],
+    description: str,
+    columns: list[dict[str, Any]],
+    scale: dict[str, str] | None = None,
+    root_rules: list[dict[str, str]] | None = None,
+) -> dict:
     subresources: dict[str, Any] = {"status": {}}
     if scale:
         subresources["scale"] = scale
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{models.GROUP}",
-                     "labels": {"app.kubernetes.io/part-of": "specdec-operator"}},
+        "metadata": {"name": f"{plural}.{models.GROUP}", "labels": {"app.kubernetes.io/part-of": "specdec-operator"}},
         "spec": {
             "group": models.GROUP,
-            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural,
-                      "singular": kind.lower(), "shortNames": short_names, "categories": ["specdec"]},
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+                "categories": ["specdec"],
+            },
             "scope": "Namespaced",
-            "versions": [{
-                "name": models.VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": subresources,
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": description,
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": openapi_schema(spec),
-                        "status": openapi_schema(status),
+            "versions": [
+                {
+                    "name": models.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": subresources,
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": description,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": openapi_schema(spec),
+                                "status": openapi_schema(status),
+                            },
+                            **({"x-kubernetes-validations": root_rules} if root_rules else {}),
+                        }
                     },
-                    **({"x-kubernetes-validations": root_rules} if root_rules else {}),
-                }},
-            }],
+                }
+            ],
         },
     }
 
 
 def _condition_column(name: str, field: str, condition: str = "Ready") -> dict[str, Any]:
-    return {"name": name, "type": "string",
-            "jsonPath": f'.status.conditions[?(@.type=="{condition}")].{field}'}
+    return {"name": name, "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{condition}")].{field}'}
 
 
 AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
@@ -134,36 +150,66 @@ def crds() -> dict[str, dict]:
     """File name -> CRD object."""
     return {
         "specdec.io_speculativedeployments.yaml": _crd(
-            "SpeculativeDeployment", "speculativedeployments", ["sd", "specdeploy"],
-            models.SpeculativeDeploymentSpec, models.SpeculativeDeploymentStatus,
+            "SpeculativeDeployment",
+            "speculativedeployments",
+            ["sd", "specdeploy"],
+            models.SpeculativeDeploymentSpec,
+            models.SpeculativeDeploymentStatus,
             "A TensorRT-LLM model served with speculative decoding: engines are built, cached and rolled out by the operator.",
-            [{"name": "Mode", "type": "string", "jsonPath": ".spec.speculation.mode"},
-             _condition_column("Ready", "status"), _condition_column("Reason", "reason"),
-             {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas"},
-             {"name": "Accept", "type": "number", "jsonPath": ".status.speculation.acceptanceRate"},
-             {"name": "Speedup", "type": "number", "jsonPath": ".status.speculation.estimatedSpeedup"},
-             {"name": "DraftLen", "type": "integer", "jsonPath": ".status.speculation.draftLen", "priority": 1},
-             {**_condition_column("Drafting", "reason", "SpeculationActive"), "priority": 1},
-             AGE],
-            scale={"specReplicasPath": ".spec.runtime.replicas", "statusReplicasPath": ".status.replicas",
-                   "labelSelectorPath": ".status.selector"},
-            root_rules=[models.cel(f"self.metadata.name.matches('^{models.NAME_RE.pattern}$')",
-                                   f"metadata.name {models.NAME_RULE_MESSAGE}")]),
+            [
+                {"name": "Mode", "type": "string", "jsonPath": ".spec.speculation.mode"},
+                _condition_column("Ready", "status"),
+                _condition_column("Reason", "reason"),
+                {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                {"name": "Accept", "type": "number", "jsonPath": ".status.speculation.acceptanceRate"},
+                {"name": "Speedup", "type": "number", "jsonPath": ".status.speculation.estimatedSpeedup"},
+                {"name": "DraftLen", "type": "integer", "jsonPath": ".status.speculation.draftLen", "priority": 1},
+                {**_condition_column("Drafting", "reason", "SpeculationActive"), "priority": 1},
+                AGE,
+            ],
+            scale={
+                "specReplicasPath": ".spec.runtime.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            },
+            root_rules=[
+                models.cel(
+                    f"self.metadata.name.matches('^{models.NAME_RE.pattern}$')",
+                    f"metadata.name {models.NAME_RULE_MESSAGE}",
+                )
+            ],
+        ),
         "specdec.io_enginebuilds.yaml": _crd(
-            "EngineBuild", "enginebuilds", ["eb"], models.EngineBuildSpec, models.EngineBuildStatus,
+            "EngineBuild",
+            "enginebuilds",
+            ["eb"],
+            models.EngineBuildSpec,
+            models.EngineBuildStatus,
             "One TensorRT-LLM engine recipe, content-addressed and immutable, built once by a Job and shared.",
-            [{"name": "Model", "type": "string", "jsonPath": ".spec.recipe.model"},
-             {"name": "Mode", "type": "string", "jsonPath": ".spec.recipe.speculativeDecodingMode"},
-             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-             {"name": "Step", "type": "string", "jsonPath": ".status.failedStep", "priority": 1}, AGE]),
+            [
+                {"name": "Model", "type": "string", "jsonPath": ".spec.recipe.model"},
+                {"name": "Mode", "type": "string", "jsonPath": ".spec.recipe.speculativeDecodingMode"},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Step", "type": "string", "jsonPath": ".status.failedStep", "priority": 1},
+                AGE,
+            ],
+        ),
         "specdec.io_modelcaches.yaml": _crd(
-            "ModelCache", "modelcaches", ["mc"], models.ModelCacheSpec, models.ModelCacheStatus,
+            "ModelCache",
+            "modelcaches",
+            ["mc"],
+            models.ModelCacheSpec,
+            models.ModelCacheStatus,
             "One hf:// checkpoint at one revision, fetched into a cache claim by a Job on a CPU node before any "
             "GPU build reads it; content-addressed, immutable and shared.",
-            [{"name": "Model", "type": "string", "jsonPath": ".spec.model"},
-             {"name": "Revision", "type": "string", "jsonPath": ".spec.revision", "priority": 1},
-             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-             {"name": "Size", "type": "integer", "jsonPath": ".status.sizeBytes", "priority": 1}, AGE]),
+            [
+                {"name": "Model", "type": "string", "jsonPath": ".spec.model"},
+                {"name": "Revision", "type": "string", "jsonPath": ".spec.revision", "priority": 1},
+                {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                {"name": "Size", "type": "integer", "jsonPath": ".status.sizeBytes", "priority": 1},
+                AGE,
+            ],
+        ),
     }
 
 

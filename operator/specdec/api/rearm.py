@@ -18,28 +18,42 @@ class RearmSpec(ApiModel):
     acceptance_rate_threshold, and only a new process drafts again."""
 
     enabled: bool = Field(False, description="Restart the runtime Deployment (one rolling restart) on NotDrafting.")
-    cooldown_seconds: int = Field(900, ge=60, le=86400, description=(
-        "How long NotDrafting must last before a restart, and the least time between two restarts."))
+    cooldown_seconds: int = Field(
+        900,
+        ge=60,
+        le=86400,
+        description=("How long NotDrafting must last before a restart, and the least time between two restarts."),
+    )
 
 
 class RearmStatus(ApiModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     restarts: int | None = Field(None, description="Rolling restarts speculation.rearm made.")
-    last_restart_at: str | None = Field(None, description=(
-        "When the last one was asked for: the runtime pod template's specdec.io/rearmed-at annotation."))
+    last_restart_at: str | None = Field(
+        None,
+        description=("When the last one was asked for: the runtime pod template's specdec.io/rearmed-at annotation."),
+    )
 
 
 # On the whole spec (SpeculativeDeploymentSpec).
 REARM_RULES = (
-    cel(f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
+    cel(
+        f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
         f"!(self.speculation.mode in {modes.not_speculating()})",
         "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
-        ".speculation.rearm"),
-    cel("!has(self.speculation.rearm) || !self.speculation.rearm.enabled || " + " && ".join(
-        f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
-        f"!has(self.speculation.{m.name}.draftLenSchedule)))"
-        for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)),
+        ".speculation.rearm",
+    ),
+    cel(
+        "!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
+        + " && ".join(
+            f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
+            f"!has(self.speculation.{m.name}.draftLenSchedule)))"
+            for m in modes.MODES.values()
+            if m.block and issubclass(m.block, DynamicSpeculation)
+        ),
         "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
-        "only drop the requests in flight; enable rearm without them", ".speculation.rearm"),
+        "only drop the requests in flight; enable rearm without them",
+        ".speculation.rearm",
+    ),
 )

@@ -34,6 +34,7 @@ def load_crds(crd_dir: Path | None = None) -> list[dict]:
         texts = [p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.yaml"))]
     else:
         from specdec.api.crd import render_crds
+
         texts = [render_crds()[name] for name in sorted(render_crds())]
     objs = [yaml.safe_load(t) for t in texts]
     rank = {k: i for i, k in enumerate(KIND_ORDER)}
@@ -102,8 +103,14 @@ def _constraints(node: dict) -> list[str]:
     for key, word in (("exclusiveMinimum", ">"), ("exclusiveMaximum", "<")):
         if isinstance(node.get(key), (int, float)) and not isinstance(node.get(key), bool):
             out.append(f"{word} {node[key]}")
-    for key, word in (("minLength", "length ≥"), ("maxLength", "length ≤"), ("minItems", "items ≥"),
-                      ("maxItems", "items ≤"), ("minProperties", "keys ≥"), ("maxProperties", "keys ≤")):
+    for key, word in (
+        ("minLength", "length ≥"),
+        ("maxLength", "length ≤"),
+        ("minItems", "items ≥"),
+        ("maxItems", "items ≤"),
+        ("minProperties", "keys ≥"),
+        ("maxProperties", "keys ≤"),
+    ):
         if key in node:
             out.append(f"{word} {node[key]}")
     if "pattern" in node:
@@ -154,8 +161,13 @@ def _object_section(kind: str, path: str, node: dict) -> list[str]:
         if not _is_object(child):
             rule_rows += [(f"`{name}`", r) for r in _rules(child)]
     if rule_rows:
-        lines += ["", "Validation rules (CEL, checked by the API server):", "",
-                  "| on | rule | message |", "|---|---|---|"]
+        lines += [
+            "",
+            "Validation rules (CEL, checked by the API server):",
+            "",
+            "| on | rule | message |",
+            "|---|---|---|",
+        ]
         lines += _rule_rows(rule_rows)
     return lines + [""]
 
@@ -163,8 +175,9 @@ def _object_section(kind: str, path: str, node: dict) -> list[str]:
 def _rule_rows(rule_rows: list[tuple[str, dict]]) -> list[str]:
     lines = []
     for where, rule in rule_rows:
-        message = rule.get("message") or (f"(expression) {rule['messageExpression']}"
-                                          if rule.get("messageExpression") else "")
+        message = rule.get("message") or (
+            f"(expression) {rule['messageExpression']}" if rule.get("messageExpression") else ""
+        )
         reason = f" ({rule['reason']})" if rule.get("reason") else ""
         field = f" Field: {_code(rule['fieldPath'])}." if rule.get("fieldPath") else ""
         message = _cell(message)
@@ -194,7 +207,8 @@ def _kind_section(crd: dict) -> list[str]:
         short = ", ".join(f"`{s}`" for s in names.get("shortNames") or [])
         subresources = ", ".join(f"`{s}`" for s in version.get("subresources") or {})
         lines += [
-            "| | |", "|---|---|",
+            "| | |",
+            "|---|---|",
             f"| API version | `{spec['group']}/{version['name']}` |",
             f"| scope | {spec['scope']} |",
             f"| plural, short names | `{names['plural']}`{', ' + short if short else ''} |",
@@ -203,17 +217,32 @@ def _kind_section(crd: dict) -> list[str]:
         ]
         columns = version.get("additionalPrinterColumns") or []
         if columns:
-            lines += ["`kubectl get` columns (`-o wide` adds those with priority 1):", "",
-                      "| column | type | from | priority |", "|---|---|---|---|"]
-            lines += [f"| {c['name']} | {c['type']} | {_code(c['jsonPath'])} | {c.get('priority', 0)} |"
-                      for c in columns]
+            lines += [
+                "`kubectl get` columns (`-o wide` adds those with priority 1):",
+                "",
+                "| column | type | from | priority |",
+                "|---|---|---|---|",
+            ]
+            lines += [
+                f"| {c['name']} | {c['type']} | {_code(c['jsonPath'])} | {c.get('priority', 0)} |" for c in columns
+            ]
             lines.append("")
         root_rules = [("(the object)", r) for r in schema.get("x-kubernetes-validations") or []]
-        root_rules += [(f"`{name}`", r) for name, node in schema.get("properties", {}).items()
-                       if name not in ("spec", "status") for r in node.get("x-kubernetes-validations") or []]
+        root_rules += [
+            (f"`{name}`", r)
+            for name, node in schema.get("properties", {}).items()
+            if name not in ("spec", "status")
+            for r in node.get("x-kubernetes-validations") or []
+        ]
         if root_rules:
-            lines += [f"Validation rules on the whole {kind} (CEL, checked by the API server):", "",
-                      "| on | rule | message |", "|---|---|---|", *_rule_rows(root_rules), ""]
+            lines += [
+                f"Validation rules on the whole {kind} (CEL, checked by the API server):",
+                "",
+                "| on | rule | message |",
+                "|---|---|---|",
+                *_rule_rows(root_rules),
+                "",
+            ]
         top = {k: v for k, v in schema.get("properties", {}).items() if k in ("spec", "status")}
         for name, node in top.items():
             for path, obj in _child_objects(f".{name}", node):

@@ -64,8 +64,10 @@ def _tag(value: Any) -> str:
 RuntimeSpeculation = Annotated[
     Union[  # noqa: UP007
         tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
-          + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)],
-    Discriminator(_tag)]
+        + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)
+    ],
+    Discriminator(_tag),
+]
 
 
 class RuntimeConfig(ApiModel):

@@ -23,26 +23,33 @@ HF_TOKEN_SECRET = "specdec-hf-token"  # optional Secret with key HF_TOKEN, for g
 
 
 def labels(component: str, **extra: str) -> dict[str, str]:
-    return {LABEL_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "specdec", LABEL_COMPONENT: component,
-            **extra}
+    return {LABEL_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "specdec", LABEL_COMPONENT: component, **extra}
 
 
-def shared_object(kind: str, component: str, name: str, namespace: str, model_label: str,
-                  spec: Any) -> dict[str, Any]:
+def shared_object(kind: str, component: str, name: str, namespace: str, model_label: str, spec: Any) -> dict[str, Any]:
     """An EngineBuild or ModelCache: content-addressed, shared by deployments, so owned by none; our
     label and its model's (`model_label`: a slug of the checkpoint) on it."""
     return {
         "apiVersion": models.API_VERSION,
         "kind": kind,
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": labels(component, **{"specdec.io/model": model_label})},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(component, **{"specdec.io/model": model_label}),
+        },
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
 
 
 def owner_reference(kind: str, name: str, uid: str, api_version: str = models.API_VERSION) -> dict[str, Any]:
-    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def pod_security_context() -> dict[str, Any]:
@@ -81,13 +88,14 @@ def resources(extra: models.Resources | None, gpus: int, gpu_resource: str) -> d
 
 def model_volumes(claims: tuple[str, ...]) -> list[dict[str, Any]]:
     """pvc:// model claims, mounted read-only (volume names are indexed: claim names can be long)."""
-    return [{"name": f"model-{i}", "persistentVolumeClaim": {"claimName": c, "readOnly": True}}
-            for i, c in enumerate(claims)]
+    return [
+        {"name": f"model-{i}", "persistentVolumeClaim": {"claimName": c, "readOnly": True}}
+        for i, c in enumerate(claims)
+    ]
 
 
 def model_mounts(claims: tuple[str, ...]) -> list[dict[str, Any]]:
-    return [{"name": f"model-{i}", "mountPath": f"{MODELS_MOUNT}/{c}", "readOnly": True}
-            for i, c in enumerate(claims)]
+    return [{"name": f"model-{i}", "mountPath": f"{MODELS_MOUNT}/{c}", "readOnly": True} for i, c in enumerate(claims)]
 
 
 def hf_env() -> list[dict[str, Any]]:
@@ -95,8 +103,10 @@ def hf_env() -> list[dict[str, Any]]:
     return [
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": "/tmp/hf"},
-        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
-                                                            "optional": True}}},
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN", "optional": True}},
+        },
     ]
 
 
@@ -105,9 +115,15 @@ def image_pull_secrets(names: tuple[str, ...]) -> dict[str, Any]:
     return {"imagePullSecrets": [{"name": n} for n in names]} if names else {}
 
 
-def job(name: str, namespace: str, labels: dict[str, str], owner: dict[str, Any],
-        pod: models.BuildPodSpec | models.FetchSpec, pod_spec: dict[str, Any],
-        pull_secrets: tuple[str, ...]) -> dict[str, Any]:
+def job(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    owner: dict[str, Any],
+    pod: models.BuildPodSpec | models.FetchSpec,
+    pod_spec: dict[str, Any],
+    pull_secrets: tuple[str, ...],
+) -> dict[str, Any]:
     """A Job of ours running `pod_spec` once: restricted pods, the spec's extra pod labels and
     annotations (ours win), its retries and deadline; owned by the object it works for."""
     pod_meta: dict[str, Any] = {"labels": {**(pod.pod_labels or {}), **labels}}

@@ -33,25 +33,37 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
     claims = model_claims(*(uri for uri, _ in recipe_models(recipe)))
     mounts = [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}]
     mounts += common.model_mounts(claims)
-    containers = [{
-        "name": step.name,
-        "image": recipe.image,
-        "command": ["/bin/bash", "-euo", "pipefail", "-c", step.script],
-        "env": env,
-        "resources": common.resources(pod.resources, gpus if step.uses_gpus else 0, GPU_RESOURCE),
-        "volumeMounts": mounts,
-        "securityContext": common.container_security_context(),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    } for step in build_steps(name, spec, settings.calib_size)]
+    containers = [
+        {
+            "name": step.name,
+            "image": recipe.image,
+            "command": ["/bin/bash", "-euo", "pipefail", "-c", step.script],
+            "env": env,
+            "resources": common.resources(pod.resources, gpus if step.uses_gpus else 0, GPU_RESOURCE),
+            "volumeMounts": mounts,
+            "securityContext": common.container_security_context(),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+        for step in build_steps(name, spec, settings.calib_size)
+    ]
     labels = common.labels("engine-build", **{common.LABEL_ENGINE_BUILD: name})
     pod_spec: dict[str, Any] = {
         "nodeSelector": node_selector(settings.gpu_node_selector, pod.node_selector),
         "tolerations": common.tolerations(settings.gpu_tolerations, pod.tolerations),
         **({"initContainers": containers[:-1]} if containers[:-1] else {}),
         "containers": containers[-1:],
-        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache_claim}},
-                    {"name": "tmp", "emptyDir": {}}] + common.model_volumes(claims),
+        "volumes": [
+            {"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache_claim}},
+            {"name": "tmp", "emptyDir": {}},
+        ]
+        + common.model_volumes(claims),
     }
-    return common.job(job_name(name), meta["namespace"], labels,
-                      common.owner_reference("EngineBuild", name, meta["uid"]), pod, pod_spec,
-                      settings.image_pull_secrets)
+    return common.job(
+        job_name(name),
+        meta["namespace"],
+        labels,
+        common.owner_reference("EngineBuild", name, meta["uid"]),
+        pod,
+        pod_spec,
+        settings.image_pull_secrets,
+    )

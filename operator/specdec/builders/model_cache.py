@@ -37,22 +37,34 @@ def fetch_script(name: str, spec: models.ModelCacheSpec) -> str:
     target = f"{CACHE_MOUNT}/{spec.path}"
     partial = f"{CACHE_MOUNT}/.work/fetch-{name}"
     marker = shlex.quote(f"{target}/{COMPLETE_MARKER}")
-    download = " ".join([
-        shlex.join(["python3", "-c", "import sys; from huggingface_hub import snapshot_download; "
-                    "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])"]),
-        f'"${MODEL_ENV}"', shlex.join([spec.revision, partial])])
+    download = " ".join(
+        [
+            shlex.join(
+                [
+                    "python3",
+                    "-c",
+                    "import sys; from huggingface_hub import snapshot_download; "
+                    "snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3])",
+                ]
+            ),
+            f'"${MODEL_ENV}"',
+            shlex.join([spec.revision, partial]),
+        ]
+    )
     q_target, q_partial = shlex.quote(target), shlex.quote(partial)
-    return "\n".join([
-        f"if [ -e {marker} ]; then echo 'checkpoint already in the cache'; else",
-        f"  rm -rf {q_partial} && mkdir -p {q_partial}",
-        f"  {download}",
-        f"  touch {shlex.quote(partial + '/' + COMPLETE_MARKER)}",
-        f"  mkdir -p {shlex.quote(target.rsplit('/', 1)[0])}",
-        f"  (flock 9 && if [ -e {marker} ]; then rm -rf {q_partial}; else rm -rf {q_target} "
-        f"&& mv {q_partial} {q_target}; fi) 9>{shlex.quote(target + '.lock')}",
-        "fi",
-        f"{shlex.join(['python3', '-c', inspect.getsource(checkpoint_facts), target])} > /dev/termination-log",
-    ])
+    return "\n".join(
+        [
+            f"if [ -e {marker} ]; then echo 'checkpoint already in the cache'; else",
+            f"  rm -rf {q_partial} && mkdir -p {q_partial}",
+            f"  {download}",
+            f"  touch {shlex.quote(partial + '/' + COMPLETE_MARKER)}",
+            f"  mkdir -p {shlex.quote(target.rsplit('/', 1)[0])}",
+            f"  (flock 9 && if [ -e {marker} ]; then rm -rf {q_partial}; else rm -rf {q_target} "
+            f"&& mv {q_partial} {q_target}; fi) 9>{shlex.quote(target + '.lock')}",
+            "fi",
+            f"{shlex.join(['python3', '-c', inspect.getsource(checkpoint_facts), target])} > /dev/termination-log",
+        ]
+    )
 
 
 def build_fetch_job(model_cache: dict[str, Any], settings: Settings) -> dict[str, Any]:
@@ -75,14 +87,24 @@ def build_fetch_job(model_cache: dict[str, Any], settings: Settings) -> dict[str
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     labels = common.labels("model-cache", **{common.LABEL_MODEL_CACHE: name})
-    placement = {"nodeSelector": node_selector((), pod.node_selector),
-                 "tolerations": common.tolerations((), pod.tolerations)}
+    placement = {
+        "nodeSelector": node_selector((), pod.node_selector),
+        "tolerations": common.tolerations((), pod.tolerations),
+    }
     pod_spec = {
         **{k: v for k, v in placement.items() if v},
         "containers": [container],
-        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache_claim}},
-                    {"name": "tmp", "emptyDir": {}}],
+        "volumes": [
+            {"name": "cache", "persistentVolumeClaim": {"claimName": spec.cache_claim}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
     }
-    return common.job(job_name(name), meta["namespace"], labels,
-                      common.owner_reference("ModelCache", name, meta["uid"]), pod, pod_spec,
-                      settings.image_pull_secrets)
+    return common.job(
+        job_name(name),
+        meta["namespace"],
+        labels,
+        common.owner_reference("ModelCache", name, meta["uid"]),
+        pod,
+        pod_spec,
+        settings.image_pull_secrets,
+    )

@@ -56,15 +56,16 @@ def selector_labels(plan: Plan) -> dict[str, str]:
 
 
 def _metadata(plan: Plan, name: str, owner_uid: str, component: str) -> dict[str, Any]:
-    return {"name": name, "namespace": plan.namespace,
-            "labels": {**common.labels(component), common.LABEL_INSTANCE: plan.name,
-                       common.LABEL_DEPLOYMENT: plan.name},
-            "ownerReferences": [common.owner_reference("SpeculativeDeployment", plan.name, owner_uid)]}
+    return {
+        "name": name,
+        "namespace": plan.namespace,
+        "labels": {**common.labels(component), common.LABEL_INSTANCE: plan.name, common.LABEL_DEPLOYMENT: plan.name},
+        "ownerReferences": [common.owner_reference("SpeculativeDeployment", plan.name, owner_uid)],
+    }
 
 
 def runtime_config_json(plan: Plan) -> str:
-    return json.dumps(plan.runtime.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2,
-                      sort_keys=True)
+    return json.dumps(plan.runtime.model_dump(mode="json", by_alias=True, exclude_none=True), indent=2, sort_keys=True)
 
 
 def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
@@ -77,8 +78,7 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
     return min(max(chosen or mode.draft_len(block), lo), hi)
 
 
-def served_plan(plan: Plan, chosen_draft_len: int | None,
-                schedule: trtllm_schedule.Schedule | None = None) -> Plan:
+def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_schedule.Schedule | None = None) -> Plan:
     """The plan the pods run, given draftLen: auto's choices. trtllm-serve takes its draft length and its
     draft_len_schedule at start, so there they go into the runtime config itself (speculative_config): a new
     one is a new config, and the Deployment rolls its pods by surge (a new pod ready before an old one
@@ -99,8 +99,9 @@ def served_plan(plan: Plan, chosen_draft_len: int | None,
     return dataclasses.replace(plan, runtime=runtime.model_copy(update={"speculation": speculation}))
 
 
-def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = None,
-                     load_keys: dict[str, str] | None = None) -> dict[str, Any]:
+def build_config_map(
+    plan: Plan, owner_uid: str, chosen_draft_len: int | None = None, load_keys: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The draft length (live_draft_len) and the load model's keys (specdec.load_schedules.LoadSchedules.config_map_keys: the
     break-even and the draft lengths by load) are outside the rollout hash: changing them restarts nothing."""
     data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
@@ -111,8 +112,12 @@ def build_config_map(plan: Plan, owner_uid: str, chosen_draft_len: int | None = 
     if schedule:  # served_plan's: a record of what the pods were started with
         data[DRAFT_LEN_SCHEDULE_KEY] = json.dumps({str(n): k for n, k in schedule.items()}, sort_keys=True)
     data.update(load_keys or {})
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"), "data": data}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"),
+        "data": data,
+    }
 
 
 def build_cache_claim(plan: Plan) -> dict[str, Any]:
@@ -120,17 +125,26 @@ def build_cache_claim(plan: Plan) -> dict[str, Any]:
     spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": plan.cache.size}}}
     if plan.cache.storage_class_name:
         spec["storageClassName"] = plan.cache.storage_class_name
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": plan.cache.claim_name, "namespace": plan.namespace,
-                         "labels": common.labels("engine-cache")},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": plan.cache.claim_name,
+            "namespace": plan.namespace,
+            "labels": common.labels("engine-cache"),
+        },
+        "spec": spec,
+    }
 
 
 def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str, Any]:
     spec = plan.spec
     runtime = spec.runtime
-    mounts = [{"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}, {"name": "shm", "mountPath": "/dev/shm"}]
+    mounts = [
+        {"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": config_map_name(plan)}},
         {"name": "tmp", "emptyDir": {}},
@@ -139,8 +153,9 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     ]
     if spec.backend == "tensorrt" or plan.runtime_inputs:  # engines, or (pytorch) the fetched checkpoints
         mounts.append({"name": "cache", "mountPath": CACHE_MOUNT, "readOnly": True})
-        volumes.append({"name": "cache", "persistentVolumeClaim": {"claimName": plan.cache.claim_name,
-                                                                   "readOnly": True}})
+        volumes.append(
+            {"name": "cache", "persistentVolumeClaim": {"claimName": plan.cache.claim_name, "readOnly": True}}
+        )
     mounts += common.model_mounts(plan.model_claims)
     volumes += common.model_volumes(plan.model_claims)
     mode, block = modes.mode_of(spec.speculation)
@@ -153,11 +168,9 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         "args": ["--config", f"{RUNTIME_CONFIG_DIR}/{RUNTIME_CONFIG_KEY}"],
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "env": common.hf_env(),
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
-                           "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
         # Loading engines takes minutes; the startup probe keeps liveness from killing a slow start.
-        "startupProbe": {"httpGet": {"path": "/health", "port": "http"},
-                         "periodSeconds": 10, "failureThreshold": 180},
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 180},
         # Endpoints drop a terminating pod asynchronously: serve on until they have, so no request is refused.
         "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
         "resources": common.resources(runtime.resources, plan.gpus, GPU_RESOURCE),
@@ -184,7 +197,8 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     metadata = _metadata(plan, runtime_name(plan), owner_uid, "runtime")
     metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
         "metadata": metadata,
         "spec": {
             "replicas": runtime.replicas,
@@ -197,11 +211,16 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
 
 
 def build_service(plan: Plan, owner_uid: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
-            "spec": {"type": "ClusterIP", "selector": selector_labels(plan),
-                     "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http",
-                                "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(plan),
+            "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
 
 
 def endpoint(plan: Plan) -> str:

@@ -27,10 +27,38 @@ from specdec.runtime.triton import BLS_MODEL
 
 # Request fields of trtllm-serve's CompletionRequest / ChatCompletionRequest that the front and the simulator
 # send; the real models refuse unknown fields (extra="forbid"), and so does the contract.
-COMPLETION_FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "stop", "stream",
-                     "stream_options", "seed", "n", "echo", "presence_penalty", "frequency_penalty"}
-CHAT_FIELDS = {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
-               "stream", "stream_options", "seed", "n", "presence_penalty", "frequency_penalty"}
+COMPLETION_FIELDS = {
+    "model",
+    "prompt",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "stream",
+    "stream_options",
+    "seed",
+    "n",
+    "echo",
+    "presence_penalty",
+    "frequency_penalty",
+}
+CHAT_FIELDS = {
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "stream",
+    "stream_options",
+    "seed",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+}
 
 
 @dataclass(frozen=True)
@@ -48,8 +76,7 @@ class InferenceError(Exception):
 
 # Help texts of Triton's counters, as Triton writes them.
 TRITON_COUNTERS = {
-    "nv_inference_compute_infer_duration_us":
-        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    "nv_inference_compute_infer_duration_us": "Cumulative compute inference duration in microseconds (does not include cached requests)",
     "nv_inference_exec_count": "Number of model executions performed (does not include cached requests)",
 }
 # Help texts of the TensorRT-LLM backend's gauges (inflight_batcher_llm/src/custom_metrics_reporter), of the
@@ -86,6 +113,7 @@ class TritonContract:
 
     def metrics_app(self) -> web.Application:
         """What Triton serves on its metrics port."""
+
         async def metrics(_request: web.Request) -> web.Response:
             lines = []
             for name, by_model in self.counters().items():
@@ -94,8 +122,14 @@ class TritonContract:
             for name in TRITON_GAUGES:
                 found = [(labels, value) for family, labels, value in self.gauges() if family == name]
                 lines += [f"# HELP {name} {TRITON_GAUGES[name]}", f"# TYPE {name} gauge"] if found else []
-                lines += [name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, "version": "1"}.items())
-                          + "} " + str(round(value)) for labels, value in found]
+                lines += [
+                    name
+                    + "{"
+                    + ",".join(f'{k}="{v}"' for k, v in {**labels, "version": "1"}.items())
+                    + "} "
+                    + str(round(value))
+                    for labels, value in found
+                ]
             return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
         app = web.Application()
@@ -129,12 +163,23 @@ class TritonContract:
             return web.json_response({"error": str(error)}, status=400)
         drafted = result.draft_tokens
         # The BLS answers a speculative request with the prompt followed by the completion.
-        return web.json_response({
-            "model_name": self.model, "model_version": "1", "text_output": body["text_input"] + result.text,
-            "acceptance_rate": result.accepted_tokens / drafted if drafted else 0.0,
-            "total_accepted_draft_tokens": result.accepted_tokens, "total_draft_tokens": drafted,
-            "arrival_time_ns": 1, "first_scheduled_time_ns": 2, "first_token_time_ns": 3, "last_token_time_ns": 4,
-            "batch_index": 0, "sequence_index": 0, "cum_log_probs": 0.0})
+        return web.json_response(
+            {
+                "model_name": self.model,
+                "model_version": "1",
+                "text_output": body["text_input"] + result.text,
+                "acceptance_rate": result.accepted_tokens / drafted if drafted else 0.0,
+                "total_accepted_draft_tokens": result.accepted_tokens,
+                "total_draft_tokens": drafted,
+                "arrival_time_ns": 1,
+                "first_scheduled_time_ns": 2,
+                "first_token_time_ns": 3,
+                "last_token_time_ns": 4,
+                "batch_index": 0,
+                "sequence_index": 0,
+                "cum_log_probs": 0.0,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -210,22 +255,39 @@ class TrtllmServeContract:
         except OpenAIError as error:
             return _error(error.status, error.message, error.kind)
         kind = "chat.completion" if chat else "text_completion"
-        usage = {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-                 "total_tokens": result.prompt_tokens + result.completion_tokens}
+        usage = {
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+        }
         if not body.get("stream"):
             text = "".join(result.pieces)
-            choice = ({"index": 0, "message": {"role": "assistant", "content": text}} if chat
-                      else {"index": 0, "text": text})
-            return web.json_response({"id": "x", "object": kind, "created": int(time.time()), "model": self.served_as,
-                                      "choices": [{**choice, "finish_reason": result.finish_reason}], "usage": usage})
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+            )
+            return web.json_response(
+                {
+                    "id": "x",
+                    "object": kind,
+                    "created": int(time.time()),
+                    "model": self.served_as,
+                    "choices": [{**choice, "finish_reason": result.finish_reason}],
+                    "usage": usage,
+                }
+            )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         chunk_kind = f"{kind}.chunk" if chat else kind
         for i, piece in enumerate(result.pieces):
             finish = result.finish_reason if i == len(result.pieces) - 1 else None
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
-            chunk = {"id": "x", "object": chunk_kind, "created": 0, "model": self.served_as,
-                     "choices": [{**choice, "finish_reason": finish}]}
+            chunk = {
+                "id": "x",
+                "object": chunk_kind,
+                "created": 0,
+                "model": self.served_as,
+                "choices": [{**choice, "finish_reason": finish}],
+            }
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if not await self.chunk_sent(request):
                 return response

@@ -35,27 +35,49 @@ DEBIAN_MIRROR = os.environ.get("SPECDEC_DEBIAN_MIRROR", "http://deb.debian.org/d
 DEBIAN_SECURITY_MIRROR = os.environ.get("SPECDEC_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 # What the Dockerfiles need on top of minbase (which already has bash, util-linux and coreutils): `python`
 # (the operator's Dockerfile), venv and pip (both), useradd (passwd), CA certificates.
-BASE_PACKAGES = ("bash", "ca-certificates", "passwd", "python-is-python3", "python3", "python3-pip", "python3-venv",
-                 "util-linux")
+BASE_PACKAGES = (
+    "bash",
+    "ca-certificates",
+    "passwd",
+    "python-is-python3",
+    "python3",
+    "python3-pip",
+    "python3-venv",
+    "util-linux",
+)
 # Like the slim Python images: no manuals, docs (but their copyright files) or translations.
-DPKG_OPTIONS = ("path-exclude=/usr/share/man/*", "path-exclude=/usr/share/doc/*",
-                "path-include=/usr/share/doc/*/copyright", "path-exclude=/usr/share/locale/*",
-                "path-exclude=/usr/share/info/*", "force-unsafe-io")
+DPKG_OPTIONS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/info/*",
+    "force-unsafe-io",
+)
 MERGED_USR_HOOK = Path("/usr/share/mmdebstrap/hooks/merged-usr")  # merged /usr without the usrmerge package (perl)
 # An imported root filesystem has no image configuration: give it what a base image has.
-BASE_CONFIG = ("ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8",
-               'CMD ["/bin/bash"]')
+BASE_CONFIG = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/bash"]',
+)
 
 
 def base_key(packages: Iterable[str] = BASE_PACKAGES) -> str:
     """The base image's recipe: suite, variant, packages and options."""
-    recipe = {"suite": SUITE, "variant": "minbase", "packages": sorted(packages), "dpkg": list(DPKG_OPTIONS),
-              "config": list(BASE_CONFIG), "merged-usr": "hook", "security": True}
+    recipe = {
+        "suite": SUITE,
+        "variant": "minbase",
+        "packages": sorted(packages),
+        "dpkg": list(DPKG_OPTIONS),
+        "config": list(BASE_CONFIG),
+        "merged-usr": "hook",
+        "security": True,
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
 BASE_IMAGE = f"localhost/specdec-base:{SUITE}-{base_key()[:12]}"
-
 
 
 BASE_IMAGE = f"localhost/specdec-base:{SUITE}-{base_key()[:12]}"
@@ -65,7 +87,7 @@ def _scratch_dir() -> str | None:
     """mmdebstrap's chroot on tmpfs when there is room: 75 -> 55 s here (dpkg's many small writes)."""
     with contextlib.suppress(OSError):
         shm = os.statvfs("/dev/shm")
-        if shm.f_bavail * shm.f_frsize > 2 * 1024 ** 3 and os.access("/dev/shm", os.W_OK):
+        if shm.f_bavail * shm.f_frsize > 2 * 1024**3 and os.access("/dev/shm", os.W_OK):
             return "/dev/shm"
     return None
 
@@ -79,18 +101,28 @@ def build_base(log: Path) -> Path:
             podman("load", "-i", str(archive), label=f"loading {BASE_IMAGE}", log=log)
         return archive
     require("mmdebstrap")
-    progress(f"building the base root filesystem {BASE_IMAGE} from Debian {SUITE}'s packages (mmdebstrap; "
-             "about a minute, once)")
+    progress(
+        f"building the base root filesystem {BASE_IMAGE} from Debian {SUITE}'s packages (mmdebstrap; "
+        "about a minute, once)"
+    )
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="base-", dir=images_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
-        command = ["mmdebstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-                   *[f"--dpkgopt={option}" for option in DPKG_OPTIONS]]
+        command = [
+            "mmdebstrap",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            *[f"--dpkgopt={option}" for option in DPKG_OPTIONS],
+        ]
         if MERGED_USR_HOOK.is_dir():
             command.append(f"--hook-dir={MERGED_USR_HOOK}")
-        command += [SUITE, str(rootfs), f"deb {DEBIAN_MIRROR} {SUITE} main",
-                    f"deb {DEBIAN_MIRROR} {SUITE}-updates main",
-                    f"deb {DEBIAN_SECURITY_MIRROR} {SUITE}-security main"]
+        command += [
+            SUITE,
+            str(rootfs),
+            f"deb {DEBIAN_MIRROR} {SUITE} main",
+            f"deb {DEBIAN_MIRROR} {SUITE}-updates main",
+            f"deb {DEBIAN_SECURITY_MIRROR} {SUITE}-security main",
+        ]
         env = command_env()
         scratch = _scratch_dir()
         if scratch:

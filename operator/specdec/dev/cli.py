@@ -39,9 +39,15 @@ The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and Tensor
 
 
 # `specdec dev simulate` options -> fields of specdec.dev.simulation_profile.Profile.
-SIMULATE_OPTIONS = {"acceptance": "acceptance", "cost_ratio": "cost_ratio", "rps": "requests_per_second",
-                    "max_tokens": "max_tokens", "noise": "noise", "drafting": "drafting",
-                    "step_seconds_per_token": "step_seconds_per_token"}
+SIMULATE_OPTIONS = {
+    "acceptance": "acceptance",
+    "cost_ratio": "cost_ratio",
+    "rps": "requests_per_second",
+    "max_tokens": "max_tokens",
+    "noise": "noise",
+    "drafting": "drafting",
+    "step_seconds_per_token": "step_seconds_per_token",
+}
 PROFILE_FIELDS = simulation_profile.Profile.model_fields
 
 
@@ -55,16 +61,21 @@ def _simulate(local: cluster.LocalCluster, args: argparse.Namespace) -> None:
         return
     if not args.deployment:
         raise simulation_profile.ProfileError("name a SpeculativeDeployment (or --show the profiles)")
-    values = {PROFILE_FIELDS[name].alias: getattr(args, option) for option, name in SIMULATE_OPTIONS.items()
-              if getattr(args, option) is not None}
+    values = {
+        PROFILE_FIELDS[name].alias: getattr(args, option)
+        for option, name in SIMULATE_OPTIONS.items()
+        if getattr(args, option) is not None
+    }
     if not values:
         raise simulation_profile.ProfileError(
-            f"nothing to set: give {', '.join('--' + o.replace('_', '-') for o in SIMULATE_OPTIONS)}")
+            f"nothing to set: give {', '.join('--' + o.replace('_', '-') for o in SIMULATE_OPTIONS)}"
+        )
     if not local.exists():
         raise cluster.ClusterError(f"no cluster {local.name!r} (run `specdec dev up`)")
     deployment = f"{args.namespace}/{args.deployment}"
     profile = simulation_profile.update(local.simulator_profile, deployment, values)
     print(f"{deployment}: {json.dumps(profile.model_dump(by_alias=True))} (the pod runner applies it within seconds)")
+
 
 # What the Prometheus UI screenshot test looks with: {command: Debian package}.
 BROWSER_PACKAGES = {"chromium": "chromium"}
@@ -85,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
                 prometheus_ui.ensure()
                 missing = toolchain.install_packages(BROWSER_PACKAGES, "the Prometheus UI screenshot")
                 if missing:
-                    raise toolchain.ToolchainError(f"no {', '.join(missing)}: install it (Debian: apt-get install "
-                                                   f"{' '.join(missing)}), or run this as root")
+                    raise toolchain.ToolchainError(
+                        f"no {', '.join(missing)}: install it (Debian: apt-get install "
+                        f"{' '.join(missing)}), or run this as root"
+                    )
         elif args.dev_command == "up":
             found = real_node.problems() if args.real_node else []
             if found:
@@ -95,12 +108,20 @@ def run(args: argparse.Namespace) -> int:
                 step_seconds = simulated_steps.parse(args.step_seconds)
             else:  # a cluster keeps the step seconds it was created with
                 step_seconds = None if local.exists() else cluster.QUICK_START_STEP_SECONDS
-            cluster.up(local, cpu_nodes=args.cpu_nodes, gpu_nodes=args.gpu_nodes, step_seconds=step_seconds,
-                       real_node=args.real_node)
+            cluster.up(
+                local,
+                cpu_nodes=args.cpu_nodes,
+                gpu_nodes=args.gpu_nodes,
+                step_seconds=step_seconds,
+                real_node=args.real_node,
+            )
             node = real_node.up(local) if args.real_node else None
             if not args.cluster_only:
-                cluster.install(local, sample=not args.no_sample,
-                                operator_metrics_port=prometheus.DEV_OPERATOR_METRICS_PORT if args.prometheus else 0)
+                cluster.install(
+                    local,
+                    sample=not args.no_sample,
+                    operator_metrics_port=prometheus.DEV_OPERATOR_METRICS_PORT if args.prometheus else 0,
+                )
                 if args.prometheus:
                     prometheus.dev_up(local)
                 if node and not args.no_sample:
@@ -118,12 +139,20 @@ def run(args: argparse.Namespace) -> int:
             print(cluster.status(local))
             node = real_node.RealNode(local)
             if node.kubelet_pid():
-                print(f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, logs in {node.directory}\n"
-                      f"{node.exports()}")
+                print(
+                    f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, logs in {node.directory}\n"
+                    f"{node.exports()}"
+                )
         elif args.dev_command == "simulate":
             _simulate(local, args)
-    except (toolchain.ToolchainError, cluster.ClusterError, images.ImageBuildError, prometheus.PrometheusError,
-            simulation_profile.ProfileError, simulated_steps.StepSecondsError) as error:
+    except (
+        toolchain.ToolchainError,
+        cluster.ClusterError,
+        images.ImageBuildError,
+        prometheus.PrometheusError,
+        simulation_profile.ProfileError,
+        simulated_steps.StepSecondsError,
+    ) as error:
         print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
         return 1
     return 0
@@ -136,42 +165,59 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cluster-only", action="store_true", help="no CRDs, operator or sample")
     up.add_argument("--no-sample", action="store_true", help="install CRDs and operator, but no sample")
     up.add_argument("--cpu-nodes", type=int, default=cluster.DEFAULT_CPU_NODES)
-    up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES,
-                    help="simulated nodes with 8 GPUs each")
-    up.add_argument("--step-seconds", default=None, metavar="STEP=SECONDS,...",
-                    help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
-                         "(when the cluster is created; default: " + ",".join(
-                             f"{k}={v:g}" for k, v in cluster.QUICK_START_STEP_SECONDS.items()) +
-                         ", so each phase of the sample shows; 0 ends every step at once)")
-    up.add_argument("--real-node", action="store_true",
-                    help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
-                         "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)")
-    up.add_argument("--prometheus", action="store_true",
-                    help="also a Prometheus (built once, pinned) scraping the operator and the runtime pods, with "
-                         "specdec's alert rules, at http://127.0.0.1:19090")
+    up.add_argument("--gpu-nodes", type=int, default=cluster.DEFAULT_GPU_NODES, help="simulated nodes with 8 GPUs each")
+    up.add_argument(
+        "--step-seconds",
+        default=None,
+        metavar="STEP=SECONDS,...",
+        help="simulated duration of each Job step, e.g. fetch=20,convert=10,quantize=10,build=30 "
+        "(when the cluster is created; default: "
+        + ",".join(f"{k}={v:g}" for k, v in cluster.QUICK_START_STEP_SECONDS.items())
+        + ", so each phase of the sample shows; 0 ends every step at once)",
+    )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help=f"also a real node ({real_node.NODE_NAME}: kubelet, containerd, runc) running the project's "
+        "images; needs root (installs Debian packages, changes iptables and sysctls until `down`)",
+    )
+    up.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also a Prometheus (built once, pinned) scraping the operator and the runtime pods, with "
+        "specdec's alert rules, at http://127.0.0.1:19090",
+    )
     dev_commands.add_parser("down", help="stop the cluster (and its real node) and remove its processes and data")
     dev_commands.add_parser("status", help="show whether the cluster runs, and its nodes")
-    dev_commands.add_parser("env", help="print the cluster's exports (also in its env.sh): eval \"$(specdec dev env)\"")
+    dev_commands.add_parser("env", help='print the cluster\'s exports (also in its env.sh): eval "$(specdec dev env)"')
     tools = dev_commands.add_parser("tools", help="build (or find cached) control-plane binaries; print their dir")
-    tools.add_argument("--real-node", action="store_true",
-                       help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images")
+    tools.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also a real node's: Debian packages (as root), kubelet, containerd, CNI, crictl, images",
+    )
     tools.add_argument("--prometheus", action="store_true", help="also the pinned Prometheus and promtool")
-    tools.add_argument("--screenshot", action="store_true",
-                       help="also Prometheus' web UI (built with npm) and Chromium (Debian's, as root): the UI "
-                            "screenshot test's")
+    tools.add_argument(
+        "--screenshot",
+        action="store_true",
+        help="also Prometheus' web UI (built with npm) and Chromium (Debian's, as root): the UI screenshot test's",
+    )
     simulate = dev_commands.add_parser(
-        "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them")
+        "simulate", help="set a deployment's profile for the simulated backends (applied live), or --show them"
+    )
     simulate.add_argument("deployment", nargs="?", metavar="NAME", help="the SpeculativeDeployment")
     simulate.add_argument("-n", "--namespace", default="default", help="its namespace (default: %(default)s)")
     for option, name in SIMULATE_OPTIONS.items():
         field = PROFILE_FIELDS[name]
         kind = {"action": argparse.BooleanOptionalAction} if field.annotation is bool else {"type": field.annotation}
-        simulate.add_argument(f"--{option.replace('_', '-')}", **kind,
-                              help=f"{field.description} (default {field.default})")
+        simulate.add_argument(
+            f"--{option.replace('_', '-')}", **kind, help=f"{field.description} (default {field.default})"
+        )
     simulate.add_argument("--show", action="store_true", help="print the profiles file")
     for sub in dev_commands.choices.values():
-        sub.add_argument("--name", metavar="CLUSTER", default=cluster.CLUSTER_NAME,
-                         help="cluster name (default: %(default)s)")
+        sub.add_argument(
+            "--name", metavar="CLUSTER", default=cluster.CLUSTER_NAME, help="cluster name (default: %(default)s)"
+        )
     return parser
 
 

@@ -66,14 +66,20 @@ class LocalCluster:
     def env(self) -> dict[str, str]:
         bins = toolchain.bin_dir()
         # The system dirs too: a real node's kubelet and containerd run iptables, mount and runc by name.
-        return {**os.environ, "KWOK_WORKDIR": str(self.workdir), "KUBECONFIG": str(self.kubeconfig),
-                "PATH": toolchain.with_system_dirs(f"{bins}{os.pathsep}{os.environ.get('PATH', '')}")}
+        return {
+            **os.environ,
+            "KWOK_WORKDIR": str(self.workdir),
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": toolchain.with_system_dirs(f"{bins}{os.pathsep}{os.environ.get('PATH', '')}"),
+        }
 
     def run(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(list(args), env=self.env(), input=input, text=True, capture_output=True)
         if check and result.returncode != 0:
-            raise ClusterError(f"`{' '.join(args)}` failed (exit {result.returncode}):\n"
-                               f"{result.stderr.strip() or result.stdout.strip()}")
+            raise ClusterError(
+                f"`{' '.join(args)}` failed (exit {result.returncode}):\n"
+                f"{result.stderr.strip() or result.stdout.strip()}"
+            )
         return result
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -148,8 +154,10 @@ class LocalCluster:
 
     def exports(self) -> str:
         """Shell lines that give kubectl/helm (our builds) and this specdec (e.g. in .venv) the cluster."""
-        return (f"export KUBECONFIG={self.kubeconfig}\n"
-                f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH")
+        return (
+            f"export KUBECONFIG={self.kubeconfig}\n"
+            f"export PATH={toolchain.bin_dir()}:{Path(sys.executable).parent}:$PATH"
+        )
 
     @property
     def env_file(self) -> Path:
@@ -161,8 +169,13 @@ class LocalCluster:
         return self.env_file
 
 
-def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
-                   step_seconds: Mapping[str, float] | None = None, real_node: bool = False) -> str:
+def kwokctl_config(
+    bins: Path,
+    pki: Path,
+    audit_policy: Path | None = None,
+    step_seconds: Mapping[str, float] | None = None,
+    real_node: bool = False,
+) -> str:
     """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any);
     `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise;
     `real_node`: the API server also listens beyond 127.0.0.1, for the pods of a real node (specdec.dev.real_node).
@@ -200,22 +213,34 @@ def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
     # kwok manages only the nodes annotated as its own (kwokctl's binary runtime would manage every node, a
     # real one's too). The API server reaches kubelets by their InternalIP (a real node's name does not
     # resolve here) with the admin certificate, which the kubelets' webhook authentication accepts.
-    apiserver = [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
-                 {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
-                 {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
-                 {"key": "kubelet-client-key", "value": str(pki / "admin.key")}]
+    apiserver = [
+        {"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
+        {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},
+        {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+        {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+    ]
     if real_node:  # a real node's pods reach it through the bridge; later flags win over kwokctl's own
         apiserver.append({"key": "bind-address", "value": "0.0.0.0"})
     config["componentsPatches"] = [
         {"name": "kube-apiserver", "extraArgs": apiserver},
-        {"name": "kwok-controller", "extraArgs": [
-            {"key": "manage-all-nodes", "value": "false"},
-            {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"}]},
-        {"name": "kube-controller-manager", "extraArgs": [
-            {"key": "controllers", "value": f"*,{','.join('-' + c for c in ENDPOINT_CONTROLLERS)}"},
-            {"key": "kube-api-qps", "value": "200"}, {"key": "kube-api-burst", "value": "400"},
-            {"key": "concurrent-deployment-syncs", "value": "10"},
-            {"key": "concurrent-replicaset-syncs", "value": "10"}]}]
+        {
+            "name": "kwok-controller",
+            "extraArgs": [
+                {"key": "manage-all-nodes", "value": "false"},
+                {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+            ],
+        },
+        {
+            "name": "kube-controller-manager",
+            "extraArgs": [
+                {"key": "controllers", "value": f"*,{','.join('-' + c for c in ENDPOINT_CONTROLLERS)}"},
+                {"key": "kube-api-qps", "value": "200"},
+                {"key": "kube-api-burst", "value": "400"},
+                {"key": "concurrent-deployment-syncs", "value": "10"},
+                {"key": "concurrent-replicaset-syncs", "value": "10"},
+            ],
+        },
+    ]
     if audit_policy:  # the API server then logs to <cluster dir>/logs/audit.log
         config["options"]["kubeAuditPolicy"] = str(audit_policy)
     stages = resources.files("specdec.dev").joinpath("stages")
@@ -230,8 +255,7 @@ def kwokctl_config(bins: Path, pki: Path, audit_policy: Path | None = None,
 
 def cluster_objects(cpu_nodes: int, gpu_nodes: int) -> list[dict]:
     """What a real GPU cluster offers that kwok does not create by itself."""
-    storage_class = yaml.safe_load(
-        resources.files("specdec.dev").joinpath("stages", "storage-class.yaml").read_text())
+    storage_class = yaml.safe_load(resources.files("specdec.dev").joinpath("stages", "storage-class.yaml").read_text())
     return [storage_class, *nodes.dev_nodes(cpu_nodes, gpu_nodes)]
 
 
@@ -239,9 +263,14 @@ def _log(message: str) -> None:
     print(f"[dev] {message}", file=sys.stderr, flush=True)
 
 
-def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int = DEFAULT_GPU_NODES,
-       audit_policy: Path | None = None, step_seconds: Mapping[str, float] | None = None,
-       real_node: bool = False) -> None:
+def up(
+    cluster: LocalCluster,
+    cpu_nodes: int = DEFAULT_CPU_NODES,
+    gpu_nodes: int = DEFAULT_GPU_NODES,
+    audit_policy: Path | None = None,
+    step_seconds: Mapping[str, float] | None = None,
+    real_node: bool = False,
+) -> None:
     """`step_seconds` (simulated step durations) and `real_node` (an API server a real node's pods reach) are
     written into a cluster when it is created."""
     start = time.monotonic()
@@ -250,21 +279,30 @@ def up(cluster: LocalCluster, cpu_nodes: int = DEFAULT_CPU_NODES, gpu_nodes: int
         _log(f"cluster {cluster.name!r} exists but does not answer; starting its processes")
         cluster.run(str(bins / "kwokctl"), "start", "cluster", "--name", cluster.name, "--wait", "2m")
     if cluster.exists() and step_seconds:
-        _log(f"cluster {cluster.name!r} exists: its simulated step seconds stay as created "
-             f"(`dev down` first, or set them per object with {simulated_steps.annotation('<step>')} annotations)")
+        _log(
+            f"cluster {cluster.name!r} exists: its simulated step seconds stay as created "
+            f"(`dev down` first, or set them per object with {simulated_steps.annotation('<step>')} annotations)"
+        )
     if not cluster.exists():
         _log(f"creating cluster {cluster.name!r} (kwokctl binary runtime, 127.0.0.1)")
         config = cluster.workdir / f"{cluster.name}-kwokctl.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(kwokctl_config(bins, cluster.pki, audit_policy, step_seconds, real_node))
-        cluster.run(str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name,
-                    "--config", str(config), "--wait", "2m")
+        cluster.run(
+            str(bins / "kwokctl"), "create", "cluster", "--name", cluster.name, "--config", str(config), "--wait", "2m"
+        )
         (cluster.directory / OPTIONS_FILE).write_text(json.dumps({"realNode": real_node}))
     objects, notes = nodes.keep_pod_cidrs(cluster_objects(cpu_nodes, gpu_nodes), pod_cidrs(cluster))
     for note in notes:
         _log(note)
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input="\n---\n".join(yaml.safe_dump(o) for o in objects))
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        "-",
+        input="\n---\n".join(yaml.safe_dump(o) for o in objects),
+    )
     wait_nodes_ready(cluster, [o["metadata"]["name"] for o in objects if o["kind"] == "Node"])
     _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
 
@@ -283,20 +321,35 @@ def install(cluster: LocalCluster, sample: bool = True, operator_metrics_port: i
 
 def apply_crds(cluster: LocalCluster) -> None:
     """Install (or update) the CRDs and wait until the API server serves them."""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input="\n---\n".join(render_crds().values()))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/speculativedeployments.specdec.io", "crd/enginebuilds.specdec.io")
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input="\n---\n".join(render_crds().values())
+    )
+    cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/speculativedeployments.specdec.io",
+        "crd/enginebuilds.specdec.io",
+    )
 
 
 def start_operator(cluster: LocalCluster, metrics_port: int = 0) -> None:
     if cluster.operator_pid():
         _log(f"operator already running (pid {cluster.operator_pid()}, log {cluster.operator_log})")
         return
-    argv = [sys.executable, "-m", "specdec.cli", "operator",
-            "--liveness", f"http://127.0.0.1:{cluster.operator_port}/healthz", "--metrics-port", str(metrics_port)]
-    process = start_process(argv, cluster.operator_pid_file, cluster.operator_log,
-                            {**DEV_OPERATOR_ENV, **cluster.env()})
+    argv = [
+        sys.executable,
+        "-m",
+        "specdec.cli",
+        "operator",
+        "--liveness",
+        f"http://127.0.0.1:{cluster.operator_port}/healthz",
+        "--metrics-port",
+        str(metrics_port),
+    ]
+    process = start_process(
+        argv, cluster.operator_pid_file, cluster.operator_log, {**DEV_OPERATOR_ENV, **cluster.env()}
+    )
     problem = wait_healthy(process, cluster.operator_port)
     if problem:
         raise ClusterError(f"{problem}; see {cluster.operator_log}")
@@ -328,13 +381,26 @@ def start_pod_runner(cluster: LocalCluster) -> None:
         _log(f"pod runner already running (pid {pid}, log {cluster.pod_runner_log})")
         return
     process = start_process(
-        [sys.executable, "-m", "specdec.dev.podrunner", "--kubeconfig", str(cluster.kubeconfig),
-         "--cluster-dir", str(cluster.directory)], cluster.pod_runner_pid_file, cluster.pod_runner_log, cluster.env())
+        [
+            sys.executable,
+            "-m",
+            "specdec.dev.podrunner",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--cluster-dir",
+            str(cluster.directory),
+        ],
+        cluster.pod_runner_pid_file,
+        cluster.pod_runner_log,
+        cluster.env(),
+    )
     try:
         process.wait(POD_RUNNER_START_SECONDS)  # one that cannot start (a missing package) ends at once
     except subprocess.TimeoutExpired:
-        _log(f"pod runner running (pid {process.pid}, log {cluster.pod_runner_log}); acceptance profiles: "
-             f"`specdec dev simulate`")
+        _log(
+            f"pod runner running (pid {process.pid}, log {cluster.pod_runner_log}); acceptance profiles: "
+            f"`specdec dev simulate`"
+        )
         return
     raise ClusterError(f"the pod runner exited with {process.returncode}; see {cluster.pod_runner_log}")
 
@@ -349,9 +415,11 @@ def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while True:
         listing = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)
-        ready = {n["metadata"]["name"] for n in listing["items"]
-                 if any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in n.get("status", {}).get("conditions", []))}
+        ready = {
+            n["metadata"]["name"]
+            for n in listing["items"]
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        }
         missing = sorted(set(names) - ready)
         if not missing:
             return
@@ -380,12 +448,17 @@ def status(cluster: LocalCluster) -> str:
     if not cluster.is_serving():
         return f"cluster {cluster.name!r}: created but not serving (run `specdec dev up` to start it)"
     table = cluster.kubectl(
-        "get", "nodes", "-o",
+        "get",
+        "nodes",
+        "-o",
         "custom-columns=NAME:.metadata.name,STATUS:.status.conditions[?(@.type=='Ready')].status,"
-        "GPU:.status.allocatable.nvidia\\.com/gpu,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product").stdout
+        "GPU:.status.allocatable.nvidia\\.com/gpu,PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product",
+    ).stdout
     processes = []
-    for what, pid_file, log in (("operator", cluster.operator_pid_file, cluster.operator_log),
-                                ("pod runner", cluster.pod_runner_pid_file, cluster.pod_runner_log)):
+    for what, pid_file, log in (
+        ("operator", cluster.operator_pid_file, cluster.operator_log),
+        ("pod runner", cluster.pod_runner_pid_file, cluster.pod_runner_log),
+    ):
         pid = running_pid(pid_file)
         processes.append(f"{what} " + (f"running (pid {pid}, log {log})" if pid else "not running"))
     return f"cluster {cluster.name!r}: serving; {'; '.join(processes)}\n{cluster.exports()}\n{table}"

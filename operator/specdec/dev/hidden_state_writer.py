@@ -76,11 +76,32 @@ class _TorchPickle:
         strides = [1] * len(tensor.size)
         for i in range(len(tensor.size) - 2, -1, -1):
             strides[i] = strides[i + 1] * tensor.size[i + 1]
-        storage = (pickle.MARK + _text("storage") + _global("torch", tensor.storage[0]) + _text(key) + _text("cpu")
-                   + _int(numel) + pickle.TUPLE + pickle.BINPERSID)
-        args = (pickle.MARK + storage + _int(0) + pickle.MARK + b"".join(map(_int, tensor.size)) + pickle.TUPLE
-                + pickle.MARK + b"".join(map(_int, strides)) + pickle.TUPLE + pickle.NEWFALSE
-                + _global("collections", "OrderedDict") + pickle.EMPTY_TUPLE + pickle.REDUCE + pickle.TUPLE)
+        storage = (
+            pickle.MARK
+            + _text("storage")
+            + _global("torch", tensor.storage[0])
+            + _text(key)
+            + _text("cpu")
+            + _int(numel)
+            + pickle.TUPLE
+            + pickle.BINPERSID
+        )
+        args = (
+            pickle.MARK
+            + storage
+            + _int(0)
+            + pickle.MARK
+            + b"".join(map(_int, tensor.size))
+            + pickle.TUPLE
+            + pickle.MARK
+            + b"".join(map(_int, strides))
+            + pickle.TUPLE
+            + pickle.NEWFALSE
+            + _global("collections", "OrderedDict")
+            + pickle.EMPTY_TUPLE
+            + pickle.REDUCE
+            + pickle.TUPLE
+        )
         return _global("torch._utils", "_rebuild_tensor_v2") + args + pickle.REDUCE
 
 
@@ -118,16 +139,23 @@ class HiddenStateCapture:
     def from_config(cls, speculative: dict[str, Any]) -> HiddenStateCapture:
         """From a SaveState speculative_config (SaveHiddenStatesDecodingConfig's fields and defaults)."""
         layers = speculative.get("eagle3_layers_to_capture")
-        capture = cls(Path(speculative["output_directory"]), int(speculative.get("write_interval", 20)),
-                      str(speculative.get("file_prefix", "data")), len(layers) if layers else DEFAULT_LAYERS)
+        capture = cls(
+            Path(speculative["output_directory"]),
+            int(speculative.get("write_interval", 20)),
+            str(speculative.get("file_prefix", "data")),
+            len(layers) if layers else DEFAULT_LAYERS,
+        )
         os.makedirs(capture.output_directory, exist_ok=True)
         return capture
 
     def request(self, tokens: int) -> Path | None:
         """Keep one request of `tokens` token ids; the file written, when this request completes one."""
         tokens = max(tokens, 1)
-        record: dict[str, Any] = {"id": self._iter, "input_ids": _Tensor(LONG, (tokens,)),
-                                  "hidden_state": _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE))}
+        record: dict[str, Any] = {
+            "id": self._iter,
+            "input_ids": _Tensor(LONG, (tokens,)),
+            "hidden_state": _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE)),
+        }
         if self.layers > 1:
             record["hidden_state_features"] = _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE * (self.layers - 1)))
         self._saved.append(record)
@@ -138,7 +166,6 @@ class HiddenStateCapture:
             self._saved = []
         self._iter += 1
         return written
-
 
 
 def capture_hook(speculative: dict[str, Any]) -> Callable[[int], Path | None] | None:
@@ -153,5 +180,6 @@ def captured_into(config: RuntimeConfig, directory: Path) -> RuntimeConfig:
     """`config` with its SaveState output_directory at `directory`: where a machine without the pod's mount of
     the claim keeps the capture."""
     speculative = {**(config.speculative_config or {}), "output_directory": str(directory)}
-    return config.model_copy(update={"speculation": config.speculation.model_copy(
-        update={"speculative_config": speculative})})
+    return config.model_copy(
+        update={"speculation": config.speculation.model_copy(update={"speculative_config": speculative})}
+    )

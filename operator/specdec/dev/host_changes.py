@@ -22,8 +22,16 @@ from specdec.dev import toolchain
 # The kubelet sets these at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 # Host paths a kubelet or containerd writes whatever their root dirs are.
-FIXED_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/containerd", "/run/netns",
-               "/etc/cni", "/opt/cni")
+FIXED_PATHS = (
+    "/var/lib/kubelet",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/cni",
+    "/run/containerd",
+    "/run/netns",
+    "/etc/cni",
+    "/opt/cni",
+)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBE_CHAIN_PREFIX = "KUBE-"
 IPTABLES = ("iptables", "ip6tables")
@@ -80,8 +88,7 @@ def kube_cgroups() -> list[str]:
 def record() -> HostState:
     sysctls = {name: Path("/proc/sys", name).read_text().strip() for name in SYSCTLS}
     tables = _nft_tables()  # before listing chains: with iptables' nft backend a listing creates its table
-    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if toolchain.which(ipt)
-              for table in TABLES}
+    chains = {f"{ipt}/{table}": _chains(ipt, table) for ipt in IPTABLES if toolchain.which(ipt) for table in TABLES}
     return HostState(sysctls, [p for p in FIXED_PATHS if os.path.lexists(p)], chains, tables, kube_cgroups())
 
 

@@ -21,6 +21,7 @@ default), so they need no network: on this machine pip inside a container cannot
 the egress proxy's certificate authority is the host's own (CERTIFICATE_VERIFY_FAILED). Builds use host
 networking and never pull.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ WHEELS_MOUNT = "/wheels"
 
 
 # --- pure parts: inputs and keys -----------------------------------------------------------------------------
+
 
 def repo_root() -> Path:
     """The checkout this package runs from (operator/specdec/dev/images.py)."""
@@ -129,13 +131,20 @@ class Recipe:
         return input_files(root, self.inputs)
 
     def key(self, root: Path) -> str:
-        return inputs_key(root, self.files(root), f"recipe {RECIPE_VERSION}", f"base {BASE_IMAGE}",
-                          f"dockerfile {self.dockerfile}", f"base-arg {self.base_arg}")
+        return inputs_key(
+            root,
+            self.files(root),
+            f"recipe {RECIPE_VERSION}",
+            f"base {BASE_IMAGE}",
+            f"dockerfile {self.dockerfile}",
+            f"base-arg {self.base_arg}",
+        )
 
 
 OPERATOR = Recipe(OPERATOR_IMAGE, "Dockerfile", ("Dockerfile", *SOURCE_INPUTS), "PYTHON_IMAGE")
-RUNTIME_TEST = Recipe(RUNTIME_TEST_IMAGE, "runtime_image/Dockerfile.test", ("runtime_image", *SOURCE_INPUTS),
-                      "BASE_IMAGE")
+RUNTIME_TEST = Recipe(
+    RUNTIME_TEST_IMAGE, "runtime_image/Dockerfile.test", ("runtime_image", *SOURCE_INPUTS), "BASE_IMAGE"
+)
 RECIPES = (OPERATOR, RUNTIME_TEST)
 
 
@@ -144,20 +153,30 @@ def requirements(root: Path) -> list[str]:
     backend (pyproject.toml)."""
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
     project = pyproject["project"]
-    return sorted({*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("runtime", []),
-                   *pyproject.get("build-system", {}).get("requires", [])})
+    return sorted(
+        {
+            *project.get("dependencies", []),
+            *project.get("optional-dependencies", {}).get("runtime", []),
+            *pyproject.get("build-system", {}).get("requires", []),
+        }
+    )
 
 
 def wheel_platforms() -> list[str]:
     """Wheels that run on Debian 12 (glibc 2.36) on this machine's architecture."""
     machine = platform.machine()
-    return ([f"manylinux_2_{minor}_{machine}" for minor in range(36, 4, -1)]
-            + [f"{legacy}_{machine}" for legacy in ("manylinux2014", "manylinux2010", "manylinux1")])
+    return [f"manylinux_2_{minor}_{machine}" for minor in range(36, 4, -1)] + [
+        f"{legacy}_{machine}" for legacy in ("manylinux2014", "manylinux2010", "manylinux1")
+    ]
 
 
 def wheels_key(root: Path) -> str:
-    recipe = {"requirements": requirements(root), "constraints": (root / "constraints.txt").read_text(),
-              "python": "3.11", "platforms": wheel_platforms()}
+    recipe = {
+        "requirements": requirements(root),
+        "constraints": (root / "constraints.txt").read_text(),
+        "python": "3.11",
+        "platforms": wheel_platforms(),
+    }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
@@ -166,6 +185,7 @@ def wheels_dir() -> Path:
 
 
 # --- the images ----------------------------------------------------------------------------------------------
+
 
 def ensure_wheels(root: Path, log: Path) -> Path:
     """The wheelhouse of every package the images install (for CPython 3.11 on this machine's architecture,
@@ -178,15 +198,31 @@ def ensure_wheels(root: Path, log: Path) -> Path:
     start = time.monotonic()
     partial = directory.with_name(directory.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--dest", str(partial),
-               "--constraint", str(root / "constraints.txt"), "--only-binary=:all:", "--python-version", "3.11",
-               "--implementation", "cp", *[arg for tag in wheel_platforms() for arg in ("--platform", tag)],
-               *requirements(root)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--dest",
+        str(partial),
+        "--constraint",
+        str(root / "constraints.txt"),
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        *[arg for tag in wheel_platforms() for arg in ("--platform", tag)],
+        *requirements(root),
+    ]
     try:
         run(command, "downloading wheels (pip download)", log)
     except ImageBuildError as error:
-        raise ImageBuildError(f"{error}\nThe wheels come from the host's package index (pip's own settings: "
-                              "index, proxy, certificates); the builds install only from them.") from None
+        raise ImageBuildError(
+            f"{error}\nThe wheels come from the host's package index (pip's own settings: "
+            "index, proxy, certificates); the builds install only from them."
+        ) from None
     (partial / ".key").write_text(key + "\n")
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(partial, directory)
@@ -211,12 +247,27 @@ def build_image(recipe: Recipe, root: Path, wheels: Path, log: Path) -> Path:
         context = Path(tmp)
         _stage(root, recipe.files(root), context)
         key = recipe.key(context)  # of what is built, even if the checkout changes meanwhile
-        podman("build", "--pull=never", "--network=host", *ulimit_args(),
-                "--build-arg", f"{recipe.base_arg}={BASE_IMAGE}",
-                "--volume", f"{wheels}:{WHEELS_MOUNT}:ro",
-                "--build-arg", f"PIP_FIND_LINKS={WHEELS_MOUNT}", "--build-arg", "PIP_NO_INDEX=1",
-                "--file", str(context / recipe.dockerfile), "--tag", recipe.reference, str(context),
-                label=f"building {recipe.reference}", log=log)
+        podman(
+            "build",
+            "--pull=never",
+            "--network=host",
+            *ulimit_args(),
+            "--build-arg",
+            f"{recipe.base_arg}={BASE_IMAGE}",
+            "--volume",
+            f"{wheels}:{WHEELS_MOUNT}:ro",
+            "--build-arg",
+            f"PIP_FIND_LINKS={WHEELS_MOUNT}",
+            "--build-arg",
+            "PIP_NO_INDEX=1",
+            "--file",
+            str(context / recipe.dockerfile),
+            "--tag",
+            recipe.reference,
+            str(context),
+            label=f"building {recipe.reference}",
+            log=log,
+        )
     save(recipe.reference, archive, key, log)
     progress(f"built {recipe.reference} in {time.monotonic() - start:.0f}s ({archive.stat().st_size / 1e6:.0f} MB)")
     return archive

@@ -32,8 +32,9 @@ class Informer:
     """One kind's objects, kept current by list and watch on a thread of its own; the thread hands every
     change to the event loop, which alone touches `objects`."""
 
-    def __init__(self, list_objects: Callable, selector: str, loop: asyncio.AbstractEventLoop,
-                 changed: Callable[[], None]):
+    def __init__(
+        self, list_objects: Callable, selector: str, loop: asyncio.AbstractEventLoop, changed: Callable[[], None]
+    ):
         self.objects: dict[Key, dict[str, Any]] = {}
         self._list, self._selector, self._loop, self._changed = list_objects, selector, loop, changed
         self._stopped = threading.Event()
@@ -68,9 +69,13 @@ class Informer:
                 self._post(self._replace, listing["items"])
                 version = listing["metadata"]["resourceVersion"]
                 while not self._stopped.is_set():
-                    for event in watch.Watch().stream(self._list, label_selector=self._selector,
-                                                      resource_version=version, timeout_seconds=WATCH_SECONDS,
-                                                      allow_watch_bookmarks=True):
+                    for event in watch.Watch().stream(
+                        self._list,
+                        label_selector=self._selector,
+                        resource_version=version,
+                        timeout_seconds=WATCH_SECONDS,
+                        allow_watch_bookmarks=True,
+                    ):
                         obj = event["raw_object"]
                         version = obj["metadata"]["resourceVersion"]
                         if event["type"] in ("ADDED", "MODIFIED", "DELETED"):

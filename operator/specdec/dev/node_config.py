@@ -8,8 +8,10 @@ from specdec.dev import nodes, toolchain
 
 # A taint only pods meant for the real node tolerate: simulated GPU work (engine builds) stays on kwok's nodes.
 TAINT_KEY = "specdec.io/real-node"
-TAINTS = [{"key": nodes.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},
-          {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+TAINTS = [
+    {"key": nodes.GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},
+    {"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"},
+]
 BRIDGE = "specdec0"
 POD_SUBNET = "10.88.0.0/24"
 GATEWAY = "10.88.0.1"
@@ -57,10 +59,25 @@ state = "{directory}/state"
 
 def cni_config(ipam_dir: Path) -> dict:
     """One bridge (no masquerade, no port maps: neither adds an iptables rule), addresses from host-local."""
-    return {"cniVersion": "1.0.0", "name": "specdec", "plugins": [
-        {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
-         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
-                  "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(ipam_dir)}}]}
+    return {
+        "cniVersion": "1.0.0",
+        "name": "specdec",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(ipam_dir),
+                },
+            }
+        ],
+    }
 
 
 def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
@@ -69,16 +86,32 @@ def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
     kubelet client certificate the cluster's CA signed), no swap check, eviction thresholds a shared dev disk
     does not trip."""
     return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True, "enforceNodeAllocatable": ["pods"],
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "cgroupsPerQOS": True,
+        "enforceNodeAllocatable": ["pods"],
         "containerRuntimeEndpoint": f"unix://{socket}",
-        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                           "x509": {"clientCAFile": str(ca_file)}},
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(ca_file)},
+        },
         "authorization": {"mode": "Webhook"},
-        "failSwapOn": False, "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0, "maxPods": 20,
-        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%",
-                         "imagefs.available": "1%"},
-        "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
-        "podLogsDir": str(directory / "pod-logs"), "syncFrequency": SYNC_FREQUENCY,
+        "failSwapOn": False,
+        "healthzBindAddress": "127.0.0.1",
+        "readOnlyPort": 0,
+        "maxPods": 20,
+        "evictionHard": {
+            "memory.available": "50Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 99,
+        "imageGCLowThresholdPercent": 98,
+        "podLogsDir": str(directory / "pod-logs"),
+        "syncFrequency": SYNC_FREQUENCY,
         "registerWithTaints": TAINTS,
     }

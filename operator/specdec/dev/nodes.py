@@ -47,15 +47,27 @@ def _node(name: str, labels: dict[str, str], capacity: dict[str, str], taints: l
             },
         },
         "spec": {"taints": taints, "podCIDR": cidr, "podCIDRs": [cidr]},
-        "status": {"allocatable": capacity, "capacity": capacity,
-                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                                "kubeletVersion": "fake", "kubeProxyVersion": "fake"}},
+        "status": {
+            "allocatable": capacity,
+            "capacity": capacity,
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+            },
+        },
     }
 
 
 def cpu_node(index: int) -> dict:
-    return _node(f"cpu-{index}", {}, {"cpu": "32", "memory": "128Gi", "pods": "110",
-                                      "ephemeral-storage": "500Gi"}, [], pod_cidr(CPU_POD_NETWORK, index))
+    return _node(
+        f"cpu-{index}",
+        {},
+        {"cpu": "32", "memory": "128Gi", "pods": "110", "ephemeral-storage": "500Gi"},
+        [],
+        pod_cidr(CPU_POD_NETWORK, index),
+    )
 
 
 def gpu_labels(count: int) -> dict[str, str]:
@@ -70,8 +82,13 @@ def gpu_labels(count: int) -> dict[str, str]:
 
 def gpu_node(index: int) -> dict:
     labels = gpu_labels(GPUS_PER_NODE)
-    capacity = {"cpu": "192", "memory": "2Ti", "pods": "110", "ephemeral-storage": "8Ti",
-                GPU_RESOURCE: str(GPUS_PER_NODE)}
+    capacity = {
+        "cpu": "192",
+        "memory": "2Ti",
+        "pods": "110",
+        "ephemeral-storage": "8Ti",
+        GPU_RESOURCE: str(GPUS_PER_NODE),
+    }
     taint = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
     return _node(f"gpu-{index}", labels, capacity, [taint], pod_cidr(GPU_POD_NETWORK, index))
 
@@ -91,10 +108,14 @@ def keep_pod_cidrs(objects: list[dict], existing: dict[str, list[str]]) -> tuple
         if obj["kind"] == "Node" and name in existing and current != wanted:
             if current:
                 obj = {**obj, "spec": {**obj["spec"], "podCIDR": current[0], "podCIDRs": current}}
-                notes.append(f"node {name} keeps podCIDR {current[0]}: a podCIDR cannot change (`specdec dev "
-                             f"down` and `up` again for {wanted[0]})")
+                notes.append(
+                    f"node {name} keeps podCIDR {current[0]}: a podCIDR cannot change (`specdec dev "
+                    f"down` and `up` again for {wanted[0]})"
+                )
             else:
-                notes.append(f"node {name} (made before nodes had pod networks) gets podCIDR {wanted[0]}; its "
-                             "pods keep their old IPs, which the pod runner cannot serve on, until recreated")
+                notes.append(
+                    f"node {name} (made before nodes had pod networks) gets podCIDR {wanted[0]}; its "
+                    "pods keep their old IPs, which the pod runner cannot serve on, until recreated"
+                )
         kept.append(obj)
     return kept, notes

@@ -31,8 +31,9 @@ def in_thread(kubeconfig: Path, cluster_dir: Path, namespace: str | None = None)
     """Serve the runtime pods (of `namespace`) from a thread until the block ends; yields a Threaded."""
     runner = PodRunner(kubeconfig, cluster_dir, namespace)
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(runner.run(),), daemon=True,
-                              name="specdec-pod-runner")
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(runner.run(),), daemon=True, name="specdec-pod-runner"
+    )
     thread.start()
     try:
         yield Threaded(runner, loop)

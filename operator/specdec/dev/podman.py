@@ -26,7 +26,6 @@ from specdec.dev import toolchain
 NPROC_LIMIT = 32768
 
 
-
 class ImageBuildError(RuntimeError):
     """An image could not be built; the message says what to install or what failed, with the log's tail."""
 
@@ -63,8 +62,17 @@ def podman_command() -> list[str]:
     images_dir().mkdir(parents=True, exist_ok=True)
     store = images_dir().resolve() / "podman"
     run = _runroot_base()
-    return ["podman", "--root", str(store / "storage"), "--runroot", str(run / "runroot"),
-            "--tmpdir", str(run / "libpod"), "--runtime", "runc"]
+    return [
+        "podman",
+        "--root",
+        str(store / "storage"),
+        "--runroot",
+        str(run / "runroot"),
+        "--tmpdir",
+        str(run / "libpod"),
+        "--runtime",
+        "runc",
+    ]
 
 
 def ulimit_args() -> list[str]:
@@ -86,7 +94,8 @@ def require(*names: str) -> None:
         raise ImageBuildError(
             f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed; the images are built "
             f"without a registry with podman (and runc: crun refuses this host's cgroup layout), the base from "
-            f"Debian's packages with mmdebstrap. Debian: apt-get install podman buildah runc mmdebstrap")
+            f"Debian's packages with mmdebstrap. Debian: apt-get install podman buildah runc mmdebstrap"
+        )
 
 
 def run(args: list[str], label: str, log: Path, env: dict[str, str] | None = None) -> None:
@@ -104,8 +113,15 @@ def podman(*args: str, label: str, log: Path) -> None:
 
 
 def podman_has(reference: str) -> bool:
-    return subprocess.run([*podman_command(), "image", "exists", reference], env=command_env(),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    return (
+        subprocess.run(
+            [*podman_command(), "image", "exists", reference],
+            env=command_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ).returncode
+        == 0
+    )
 
 
 @contextlib.contextmanager

@@ -86,10 +86,12 @@ def _front(config: RuntimeConfig, launch_plan: LaunchPlan, pod_ip: str, config_d
     volume, as in the pod."""
     url = urlsplit(launch_plan.backend.url)
     metrics_url = f"http://{pod_ip}:{TRITON_METRICS_PORT}/metrics" if launch_plan.backend.metrics_url else None
-    backend = dataclasses.replace(launch_plan.backend, url=f"{url.scheme}://{pod_ip}:{url.port}",
-                                  metrics_url=metrics_url)
-    return Front(config, backend, tokenizer=Tokenizer(None), route=launch_plan.route,
-                 draft_len_file=config_dir / DRAFT_LEN_KEY)
+    backend = dataclasses.replace(
+        launch_plan.backend, url=f"{url.scheme}://{pod_ip}:{url.port}", metrics_url=metrics_url
+    )
+    return Front(
+        config, backend, tokenizer=Tokenizer(None), route=launch_plan.route, draft_len_file=config_dir / DRAFT_LEN_KEY
+    )
 
 
 def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: simulation_profile.Profile):
@@ -255,8 +257,9 @@ class PodRunner:
         stops: list[Callable[[], Awaitable[None]]] = []
         try:
             for app, port in apps:
-                server = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                       shutdown_timeout=SHUTDOWN_SECONDS)
+                server = web.AppRunner(
+                    app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS
+                )
                 await server.setup()
                 stops.insert(0, server.cleanup)
                 await web.TCPSite(server, ip, port).start()
@@ -266,17 +269,21 @@ class PodRunner:
         except OSError as error:
             for stop in stops:
                 await stop()
-            self._problem(key, f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
-                               "pod networks of specdec.dev.nodes, or one still in use)")
+            self._problem(
+                key,
+                f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
+                "pod networks of specdec.dev.nodes, or one still in use)",
+            )
             return
         url = f"http://{ip}:{config.port}/v1/completions"
-        clients = asyncio.create_task(simulated_clients.open_loop(self.session, url, lambda: backend.profile,
-                                                                  random.Random()))
-        self.running[key] = RunningPod(pod["metadata"]["uid"], deployment, backend, stops, clients,
-                                       _pre_stop_seconds(pod))
+        clients = asyncio.create_task(
+            simulated_clients.open_loop(self.session, url, lambda: backend.profile, random.Random())
+        )
+        self.running[key] = RunningPod(
+            pod["metadata"]["uid"], deployment, backend, stops, clients, _pre_stop_seconds(pod)
+        )
         self._problems.pop(key, None)
-        log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port,
-                 launch_plan.route)
+        log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port, launch_plan.route)
 
     def _claims_written(self, key: Key, pod: dict[str, Any], config: RuntimeConfig) -> RuntimeConfig:
         """The configuration with saveState's output_directory (a claim's subPath mounted in the pod) at the
@@ -321,8 +328,11 @@ def _pre_stop_seconds(pod: dict[str, Any]) -> float:
 def _serving(pod: dict[str, Any]) -> bool:
     """A running pod of a simulated node: its IP is a loopback one (a real node's pods run their containers)."""
     status = pod.get("status") or {}
-    return status.get("phase") == "Running" and status.get("podIP", "").startswith("127.") and not pod[
-        "metadata"].get("deletionTimestamp")
+    return (
+        status.get("phase") == "Running"
+        and status.get("podIP", "").startswith("127.")
+        and not pod["metadata"].get("deletionTimestamp")
+    )
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -23,13 +23,13 @@ def running_pid(pid_file: Path) -> int | None:
     return pid
 
 
-def start_process(argv: list[str], pid_file: Path, log_path: Path, env: dict[str, str],
-                  cwd: Path | None = None) -> subprocess.Popen:
+def start_process(
+    argv: list[str], pid_file: Path, log_path: Path, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen:
     """A background process in its own session (a terminal's Ctrl-C does not reach it), its output appended
     to `log_path`, its PID in `pid_file`."""
     with log_path.open("ab") as log:
-        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                   cwd=cwd)
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd)
     pid_file.write_text(str(process.pid))
     return process
 

@@ -39,9 +39,13 @@ from specdec.observability import alerts
 PINNED_VERSION = "3.16.0"
 MODULE = "github.com/prometheus/prometheus"
 GROUP = toolchain.ToolGroup(
-    name="prometheus", module=MODULE, version="v0.316.0",
+    name="prometheus",
+    module=MODULE,
+    version="v0.316.0",
     binaries={"prometheus": f"{MODULE}/cmd/prometheus", "promtool": f"{MODULE}/cmd/promtool"},
-    ldflags=(f"-X github.com/prometheus/common/version.Version={PINNED_VERSION}",), linked=False)
+    ldflags=(f"-X github.com/prometheus/common/version.Version={PINNED_VERSION}",),
+    linked=False,
+)
 OPERATOR_JOB = "specdec-operator"
 RUNTIME_JOB = "specdec-runtime"
 
@@ -68,8 +72,13 @@ def ui_assets_dir() -> Path:
     return toolchain.group_dir(GROUP).with_name(f"prometheus-ui-{GROUP.version}") / "static"
 
 
-def scrape_config(kubeconfig: Path, operator_targets: list[str], namespaces: list[str] | None = None,
-                  interval: str = "15s", rule_files: list[str] | None = None) -> dict[str, Any]:
+def scrape_config(
+    kubeconfig: Path,
+    operator_targets: list[str],
+    namespaces: list[str] | None = None,
+    interval: str = "15s",
+    rule_files: list[str] | None = None,
+) -> dict[str, Any]:
     """prometheus.yml: the operator at `operator_targets` (host:port) and the runtime pods as a PodMonitor on
     `app.kubernetes.io/component: runtime`, port `http` would have them scraped."""
     discovery: dict[str, Any] = {"role": "pod", "kubeconfig_file": str(kubeconfig)}
@@ -77,7 +86,9 @@ def scrape_config(kubeconfig: Path, operator_targets: list[str], namespaces: lis
         discovery["namespaces"] = {"names": list(namespaces)}
     label = "__meta_kubernetes_pod_label_"
     runtime = {
-        "job_name": RUNTIME_JOB, "scrape_interval": interval, "metrics_path": "/metrics",
+        "job_name": RUNTIME_JOB,
+        "scrape_interval": interval,
+        "metrics_path": "/metrics",
         "kubernetes_sd_configs": [discovery],
         "relabel_configs": [
             {"source_labels": [label + "app_kubernetes_io_component"], "regex": "runtime", "action": "keep"},
@@ -87,21 +98,31 @@ def scrape_config(kubeconfig: Path, operator_targets: list[str], namespaces: lis
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
             {"source_labels": [label + "app_kubernetes_io_instance"], "target_label": "deployment"},
-        ]}
-    operator = {"job_name": OPERATOR_JOB, "scrape_interval": interval,
-                "static_configs": [{"targets": list(operator_targets)}]}
+        ],
+    }
+    operator = {
+        "job_name": OPERATOR_JOB,
+        "scrape_interval": interval,
+        "static_configs": [{"targets": list(operator_targets)}],
+    }
     for job in (operator, runtime):  # Prometheus 3 refuses a scrape without a Content-Type unless told what to assume
         job["fallback_scrape_protocol"] = "PrometheusText0.0.4"
-    return {"global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": "5s"
-                       if _seconds(interval) > 5 else interval},
-            "rule_files": list(rule_files or []), "scrape_configs": [operator, runtime]}
+    return {
+        "global": {
+            "scrape_interval": interval,
+            "evaluation_interval": interval,
+            "scrape_timeout": "5s" if _seconds(interval) > 5 else interval,
+        },
+        "rule_files": list(rule_files or []),
+        "scrape_configs": [operator, runtime],
+    }
 
 
 def _seconds(duration: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     for unit in ("ms", "s", "m", "h"):
-        if duration.endswith(unit) and duration[:-len(unit)].isdigit():
-            return int(duration[:-len(unit)]) * units[unit]
+        if duration.endswith(unit) and duration[: -len(unit)].isdigit():
+            return int(duration[: -len(unit)]) * units[unit]
     raise ValueError(f"not a simple duration: {duration}")
 
 
@@ -120,8 +141,14 @@ class Prometheus:
     def log(self) -> Path:
         return self.directory / "prometheus.log"
 
-    def write(self, kubeconfig: Path, operator_targets: list[str], namespaces: list[str] | None = None,
-              interval: str = "15s", windows: alerts.Windows = alerts.Windows()) -> None:
+    def write(
+        self,
+        kubeconfig: Path,
+        operator_targets: list[str],
+        namespaces: list[str] | None = None,
+        interval: str = "15s",
+        windows: alerts.Windows = alerts.Windows(),
+    ) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "rules.yaml").write_text(yaml.safe_dump(alerts.rule_file(windows), sort_keys=False))
         config = scrape_config(kubeconfig, operator_targets, namespaces, interval, ["rules.yaml"])
@@ -129,9 +156,14 @@ class Prometheus:
 
     def argv(self) -> list[str]:
         directory = self.directory.resolve()  # it may run elsewhere (ui_dir)
-        return [str(binary("prometheus")), f"--config.file={directory / 'prometheus.yml'}",
-                f"--storage.tsdb.path={directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle", "--storage.tsdb.retention.time=2d"]
+        return [
+            str(binary("prometheus")),
+            f"--config.file={directory / 'prometheus.yml'}",
+            f"--storage.tsdb.path={directory / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=2d",
+        ]
 
     def wait_ready(self, process: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -30,8 +30,9 @@ OVERRIDES = {"@mantine/code-highlight": "9.6.2"}
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
-        raise PrometheusError(f"`{' '.join(argv)}` failed (exit {result.returncode}):\n"
-                              f"{(result.stdout + result.stderr)[-3000:]}")
+        raise PrometheusError(
+            f"`{' '.join(argv)}` failed (exit {result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}"
+        )
 
 
 def ensure() -> Path:

@@ -50,8 +50,15 @@ from specdec.dev.processes import running_pid, start_process, stop_process
 
 NODE_NAME = "real-0"
 GPU_STAND_INS = 4
-DEBIAN_PACKAGES = {"runc": "runc", "iptables": "iptables", "ip": "iproute2", "podman": "podman",
-                   "mmdebstrap": "mmdebstrap", "gcc": "gcc", "nft": "nftables"}
+DEBIAN_PACKAGES = {
+    "runc": "runc",
+    "iptables": "iptables",
+    "ip": "iproute2",
+    "podman": "podman",
+    "mmdebstrap": "mmdebstrap",
+    "gcc": "gcc",
+    "nft": "nftables",
+}
 # One real node per machine: who has it (the kubelet's device-plugin socket dir is fixed).
 OWNER_FILE = Path("/run/specdec-real-node.owner")
 DNAT_COMMENT = "specdec real node: the kubernetes Service"
@@ -73,8 +80,10 @@ def problems() -> list[str]:
         found.append("no cgroup memory controller is mounted under /sys/fs/cgroup")
     missing = toolchain.missing_packages(DEBIAN_PACKAGES)
     if missing:
-        found.append(f"missing Debian packages: {' '.join(missing)} (`apt-get install {' '.join(missing)}`; "
-                     f"`specdec dev tools --real-node` installs them as root)")
+        found.append(
+            f"missing Debian packages: {' '.join(missing)} (`apt-get install {' '.join(missing)}`; "
+            f"`specdec dev tools --real-node` installs them as root)"
+        )
     return found
 
 
@@ -105,12 +114,14 @@ class RealNode:
         return running_pid(self._file("kubelet.pid"))
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.cluster.run(str(toolchain.bin_dir() / "ctr"), "--address", str(self.socket), "-n", "k8s.io",
-                                *args, check=check)
+        return self.cluster.run(
+            str(toolchain.bin_dir() / "ctr"), "--address", str(self.socket), "-n", "k8s.io", *args, check=check
+        )
 
     def crictl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.cluster.run(str(toolchain.bin_dir() / "crictl"), "--runtime-endpoint", f"unix://{self.socket}",
-                                *args, check=check)
+        return self.cluster.run(
+            str(toolchain.bin_dir() / "crictl"), "--runtime-endpoint", f"unix://{self.socket}", *args, check=check
+        )
 
     def exports(self) -> str:
         return f"export CONTAINER_RUNTIME_ENDPOINT=unix://{self.socket}"
@@ -130,9 +141,11 @@ class RealNode:
         if found:
             raise ClusterError("no real node here: " + "; ".join(found))
         if not self.cluster.options().get("realNode"):
-            raise ClusterError(f"cluster {self.cluster.name!r} was created without a real node's settings (its API "
-                               f"server listens on 127.0.0.1 only): `specdec dev down`, then `specdec dev up "
-                               f"--real-node`")
+            raise ClusterError(
+                f"cluster {self.cluster.name!r} was created without a real node's settings (its API "
+                f"server listens on 127.0.0.1 only): `specdec dev down`, then `specdec dev up "
+                f"--real-node`"
+            )
         self._claim_machine()
         self.directory.mkdir(parents=True, exist_ok=True)
         state_file = self._file("host-state.json")
@@ -144,8 +157,10 @@ class RealNode:
         self._start_kubelet()
         wait_nodes_ready(self.cluster, [NODE_NAME])
         self._advertise_gpus()
-        _log(f"node {NODE_NAME} Ready (containerd {toolchain.CONTAINERD_VERSION}, kubelet "
-             f"{toolchain.KUBERNETES_VERSION}); crictl: {self.exports()}")
+        _log(
+            f"node {NODE_NAME} Ready (containerd {toolchain.CONTAINERD_VERSION}, kubelet "
+            f"{toolchain.KUBERNETES_VERSION}); crictl: {self.exports()}"
+        )
 
     def _claim_machine(self) -> None:
         try:
@@ -153,11 +168,20 @@ class RealNode:
         except (OSError, ValueError):
             owner = None
         if owner and owner.get("directory") != str(self.directory) and running_pid(Path(owner["pidFile"])):
-            raise ClusterError(f"the real node of cluster {owner['cluster']!r} runs on this machine; one kubelet per "
-                               f"machine (its device-plugin directory is fixed): `specdec dev down --name "
-                               f"{owner['cluster']}` first")
-        OWNER_FILE.write_text(json.dumps({"cluster": self.cluster.name, "directory": str(self.directory),
-                                          "pidFile": str(self._file("kubelet.pid"))}))
+            raise ClusterError(
+                f"the real node of cluster {owner['cluster']!r} runs on this machine; one kubelet per "
+                f"machine (its device-plugin directory is fixed): `specdec dev down --name "
+                f"{owner['cluster']}` first"
+            )
+        OWNER_FILE.write_text(
+            json.dumps(
+                {
+                    "cluster": self.cluster.name,
+                    "directory": str(self.directory),
+                    "pidFile": str(self._file("kubelet.pid")),
+                }
+            )
+        )
 
     def _start_containerd(self) -> None:
         if running_pid(self._file("containerd.pid")):
@@ -168,9 +192,14 @@ class RealNode:
         config = directory / "config.toml"
         config.write_text(containerd_config(directory, toolchain.group_dir(toolchain.CNI_GROUP)))
         (self.directory / "cni" / "conf" / "10-specdec.conflist").write_text(
-            json.dumps(cni_config(self.directory / "cni" / "ipam"), indent=1))
-        process = start_process([str(toolchain.bin_dir() / "containerd"), "--config", str(config)],
-                                self._file("containerd.pid"), self._file("containerd.log"), self.cluster.env())
+            json.dumps(cni_config(self.directory / "cni" / "ipam"), indent=1)
+        )
+        process = start_process(
+            [str(toolchain.bin_dir() / "containerd"), "--config", str(config)],
+            self._file("containerd.pid"),
+            self._file("containerd.log"),
+            self.cluster.env(),
+        )
         deadline = time.monotonic() + 30
         while self.ctr("version", check=False).returncode != 0:
             if process.poll() is not None or time.monotonic() > deadline:
@@ -205,8 +234,25 @@ class RealNode:
 
     def _dnat_rule(self) -> list[str]:
         port = urlsplit(self.cluster.server()).port
-        return ["PREROUTING", "-i", BRIDGE, "-d", f"{KUBERNETES_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
-                "-m", "comment", "--comment", DNAT_COMMENT, "-j", "DNAT", "--to-destination", f"{GATEWAY}:{port}"]
+        return [
+            "PREROUTING",
+            "-i",
+            BRIDGE,
+            "-d",
+            f"{KUBERNETES_SERVICE_IP}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-m",
+            "comment",
+            "--comment",
+            DNAT_COMMENT,
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"{GATEWAY}:{port}",
+        ]
 
     def _start_kubelet(self) -> None:
         if self.kubelet_pid():
@@ -216,15 +262,26 @@ class RealNode:
         config = self._file("kubelet.yaml")
         config.write_text(yaml.safe_dump(kubelet_config(self.directory, self.cluster.pki / "ca.crt", self.socket)))
         labels = ",".join(f"{k}={v}" for k, v in {**nodes.gpu_labels(GPU_STAND_INS), TAINT_KEY: "true"}.items())
-        argv = [str(toolchain.bin_dir() / "kubelet"), f"--config={config}", f"--kubeconfig={self.cluster.kubeconfig}",
-                f"--root-dir={root}", f"--cert-dir={root / 'pki'}", f"--hostname-override={NODE_NAME}",
-                f"--node-labels={labels}"]
+        argv = [
+            str(toolchain.bin_dir() / "kubelet"),
+            f"--config={config}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--root-dir={root}",
+            f"--cert-dir={root / 'pki'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-labels={labels}",
+        ]
         start_process(argv, self._file("kubelet.pid"), self._file("kubelet.log"), self.cluster.env())
 
     def _advertise_gpus(self) -> None:
         """nvidia.com/gpu in the node's capacity; the kubelet copies it to allocatable at its next status sync."""
-        patch = [{"op": "add", "path": f"/status/capacity/{nodes.GPU_RESOURCE.replace('/', '~1')}",
-                  "value": str(GPU_STAND_INS)}]
+        patch = [
+            {
+                "op": "add",
+                "path": f"/status/capacity/{nodes.GPU_RESOURCE.replace('/', '~1')}",
+                "value": str(GPU_STAND_INS),
+            }
+        ]
         self.cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
         deadline = time.monotonic() + 60
         while True:
@@ -248,8 +305,10 @@ class RealNode:
                 self.crictl("rmp", "--force", sandbox, check=False)
         stop_process(self._file("containerd.pid"), "containerd")
         self._kill_shims()
-        subprocess.run([toolchain.which("iptables") or "iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
-                       capture_output=True)
+        subprocess.run(
+            [toolchain.which("iptables") or "iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
+            capture_output=True,
+        )
         notes = host_changes.unmount_under(self.directory)
         state_file = self._file("host-state.json")
         if state_file.exists():

@@ -32,8 +32,9 @@ async def _request(session: aiohttp.ClientSession, url: str, max_tokens: int, st
         pass  # a pod starting or stopping; the front's own metrics count what it answered
 
 
-async def open_loop(session: aiohttp.ClientSession, url: str, profile: Callable[[], Profile],
-                    rng: random.Random) -> None:
+async def open_loop(
+    session: aiohttp.ClientSession, url: str, profile: Callable[[], Profile], rng: random.Random
+) -> None:
     """Send completions to `url` until cancelled; `profile()` is read at every arrival."""
     in_flight: set[asyncio.Task] = set()
     try:
@@ -57,8 +58,15 @@ async def open_loop(session: aiohttp.ClientSession, url: str, profile: Callable[
             task.cancel()
 
 
-async def closed_loop(session: aiohttp.ClientSession, url: str, clients: int, max_tokens: int, stop: asyncio.Event,
-                      headers: dict[str, str] | None = None, seed: int = 0) -> int:
+async def closed_loop(
+    session: aiohttp.ClientSession,
+    url: str,
+    clients: int,
+    max_tokens: int,
+    stop: asyncio.Event,
+    headers: dict[str, str] | None = None,
+    seed: int = 0,
+) -> int:
     """`clients` clients sending completions to `url` one after another until `stop` is set; returns the requests
     answered. Each asks for a length drawn uniformly from half to one and a half times `max_tokens` (the mean):
     identical requests without drafts would all end at the same step and leave the batch empty while they are

@@ -26,16 +26,21 @@ REPORT_ANNOTATION = "simulation.specdec.io/fetch-report"
 def simulated_report(hub_id: str) -> dict[str, Any]:
     facts = model_catalog.catalog_facts(hub_id)
     precision = facts.weight_quantization or facts.dtype
-    return {"sizeBytes": int(facts.parameters * BYTES_PER_PARAMETER[precision]),
-            "config": model_catalog.config_excerpt(hub_id), "parameters": facts.parameters,
-            "tokenizer": facts.tokenizer}
+    return {
+        "sizeBytes": int(facts.parameters * BYTES_PER_PARAMETER[precision]),
+        "config": model_catalog.config_excerpt(hub_id),
+        "parameters": facts.parameters,
+        "tokenizer": facts.tokenizer,
+    }
 
 
 def reports_table() -> str:
     """The Go template line that defines $reports: lowercased Hub id -> report JSON (JSON strings are Go
     string literals)."""
-    pairs = " ".join(f"{json.dumps(hub_id.lower())} {json.dumps(json.dumps(simulated_report(hub_id)))}"
-                     for hub_id in model_catalog.hub_ids())
+    pairs = " ".join(
+        f"{json.dumps(hub_id.lower())} {json.dumps(json.dumps(simulated_report(hub_id)))}"
+        for hub_id in model_catalog.hub_ids()
+    )
     return f"{{{{ $reports := dict {pairs} }}}}"
 
 

@@ -45,8 +45,9 @@ def annotations(step_seconds: Mapping[str, float]) -> dict[str, str]:
     return {annotation(step): str(seconds) for step, seconds in step_seconds.items()}
 
 
-def deployment_with_step_seconds(body: dict[str, Any], step_seconds: Mapping[str, float],
-                                 fetch_pods: bool = True) -> dict[str, Any]:
+def deployment_with_step_seconds(
+    body: dict[str, Any], step_seconds: Mapping[str, float], fetch_pods: bool = True
+) -> dict[str, Any]:
     """A SpeculativeDeployment whose build pods (and fetch pods, unless its API has none) get these
     simulated seconds."""
     body["spec"].setdefault("build", {})["podAnnotations"] = annotations(step_seconds)
@@ -60,10 +61,16 @@ def failing(step: str, exit_code: int = 1, message: str = "simulated failure") -
     runs, with this exit code and termination message: a simulated failing build or fetch."""
     if step not in STEP_PHASES:
         raise ValueError(f"{step!r} is not a step; steps are {', '.join(STEP_PHASES)}")
-    return {"podLabels": {FAILURE: "true"},
-            "podAnnotations": {f"{FAILURE}/container-name": step, f"{FAILURE}/exit-code": str(exit_code),
-                               f"{FAILURE}/message": message, f"{FAILURE}/delay": "0s",
-                               f"{FAILURE}/jitter-delay": "0s"}}
+    return {
+        "podLabels": {FAILURE: "true"},
+        "podAnnotations": {
+            f"{FAILURE}/container-name": step,
+            f"{FAILURE}/exit-code": str(exit_code),
+            f"{FAILURE}/message": message,
+            f"{FAILURE}/delay": "0s",
+            f"{FAILURE}/jitter-delay": "0s",
+        },
+    }
 
 
 def parse(text: str) -> dict[str, float]:
@@ -85,10 +92,12 @@ def parse(text: str) -> dict[str, float]:
 def step_end(statuses: str, defaults: Mapping[str, float]) -> str:
     """A jq expression: when the running container of `.status.<statuses>` ends (RFC 3339), or
     nothing when none runs (kwok then waits no time)."""
-    return (f'. as $pod | $pod.status.{statuses} // [] | map(select(.state.running))[0] | select(.) '
-            f'| (.state.running.startedAt | fromdate) + '
-            f'(($pod.metadata.annotations["{ANNOTATION_PREFIX}" + .name + "-seconds"] '
-            f'// {json.dumps(dict(defaults), sort_keys=True)}[.name] // 0) | tonumber) | todate')
+    return (
+        f". as $pod | $pod.status.{statuses} // [] | map(select(.state.running))[0] | select(.) "
+        f"| (.state.running.startedAt | fromdate) + "
+        f'(($pod.metadata.annotations["{ANNOTATION_PREFIX}" + .name + "-seconds"] '
+        f"// {json.dumps(dict(defaults), sort_keys=True)}[.name] // 0) | tonumber) | todate"
+    )
 
 
 def with_step_delays(stage: dict[str, Any], defaults: Mapping[str, float]) -> dict[str, Any]:

@@ -24,20 +24,34 @@ class Profile(BaseModel):
 
     acceptance: float = Field(0.7, ge=0, le=1, description="Chance that each draft token is accepted.")
     cost_ratio: float = Field(0.05, ge=0, le=1, description="A draft token's cost, in target steps.")
-    target_step_seconds: float = Field(0.02, gt=0, le=10, description="One step of the target model: the floor "
-                                                                       "a of t(T) = a + b*T (specdec.load_model).")
+    target_step_seconds: float = Field(
+        0.02,
+        gt=0,
+        le=10,
+        description="One step of the target model: the floor a of t(T) = a + b*T (specdec.load_model).",
+    )
     # Simulated, chosen so a local deployment shows the effect: with the defaults speculation at draft length
     # 4 stops paying from 17 sequences in flight, at draft length 1 from 47 (specdec.load_model.break_even).
-    step_seconds_per_token: float = Field(0.0008, ge=0, le=1, description=(
-        "The slope b of the target's step time t(T) = a + b*T for T tokens in the batch (the simulated Triton "
-        "batches the requests in flight; 0: a step costs the same at any load)."))
+    step_seconds_per_token: float = Field(
+        0.0008,
+        ge=0,
+        le=1,
+        description=(
+            "The slope b of the target's step time t(T) = a + b*T for T tokens in the batch (the simulated Triton "
+            "batches the requests in flight; 0: a step costs the same at any load)."
+        ),
+    )
     requests_per_second: float = Field(1.0, ge=0, le=1000, description="Simulated clients' arrival rate, per pod.")
     max_tokens: int = Field(64, ge=1, le=32768, description="Tokens each simulated request asks for.")
     noise: float = Field(0.0, ge=0, le=1, description="Per-request jitter of the acceptance (uniform +-noise).")
-    drafting: bool = Field(True, description=(
-        "Whether the simulated server proposes draft tokens; false simulates one that does not (its draft engine "
-        "or speculative_config did not load, or TensorRT-LLM stopped speculating once its rolling acceptance "
-        "fell below acceptance_rate_threshold): target steps only."))
+    drafting: bool = Field(
+        True,
+        description=(
+            "Whether the simulated server proposes draft tokens; false simulates one that does not (its draft engine "
+            "or speculative_config did not load, or TensorRT-LLM stopped speculating once its rolling acceptance "
+            "fell below acceptance_rate_threshold): target steps only."
+        ),
+    )
 
 
 class ProfileError(ValueError):
@@ -48,8 +62,10 @@ def _checked(values: dict[str, Any], where: str) -> Profile:
     try:
         return Profile.model_validate(values)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e['input']!r})"
-                             if e["loc"] else e["msg"] for e in error.errors())
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e['input']!r})" if e["loc"] else e["msg"]
+            for e in error.errors()
+        )
         raise ProfileError(f"{where}: {problems}") from None
 
 
@@ -61,12 +77,15 @@ def read(path: Path) -> dict[str, Any]:
         return {}
     except (OSError, ValueError) as error:
         raise ProfileError(f"cannot read {path}: {error}") from None
-    shape = f"{path}: expected {{\"default\": {{...}}, \"deployments\": {{\"<namespace>/<name>\": {{...}}}}}}"
+    shape = f'{path}: expected {{"default": {{...}}, "deployments": {{"<namespace>/<name>": {{...}}}}}}'
     if not isinstance(document, dict) or set(document) - {"default", "deployments"}:
         raise ProfileError(shape)
     default, entries = document.get("default", {}), document.get("deployments", {})
-    if not isinstance(default, dict) or not isinstance(entries, dict) or \
-            not all(isinstance(e, dict) for e in entries.values()):
+    if (
+        not isinstance(default, dict)
+        or not isinstance(entries, dict)
+        or not all(isinstance(e, dict) for e in entries.values())
+    ):
         raise ProfileError(shape)
     _checked(default, f"{path}: default")
     for key, entry in entries.items():

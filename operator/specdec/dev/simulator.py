@@ -137,8 +137,15 @@ class _Batching(_Simulated):
     def _draft_seconds(self, drafts: list[int], at_batch: float) -> float:
         return max(drafts) * self.profile.cost_ratio * at_batch
 
-    def _stepped(self, batch: list[_Sequence], drafts: list[int], accepted: list[int], draft_seconds: float,
-                 verify_seconds: float, at_batch: float) -> None:
+    def _stepped(
+        self,
+        batch: list[_Sequence],
+        drafts: list[int],
+        accepted: list[int],
+        draft_seconds: float,
+        verify_seconds: float,
+        at_batch: float,
+    ) -> None:
         """What the server counts of a step."""
 
     async def _step_all(self) -> None:
@@ -199,10 +206,15 @@ class SimulatedTriton(_Batching, TritonContract):
 
     def gauges(self) -> list[tuple[str, dict[str, str], float]]:
         target = {"model": triton.TARGET_MODEL}
-        return [("nv_trt_llm_general_metrics", {"general_type": "iteration_counter", **target}, self.iterations),
-                ("nv_trt_llm_general_metrics", {"general_type": "timestamp", **target}, self.iteration_us),
-                ("nv_trt_llm_inflight_batcher_metrics",
-                 {"inflight_batcher_specific_metric": "generation_requests", **target}, self.generation_requests)]
+        return [
+            ("nv_trt_llm_general_metrics", {"general_type": "iteration_counter", **target}, self.iterations),
+            ("nv_trt_llm_general_metrics", {"general_type": "timestamp", **target}, self.iteration_us),
+            (
+                "nv_trt_llm_inflight_batcher_metrics",
+                {"inflight_batcher_specific_metric": "generation_requests", **target},
+                self.generation_requests,
+            ),
+        ]
 
 
 def draft_len_schedule(speculative: dict[str, Any], draft_len: int) -> dict[int, int] | None:
@@ -239,8 +251,15 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
     configured length for the step's batch size (draft_len_schedule, max_concurrency), with one iteration
     statistic per step as TensorRT-LLM's IterationStats."""
 
-    def __init__(self, profile: Profile, served_as: str, draft_len: int, draft_costs: bool,
-                 schedule: dict[int, int] | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        profile: Profile,
+        served_as: str,
+        draft_len: int,
+        draft_costs: bool,
+        schedule: dict[int, int] | None = None,
+        seed: int | None = None,
+    ):
         super().__init__(profile, seed)
         self.served_as = served_as
         self.draft_len, self.draft_costs, self.schedule = draft_len, draft_costs, schedule
@@ -275,14 +294,22 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
         # carried drafts, inflightBatchingStats.numGenRequests the batch.
         self.iterations += 1
         seconds = draft_seconds + verify_seconds
-        self.stats.append({
-            "iter": self.iterations, "iterLatencyMS": seconds * 1000, "numActiveRequests": len(batch),
-            "inflightBatchingStats": {"numGenRequests": len(batch), "numContextRequests": 0},
-            "specDecodingStats": {
-                "numDraftTokens": sum(drafts), "numAcceptedTokens": sum(accepted),
-                "numRequestsWithDraftTokens": sum(1 for k in drafts if k),
-                "acceptanceLength": (sum(accepted) + len(batch)) / len(batch),
-                "iterLatencyMS": draft_seconds * 1000, "draftOverhead": draft_seconds / seconds}})
+        self.stats.append(
+            {
+                "iter": self.iterations,
+                "iterLatencyMS": seconds * 1000,
+                "numActiveRequests": len(batch),
+                "inflightBatchingStats": {"numGenRequests": len(batch), "numContextRequests": 0},
+                "specDecodingStats": {
+                    "numDraftTokens": sum(drafts),
+                    "numAcceptedTokens": sum(accepted),
+                    "numRequestsWithDraftTokens": sum(1 for k in drafts if k),
+                    "acceptanceLength": (sum(accepted) + len(batch)) / len(batch),
+                    "iterLatencyMS": draft_seconds * 1000,
+                    "draftOverhead": draft_seconds / seconds,
+                },
+            }
+        )
 
     def iteration_stats(self) -> list[Any]:
         stats = list(self.stats)

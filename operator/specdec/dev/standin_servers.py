@@ -55,29 +55,84 @@ NO_DRAFT_DECODING_TYPES = {SAVE_STATE}
 # trtllm-serve's `serve` options (tests/runtime/data/trtllm_serve.json keeps where they were read): name -> type;
 # None for a flag without a value.
 TRTLLM_SERVE_OPTIONS: dict[str, Any] = {
-    "--tokenizer": str, "--custom_tokenizer": str, "--host": str, "--port": int,
-    "--backend": ("pytorch", "tensorrt", "_autodeploy", "trt"), "--custom_module_dirs": str, "--log_level": str,
-    "--max_beam_width": int, "--max_batch_size": int, "--max_num_tokens": int, "--max_seq_len": int,
-    "--tensor_parallel_size": int, "--tp_size": int, "--pipeline_parallel_size": int, "--pp_size": int,
-    "--context_parallel_size": int, "--cp_size": int, "--moe_expert_parallel_size": int, "--ep_size": int,
-    "--moe_cluster_parallel_size": int, "--cluster_size": int, "--gpus_per_node": int,
-    "--free_gpu_memory_fraction": float, "--kv_cache_free_gpu_memory_fraction": float,
-    "--num_postprocess_workers": int, "--trust_remote_code": None, "--revision": str, "--config": str,
-    "--extra_llm_api_options": str, "--reasoning_parser": str, "--tool_parser": str,
-    "--metadata_server_config_file": str, "--server_role": str, "--fail_fast_on_attention_window_too_large": None,
-    "--otlp_traces_endpoint": str, "--disagg_cluster_uri": str, "--enable_chunked_prefill": None,
-    "--media_io_kwargs": str, "--chat_template": str,
+    "--tokenizer": str,
+    "--custom_tokenizer": str,
+    "--host": str,
+    "--port": int,
+    "--backend": ("pytorch", "tensorrt", "_autodeploy", "trt"),
+    "--custom_module_dirs": str,
+    "--log_level": str,
+    "--max_beam_width": int,
+    "--max_batch_size": int,
+    "--max_num_tokens": int,
+    "--max_seq_len": int,
+    "--tensor_parallel_size": int,
+    "--tp_size": int,
+    "--pipeline_parallel_size": int,
+    "--pp_size": int,
+    "--context_parallel_size": int,
+    "--cp_size": int,
+    "--moe_expert_parallel_size": int,
+    "--ep_size": int,
+    "--moe_cluster_parallel_size": int,
+    "--cluster_size": int,
+    "--gpus_per_node": int,
+    "--free_gpu_memory_fraction": float,
+    "--kv_cache_free_gpu_memory_fraction": float,
+    "--num_postprocess_workers": int,
+    "--trust_remote_code": None,
+    "--revision": str,
+    "--config": str,
+    "--extra_llm_api_options": str,
+    "--reasoning_parser": str,
+    "--tool_parser": str,
+    "--metadata_server_config_file": str,
+    "--server_role": str,
+    "--fail_fast_on_attention_window_too_large": None,
+    "--otlp_traces_endpoint": str,
+    "--disagg_cluster_uri": str,
+    "--enable_chunked_prefill": None,
+    "--media_io_kwargs": str,
+    "--chat_template": str,
 }
 
 # Triton's options (tests/runtime/data/tritonserver.json): every one takes a value but the flags below; the
 # repeatable ones may be given more than once.
 TRITON_OPTIONS = (
-    "model-repository", "model-store", "exit-on-error", "disable-auto-complete-config", "strict-readiness",
-    "model-control-mode", "repository-poll-secs", "load-model", "allow-http", "http-address", "http-port",
-    "reuse-http-port", "http-header-forward-pattern", "http-thread-count", "allow-grpc", "grpc-address",
-    "grpc-port", "allow-metrics", "allow-gpu-metrics", "allow-cpu-metrics", "metrics-address", "metrics-port",
-    "metrics-interval-ms", "log-verbose", "log-info", "log-warning", "log-error", "log-format", "log-file",
-    "pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "exit-timeout-secs", "backend-config", "id",
+    "model-repository",
+    "model-store",
+    "exit-on-error",
+    "disable-auto-complete-config",
+    "strict-readiness",
+    "model-control-mode",
+    "repository-poll-secs",
+    "load-model",
+    "allow-http",
+    "http-address",
+    "http-port",
+    "reuse-http-port",
+    "http-header-forward-pattern",
+    "http-thread-count",
+    "allow-grpc",
+    "grpc-address",
+    "grpc-port",
+    "allow-metrics",
+    "allow-gpu-metrics",
+    "allow-cpu-metrics",
+    "metrics-address",
+    "metrics-port",
+    "metrics-interval-ms",
+    "log-verbose",
+    "log-info",
+    "log-warning",
+    "log-error",
+    "log-format",
+    "log-file",
+    "pinned-memory-pool-byte-size",
+    "cuda-memory-pool-byte-size",
+    "exit-timeout-secs",
+    "backend-config",
+    "id",
     "enable-peer-access",
 )
 TRITON_FLAGS = {"disable-auto-complete-config"}
@@ -147,9 +202,13 @@ async def _serve(name: str, sites: list[tuple[Any, str, int]], what: str) -> Non
 
 # --- trtllm-serve ----------------------------------------------------------------------------------------------
 
+
 def trtllm_serve_parser() -> argparse.ArgumentParser:
-    p = _parser("trtllm-serve", "%(prog)s [serve] MODEL [OPTIONS]",
-                "Stand-in for TensorRT-LLM's trtllm-serve: serves the simulator (no model).")
+    p = _parser(
+        "trtllm-serve",
+        "%(prog)s [serve] MODEL [OPTIONS]",
+        "Stand-in for TensorRT-LLM's trtllm-serve: serves the simulator (no model).",
+    )
     p.add_argument("model", metavar="MODEL")
     for option, kind in TRTLLM_SERVE_OPTIONS.items():
         if kind is None:
@@ -229,8 +288,10 @@ def trtllm_serve(argv: list[str]) -> int:
     server.capture = capture_hook(options.get("speculative_config") or {})
     host = args.host or "localhost"
     port = args.port if args.port is not None else 8000
-    what = (f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
-            f"{'' if draft_costs or not draft_len else ' (lookup drafts)'}, acceptance {profile.acceptance}")
+    what = (
+        f"simulating {server.served_as!r} on backend {backend}, draft length {draft_len}"
+        f"{'' if draft_costs or not draft_len else ' (lookup drafts)'}, acceptance {profile.acceptance}"
+    )
     event_loop.run(_serve("trtllm-serve", [(server.app(), host, port)], what))
     return 0
 
@@ -276,9 +337,13 @@ def paced_trtllm_serve():
 
 # --- tritonserver ----------------------------------------------------------------------------------------------
 
+
 def tritonserver_parser() -> argparse.ArgumentParser:
-    p = _parser("tritonserver", "%(prog)s --model-repository=DIR [OPTIONS]",
-                "Stand-in for NVIDIA Triton's tritonserver: serves the simulator (no model).")
+    p = _parser(
+        "tritonserver",
+        "%(prog)s --model-repository=DIR [OPTIONS]",
+        "Stand-in for NVIDIA Triton's tritonserver: serves the simulator (no model).",
+    )
     for option in TRITON_OPTIONS:
         if option in TRITON_FLAGS:
             p.add_argument(f"--{option}", action="store_true")
@@ -316,11 +381,15 @@ def check_repository(repositories: list[str]) -> Path:
     repo = Path(repositories[0])
     if not repo.is_dir():
         raise StandinError(f"failed to stat file {repo}: the model repository does not exist")
-    broken = [model for model in triton.MODELS
-              if not (repo / model / "config.pbtxt").is_file() or not (repo / model / "1").is_dir()]
+    broken = [
+        model
+        for model in triton.MODELS
+        if not (repo / model / "config.pbtxt").is_file() or not (repo / model / "1").is_dir()
+    ]
     if broken:
-        raise StandinError(f"failed to load all models: {', '.join(broken)} (config.pbtxt or version 1 missing "
-                           f"in {repo})")
+        raise StandinError(
+            f"failed to load all models: {', '.join(broken)} (config.pbtxt or version 1 missing in {repo})"
+        )
     return repo
 
 
@@ -337,16 +406,25 @@ def tritonserver(argv: list[str]) -> int:
     http_host = args.http_address or "0.0.0.0"
     metrics_host = args.metrics_address or http_host
     what = f"simulating {triton.BLS_MODEL} from {repo}, acceptance {profile.acceptance}"
-    event_loop.run(_serve("tritonserver", [(server.app(), http_host, args.http_port),
-                                           (server.metrics_app(), metrics_host, args.metrics_port)], what))
+    event_loop.run(
+        _serve(
+            "tritonserver",
+            [(server.app(), http_host, args.http_port), (server.metrics_app(), metrics_host, args.metrics_port)],
+            what,
+        )
+    )
     return 0
 
 
 # --- mpirun ----------------------------------------------------------------------------------------------------
 
+
 def mpirun(argv: list[str]) -> int:
-    p = _parser("mpirun", "%(prog)s [--allow-run-as-root] [-n 1] PROGRAM [ARGS...]",
-                "Stand-in for Open MPI's mpirun: runs one rank of the program, in this process when it is a stand-in.")
+    p = _parser(
+        "mpirun",
+        "%(prog)s [--allow-run-as-root] [-n 1] PROGRAM [ARGS...]",
+        "Stand-in for Open MPI's mpirun: runs one rank of the program, in this process when it is a stand-in.",
+    )
     p.add_argument("--allow-run-as-root", action="store_true")
     p.add_argument("-n", "-np", "--np", dest="ranks", type=int, default=1)
     p.add_argument("program")
@@ -368,7 +446,10 @@ def mpirun(argv: list[str]) -> int:
 
 
 STANDINS: dict[str, Callable[[list[str]], int]] = {
-    "trtllm-serve": trtllm_serve, "tritonserver": tritonserver, "mpirun": mpirun}
+    "trtllm-serve": trtllm_serve,
+    "tritonserver": tritonserver,
+    "mpirun": mpirun,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

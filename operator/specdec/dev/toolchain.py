@@ -66,9 +66,14 @@ def _k8s_version_ldflags(version: str) -> tuple[str, ...]:
 
 
 def _kubernetes(name: str, commands: tuple[str, ...]) -> ToolGroup:
-    return ToolGroup(name=name, module="k8s.io/kubernetes", version=KUBERNETES_VERSION,
-                     binaries={c: f"k8s.io/kubernetes/cmd/{c}" for c in commands},
-                     ldflags=_k8s_version_ldflags(KUBERNETES_VERSION), replace_staging=True)
+    return ToolGroup(
+        name=name,
+        module="k8s.io/kubernetes",
+        version=KUBERNETES_VERSION,
+        binaries={c: f"k8s.io/kubernetes/cmd/{c}" for c in commands},
+        ldflags=_k8s_version_ldflags(KUBERNETES_VERSION),
+        replace_staging=True,
+    )
 
 
 GROUPS: tuple[ToolGroup, ...] = (
@@ -108,8 +113,11 @@ CNI_GROUP = ToolGroup(
     name="cni-plugins",
     module=CNI_PLUGINS,
     version=CNI_PLUGINS_VERSION,
-    binaries={"bridge": f"{CNI_PLUGINS}/plugins/main/bridge", "loopback": f"{CNI_PLUGINS}/plugins/main/loopback",
-              "host-local": f"{CNI_PLUGINS}/plugins/ipam/host-local"},
+    binaries={
+        "bridge": f"{CNI_PLUGINS}/plugins/main/bridge",
+        "loopback": f"{CNI_PLUGINS}/plugins/main/loopback",
+        "host-local": f"{CNI_PLUGINS}/plugins/ipam/host-local",
+    },
     linked=False,
 )
 NODE_GROUPS: tuple[ToolGroup, ...] = (
@@ -193,8 +201,15 @@ def _go() -> str:
     return go
 
 
-def run_logged(args: list[str], label: str, log: Path, env: dict[str, str], say: Callable[[str], None],
-               cwd: Path | None = None, tail_lines: int = 25) -> tuple[int, list[str]]:
+def run_logged(
+    args: list[str],
+    label: str,
+    log: Path,
+    env: dict[str, str],
+    say: Callable[[str], None],
+    cwd: Path | None = None,
+    tail_lines: int = 25,
+) -> tuple[int, list[str]]:
     """Run a command with its output appended to `log` and a heartbeat through `say` while it runs (a cold
     build is minutes of silence otherwise): its exit status, and the log's last lines when it failed. OSError
     when the command cannot be run."""
@@ -210,8 +225,9 @@ def run_logged(args: list[str], label: str, log: Path, env: dict[str, str], say:
         with log.open("ab") as out:
             out.write(f"\n$ {' '.join(args)}\n".encode())
             out.flush()
-            result = subprocess.run(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
     finally:
         done.set()
     tail = log.read_text(errors="replace").splitlines()[-tail_lines:] if result.returncode else []
@@ -225,15 +241,22 @@ def _run_go(args: list[str], cwd: Path, env: dict[str, str], label: str, log: Pa
         hint = ""
         if any(s in line for line in tail for s in ("dial tcp", "proxy.golang.org", "no such host", "GOPROXY")):
             proxy = subprocess.run([args[0], "env", "GOPROXY"], env=env, capture_output=True, text=True).stdout.strip()
-            hint = (f"\nThe Go module proxy (GOPROXY={proxy}) is not reachable or disabled; the control plane "
-                    "is built from modules it serves.")
+            hint = (
+                f"\nThe Go module proxy (GOPROXY={proxy}) is not reachable or disabled; the control plane "
+                "is built from modules it serves."
+            )
         raise ToolchainError(f"{label} failed (exit {status}); full log: {log}\n" + "\n".join(tail) + hint)
 
 
 def _staging_replaces(go: str, env: dict[str, str], workdir: Path, group: ToolGroup, log: Path) -> list[str]:
     """k8s.io/kubernetes points its staging modules at ./staging; we point them at v0.Y.Z."""
-    _run_go([go, "mod", "download", "-json", f"{group.module}@{group.version}"], workdir, env,
-            f"downloading {group.module}@{group.version}", log)
+    _run_go(
+        [go, "mod", "download", "-json", f"{group.module}@{group.version}"],
+        workdir,
+        env,
+        f"downloading {group.module}@{group.version}",
+        log,
+    )
     gomod = Path(_module_download(group.module, group.version)["GoMod"]).read_text()
     staging_version = "v0." + group.version.split(".", 1)[1]
     replaces = []
@@ -250,8 +273,13 @@ def _module_download(module: str, version: str) -> dict:
     """`go mod download -json`: where `module`@`version` is in Go's module cache (Dir, GoMod), downloaded from
     the proxy when missing."""
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-    result = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"], env=env,
-                            capture_output=True, text=True, cwd=tempfile.gettempdir())
+    result = subprocess.run(
+        [_go(), "mod", "download", "-json", f"{module}@{version}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     if result.returncode != 0:
         raise ToolchainError(f"`go mod download {module}@{version}` failed: {result.stdout.strip() or result.stderr}")
     return json.loads(result.stdout)
@@ -276,8 +304,13 @@ def build_group(group: ToolGroup) -> Path:
     with tempfile.TemporaryDirectory(prefix=f"build-{group.name}-", dir=cache_root() / "tools") as tmp:
         workdir = Path(tmp)
         log = workdir / "build.log"
-        gomod = [f"module specdec.local/build/{group.name}", "", "go 1.26", "",
-                 f"require {group.module} {group.version}"]
+        gomod = [
+            f"module specdec.local/build/{group.name}",
+            "",
+            "go 1.26",
+            "",
+            f"require {group.module} {group.version}",
+        ]
         (workdir / "go.mod").write_text("\n".join(gomod) + "\n")
         if group.replace_staging:
             replaces = _staging_replaces(go, env, workdir, group, log)
@@ -285,8 +318,13 @@ def build_group(group: ToolGroup) -> Path:
         out = workdir / "out"
         ldflags = " ".join(("-s", "-w", *group.ldflags))
         for name, package in group.binaries.items():
-            _run_go([go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / name), package],
-                    workdir, env, f"building {name}", log)
+            _run_go(
+                [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / name), package],
+                workdir,
+                env,
+                f"building {name}",
+                log,
+            )
             _log(f"  built {name} ({time.monotonic() - start:.0f}s elapsed)")
         if target.exists():
             shutil.rmtree(target)

@@ -16,8 +16,11 @@ def contains(actual: Any, desired: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(actual, dict) and all(k in actual and contains(actual[k], v) for k, v in desired.items())
     if isinstance(desired, list):
-        return (isinstance(actual, list) and len(actual) == len(desired)
-                and all(contains(a, d) for a, d in zip(actual, desired)))
+        return (
+            isinstance(actual, list)
+            and len(actual) == len(desired)
+            and all(contains(a, d) for a, d in zip(actual, desired))
+        )
     return actual == desired
 
 
@@ -36,5 +39,7 @@ def adopted(entries: list[dict[str, Any]], manager: str) -> list[dict[str, Any]]
     for entry in ours:
         fields = _union(fields, entry.get("fieldsV1") or {})
     applied = next((e for e in ours if e.get("operation") == "Apply"), ours[0])
-    return [*(e for e in entries if not any(e is o for o in ours)),
-            {**applied, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields}]
+    return [
+        *(e for e in entries if not any(e is o for o in ours)),
+        {**applied, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields},
+    ]

@@ -56,6 +56,7 @@ def _containers_only(spec: dict[str, Any]) -> dict[str, Any]:
     def container(c: dict[str, Any]) -> dict[str, Any]:
         memory = ((c.get("resources") or {}).get("limits") or {}).get("memory")
         return {"name": c.get("name"), **({"resources": {"limits": {"memory": memory}}} if memory else {})}
+
     return {group: [container(c) for c in spec[group]] for group in ("initContainers", "containers") if spec.get(group)}
 
 
@@ -78,8 +79,9 @@ class Store:
     `indexed_labels` (like client-go's indexers) answer `label=value` selectors without a scan of
     the namespace: a reconcile that lists its own pods costs the same among a thousand deployments."""
 
-    def __init__(self, kinds: Iterable[str], indexed_labels: Iterable[str] = (),
-                 selectors: Mapping[str, str] | None = None):
+    def __init__(
+        self, kinds: Iterable[str], indexed_labels: Iterable[str] = (), selectors: Mapping[str, str] | None = None
+    ):
         self.kinds = frozenset(kinds)
         # By kind, the label selector of its watch: what the cache may hold. An object outside it (another's,
         # met by a create refused for its name) would stay after it is gone: no watch event would remove it.
@@ -123,8 +125,14 @@ class Store:
             self._put(kind, namespace, name, obj)
             return True
 
-    def replace(self, kind: str, namespace: str | None, label_selector: str | None,
-                objects: list[dict[str, Any]], version: str = "") -> None:
+    def replace(
+        self,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None,
+        objects: list[dict[str, Any]],
+        version: str = "",
+    ) -> None:
         """What a LIST (at resourceVersion `version`) returned is all there is (of that kind, namespace
         and selector), except what is newer than the list: our own writes since, or their watch events."""
         listed = {_key(obj): obj for obj in objects}

@@ -82,7 +82,7 @@ KINDS = {
 
 def _backoff(attempt: int) -> float:
     """Exponential, with full jitter so that many clients retrying at once spread out."""
-    return random.uniform(0.5, 1.0) * min(BACKOFF_MAX, BACKOFF_BASE * 2 ** attempt)
+    return random.uniform(0.5, 1.0) * min(BACKOFF_MAX, BACKOFF_BASE * 2**attempt)
 
 
 class Kube:
@@ -93,7 +93,8 @@ class Kube:
         self.store = store or Store(())
         self.events = EventRecorder(
             lambda event: self._call("POST", KINDS["Event"].path(event["metadata"]["namespace"]), body=event),
-            FIELD_MANAGER)
+            FIELD_MANAGER,
+        )
 
     @classmethod
     def from_environment(cls, store: Store | None = None) -> Kube:
@@ -110,8 +111,14 @@ class Kube:
 
     # -- transport --------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
-              content_type: str = "application/json") -> dict[str, Any]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         """One request, retried while the failure is transient. Writes are safe to repeat: creates
         answer 409 (handled by the callers), applies and merge patches are idempotent."""
         previous_500 = None
@@ -128,8 +135,11 @@ class Kube:
                 if error.status not in TRANSIENT_STATUSES or attempt == RETRIES - 1:
                     raise
                 retry_after = (error.headers or {}).get("Retry-After")
-                delay = (min(float(retry_after), RETRY_AFTER_MAX) if retry_after and retry_after.isdigit()
-                         else _backoff(attempt))
+                delay = (
+                    min(float(retry_after), RETRY_AFTER_MAX)
+                    if retry_after and retry_after.isdigit()
+                    else _backoff(attempt)
+                )
                 log.warning("%s %s: HTTP %s, retrying in %.1fs", method, path, error.status, delay)
             except (urllib3.exceptions.HTTPError, OSError) as error:  # reset, refused, timed out
                 API_REQUESTS.labels(method, "error").inc()
@@ -140,12 +150,17 @@ class Kube:
             time.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _request(self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None,
-                 content_type: str) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, body: Any, query: list[tuple[str, str]] | None, content_type: str
+    ) -> dict[str, Any]:
         method, url, headers, body, _ = self.api.param_serialize(
-            method=method, resource_path=path, query_params=query or [], body=body,
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            body=body,
             header_params={"Accept": "application/json", "Content-Type": content_type},
-            auth_settings=["BearerToken"])
+            auth_settings=["BearerToken"],
+        )
         with API_REQUEST_SECONDS.labels(method).time():
             response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
             data = response.read()
@@ -183,13 +198,19 @@ class Kube:
             return self.store.list(kind, namespace, label_selector)
         return self.list_live(kind, namespace, label_selector)
 
-    def list_live(self, kind: str, namespace: str | None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> list[dict[str, Any]]:
+    def list_live(
+        self, kind: str, namespace: str | None, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
         return self._list(kind, namespace, label_selector, field_selector)[0]
 
-    def _list(self, kind: str, namespace: str | None, label_selector: str | None = None,
-              field_selector: str | None = None,
-              keep: Callable[[dict[str, Any]], dict[str, Any]] = slim) -> tuple[list[dict[str, Any]], str]:
+    def _list(
+        self,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] = slim,
+    ) -> tuple[list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
         them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
         peak memory. What is kept of each item (`keep`: by default cache.slim) is chosen page by page.
@@ -214,11 +235,13 @@ class Kube:
         """Re-read a cached kind from the API server, in case a watch missed something. An object unchanged
         since (same resourceVersion) stays the one cached: a pass over a fleet holds one page of new copies
         at a time, not a second copy of every object (the operator's peak memory at N=1000)."""
+
         def cached_or_listed(item: dict[str, Any]) -> dict[str, Any]:
             meta = item["metadata"]
             held = self.store.get(kind, meta.get("namespace"), meta["name"])
             unchanged = held is not None and held["metadata"].get("resourceVersion") == meta.get("resourceVersion")
             return held if unchanged else slim(item)
+
         items, version = self._list(kind, namespace, label_selector, keep=cached_or_listed)
         self.store.replace(kind, namespace, label_selector, items, version)
 
@@ -262,9 +285,15 @@ class Kube:
     def server_side_apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """The apply request itself, taking every field of `obj` (force), whatever the object holds."""
         meta = obj["metadata"]
-        return self._remember(self._call(
-            "PATCH", KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]), body=obj,
-            query=[("fieldManager", FIELD_MANAGER), ("force", "true")], content_type="application/apply-patch+yaml"))
+        return self._remember(
+            self._call(
+                "PATCH",
+                KINDS[obj["kind"]].path(meta.get("namespace"), meta["name"]),
+                body=obj,
+                query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                content_type="application/apply-patch+yaml",
+            )
+        )
 
     def _adopt_created_fields(self, kind: str, namespace: str | None, name: str) -> None:
         """Make the fields our create (and merge patches) set ours as applied fields before an apply, as
@@ -278,24 +307,39 @@ class Kube:
             if entries is None:
                 return
             try:
-                self._call("PATCH", KINDS[kind].path(namespace, name), content_type="application/json-patch+json",
-                           body=[{"op": "test", "path": "/metadata/resourceVersion",
-                                  "value": live["metadata"]["resourceVersion"]},
-                                 {"op": "replace", "path": "/metadata/managedFields", "value": entries}])
+                self._call(
+                    "PATCH",
+                    KINDS[kind].path(namespace, name),
+                    content_type="application/json-patch+json",
+                    body=[
+                        {
+                            "op": "test",
+                            "path": "/metadata/resourceVersion",
+                            "value": live["metadata"]["resourceVersion"],
+                        },
+                        {"op": "replace", "path": "/metadata/managedFields", "value": entries},
+                    ],
+                )
                 return
             except ApiException as error:  # 422: the test failed, another wrote the object since we read it
                 if error.status != 422 or attempt == ADOPT_ATTEMPTS - 1:
                     raise
 
-    def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any],
-              subresource: str | None = None) -> dict[str, Any]:
-        return self._remember(self._call("PATCH", KINDS[kind].path(namespace, name, subresource), body=patch,
-                                         content_type="application/merge-patch+json"))
+    def patch(
+        self, kind: str, namespace: str, name: str, patch: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        return self._remember(
+            self._call(
+                "PATCH",
+                KINDS[kind].path(namespace, name, subresource),
+                body=patch,
+                content_type="application/merge-patch+json",
+            )
+        )
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         try:
-            self._call("DELETE", KINDS[kind].path(namespace, name),
-                       body={"propagationPolicy": "Background"})
+            self._call("DELETE", KINDS[kind].path(namespace, name), body={"propagationPolicy": "Background"})
         except ApiException as error:
             if error.status != 404:
                 raise

@@ -40,4 +40,5 @@ def permanent(error: ApiException) -> bool:
     """Retrying the same request soon cannot help: the request itself is refused (400, 403, 404,
     422, ...) or the server answered 500 with the same message every time (the client marks those)."""
     return getattr(error, "permanent", False) or (
-        error.status not in TRANSIENT_STATUSES and error.status != CONNECTION_FAILED)
+        error.status not in TRANSIENT_STATUSES and error.status != CONNECTION_FAILED
+    )

@@ -67,13 +67,24 @@ class EventRecorder:
         """Post one Event now, from the calling thread (the poster's; `bench/write_cost.py`'s)."""
         meta = obj["metadata"]
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid")},
-            "reason": reason, "message": message[:MESSAGE_MAX], "type": "Warning" if warning else "Normal",
-            "source": {"component": self._component}, "reportingComponent": self._component,
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:MESSAGE_MAX],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
         }
         try:
             self._create(event)

@@ -37,7 +37,8 @@ if importlib.metadata.version("kopf") != KOPF_VERSION:
     raise ImportError(
         f"specdec.kube.kopf_patches patches kopf {KOPF_VERSION}'s private modules, but kopf "
         f"{importlib.metadata.version('kopf')} is installed: install with `--constraint constraints.txt`, or check "
-        f"each patch against the new release and update KOPF_VERSION (and constraints.txt)")
+        f"each patch against the new release and update KOPF_VERSION (and constraints.txt)"
+    )
 
 from kopf._cogs.clients import api, errors, watching  # noqa: E402 — only once the version is known
 
@@ -61,8 +62,12 @@ async def _continuous_watch(**kwargs):
     except Exception as error:  # noqa: BLE001 — re-raised unless recoverable
         if not _recoverable(error):
             raise
-        log.warning("watch of %s ended (%s: %s); listing and watching again",
-                    kwargs.get("resource"), type(error).__name__, error)
+        log.warning(
+            "watch of %s ended (%s: %s); listing and watching again",
+            kwargs.get("resource"),
+            type(error).__name__,
+            error,
+        )
 
 
 def install_watch_resilience() -> None:

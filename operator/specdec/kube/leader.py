@@ -70,11 +70,14 @@ def validate(lease_seconds: float, renew_deadline: float, retry_period: float) -
     if retry_period < 1:
         raise ValueError(f"retry period must be at least 1 second (got {retry_period})")
     if renew_deadline <= JITTER_FACTOR * retry_period:
-        raise ValueError(f"renew deadline ({renew_deadline}s) must be greater than {JITTER_FACTOR} × the retry "
-                         f"period ({retry_period}s)")
+        raise ValueError(
+            f"renew deadline ({renew_deadline}s) must be greater than {JITTER_FACTOR} × the retry "
+            f"period ({retry_period}s)"
+        )
     if lease_seconds <= renew_deadline:
-        raise ValueError(f"lease duration ({lease_seconds}s) must be greater than the renew deadline "
-                         f"({renew_deadline}s)")
+        raise ValueError(
+            f"lease duration ({lease_seconds}s) must be greater than the renew deadline ({renew_deadline}s)"
+        )
     if lease_seconds != int(lease_seconds):
         raise ValueError(f"lease duration must be a whole number of seconds (got {lease_seconds})")
 
@@ -169,8 +172,11 @@ class _Elector(leaderelection.LeaderElection):
             held = super().try_acquire_or_renew()
             if held:
                 owner._renewed_at = started
-            elif owner._leading and self.observed_record is not None and \
-                    self.observed_record.holder_identity not in (None, owner.identity):
+            elif (
+                owner._leading
+                and self.observed_record is not None
+                and self.observed_record.holder_identity not in (None, owner.identity)
+            ):
                 raise _Lost(self.observed_record.holder_identity)
             return held
 
@@ -184,9 +190,18 @@ class Leadership:
     candidate campaigns again as a standby. Single use: start() once, stop() once.
     """
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str | None = None,
-                 lease_seconds: float = 15, renew_deadline: float = 10, retry_period: float = 2,
-                 on_started: Callable[[], None] = lambda: None, on_stopped: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        identity: str | None = None,
+        lease_seconds: float = 15,
+        renew_deadline: float = 10,
+        retry_period: float = 2,
+        on_started: Callable[[], None] = lambda: None,
+        on_stopped: Callable[[], None] = lambda: None,
+    ):
         validate(lease_seconds, renew_deadline, retry_period)
         if not namespace or not name:
             raise ValueError("leader election needs the namespace and name of its Lease")
@@ -208,15 +223,28 @@ class Leadership:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_env(cls, api: client.ApiClient, on_started: Callable[[], None] = lambda: None,
-                 on_stopped: Callable[[], None] = lambda: None,
-                 env: dict[str, str] | None = None) -> Leadership | None:
+    def from_env(
+        cls,
+        api: client.ApiClient,
+        on_started: Callable[[], None] = lambda: None,
+        on_stopped: Callable[[], None] = lambda: None,
+        env: dict[str, str] | None = None,
+    ) -> Leadership | None:
         """The Leadership the environment asks for, or None when leader election is off."""
         settings = ElectionSettings.from_env(env)
         if not settings.enabled:
             return None
-        return cls(api, settings.namespace, settings.name, settings.identity, settings.lease_seconds,
-                   settings.renew_deadline, settings.retry_period, on_started, on_stopped)
+        return cls(
+            api,
+            settings.namespace,
+            settings.name,
+            settings.identity,
+            settings.lease_seconds,
+            settings.renew_deadline,
+            settings.retry_period,
+            on_started,
+            on_stopped,
+        )
 
     def start(self) -> None:
         if self._thread is not None:
@@ -247,10 +275,12 @@ class Leadership:
     def _campaign(self) -> None:
         config = electionconfig.Config(
             _Lock(self.api, self.name, self.namespace, self.identity, self._timeout),
-            lease_duration=self.lease_seconds, renew_deadline=self.renew_deadline,
+            lease_duration=self.lease_seconds,
+            renew_deadline=self.renew_deadline,
             retry_period=self.retry_period,
             onstarted_leading=lambda: None,  # ours runs in acquire(), see _Elector
-            onstopped_leading=self._end_term)
+            onstopped_leading=self._end_term,
+        )
         elector = _Elector(config, self)  # one for all terms: it keeps what it observed of the Lease
         while not self._stopping.is_set():
             try:
@@ -303,8 +333,13 @@ class Leadership:
                 return
             except ApiException as error:
                 if error.status != 409:
-                    log.warning("could not release Lease %s/%s: HTTP %s %s", self.namespace, self.name,
-                                error.status, error.reason)
+                    log.warning(
+                        "could not release Lease %s/%s: HTTP %s %s",
+                        self.namespace,
+                        self.name,
+                        error.status,
+                        error.reason,
+                    )
                     return
             except Exception as error:  # noqa: BLE001 - the standby then takes over when the lease expires
                 log.warning("could not release Lease %s/%s: %s", self.namespace, self.name, error)
@@ -342,11 +377,20 @@ class ElectionSettings:
         if not namespace and SERVICE_ACCOUNT_NAMESPACE.is_file():
             namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
         if not namespace:
-            raise ValueError("leader election needs the Lease's namespace: set SPECDEC_LEADER_ELECTION_NAMESPACE "
-                             "(or POD_NAMESPACE), or run in a pod")
+            raise ValueError(
+                "leader election needs the Lease's namespace: set SPECDEC_LEADER_ELECTION_NAMESPACE "
+                "(or POD_NAMESPACE), or run in a pod"
+            )
         lease = number("SPECDEC_LEADER_ELECTION_LEASE_SECONDS", cls.lease_seconds)
         renew = number("SPECDEC_LEADER_ELECTION_RENEW_DEADLINE_SECONDS", cls.renew_deadline)
         retry = number("SPECDEC_LEADER_ELECTION_RETRY_PERIOD_SECONDS", cls.retry_period)
         validate(lease, renew, retry)
-        return cls(enabled=True, namespace=namespace, name=env.get("SPECDEC_LEADER_ELECTION_NAME") or DEFAULT_LEASE_NAME,
-                   identity=default_identity(env), lease_seconds=int(lease), renew_deadline=renew, retry_period=retry)
+        return cls(
+            enabled=True,
+            namespace=namespace,
+            name=env.get("SPECDEC_LEADER_ELECTION_NAME") or DEFAULT_LEASE_NAME,
+            identity=default_identity(env),
+            lease_seconds=int(lease),
+            renew_deadline=renew,
+            retry_period=retry,
+        )

@@ -85,8 +85,13 @@ class DelayQueue:
 
 
 class WorkQueue:
-    def __init__(self, handle: Callable[[Hashable], None], workers: int,
-                 waited: Callable[[float], None] = lambda seconds: None, delays: DelayQueue | None = None):
+    def __init__(
+        self,
+        handle: Callable[[Hashable], None],
+        workers: int,
+        waited: Callable[[float], None] = lambda seconds: None,
+        delays: DelayQueue | None = None,
+    ):
         """`waited`: told how long each key waited for a worker (since it was first added). `delays`: the
         thread of `add_after`, shared by queues; by default one of this queue's own, started at its first use."""
         self._handle = handle
@@ -99,8 +104,9 @@ class WorkQueue:
         self._waiting: dict[Hashable, tuple[float, bool]] = {}
         self._processing: set[Hashable] = set()
         self._ready = threading.Condition()
-        self._workers = [threading.Thread(target=self._work, daemon=True, name=f"specdec-worker-{i}")
-                         for i in range(workers)]
+        self._workers = [
+            threading.Thread(target=self._work, daemon=True, name=f"specdec-worker-{i}") for i in range(workers)
+        ]
         for worker in self._workers:
             worker.start()
 

@@ -15,39 +15,60 @@ from specdec.modes import auto, dflash, draft_target, dspark, eagle3, mtp, ngram
 from specdec.modes.mode import Mode
 from specdec.schema.base import ApiModel, cel, validations
 
-MODES: dict[str, Mode] = {m.name: m for m in (
-    none.MODE,
-    draft_target.MODE,
-    redrafter.MODE,
-    eagle3.MODE,
-    mtp.MODE,
-    ngram.MODE,
-    sa.MODE,
-    auto.MODE,
-    pard.MODE,
-    dflash.MODE,
-    dspark.MODE,
-    save_state.MODE,
-)}
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        none.MODE,
+        draft_target.MODE,
+        redrafter.MODE,
+        eagle3.MODE,
+        mtp.MODE,
+        ngram.MODE,
+        sa.MODE,
+        auto.MODE,
+        pard.MODE,
+        dflash.MODE,
+        dspark.MODE,
+        save_state.MODE,
+    )
+}
 
 
 def speculation_spec(**fields: Any) -> type[ApiModel]:
     """`spec.speculation`: the mode, exactly the chosen mode's block, and `fields` that apply to every mode
     (pydantic create_model field definitions)."""
     with_block = [m for m in MODES.values() if m.block]
-    base = type("SpeculationRules", (ApiModel,), {"model_config": validations(*(
-        cel(f"self.mode == '{m.name}' ? has(self.{m.name}) : !has(self.{m.name})",
-            f"the {m.name} block is required when mode is {m.name} and forbidden otherwise", f".{m.name}")
-        for m in with_block))})
+    base = type(
+        "SpeculationRules",
+        (ApiModel,),
+        {
+            "model_config": validations(
+                *(
+                    cel(
+                        f"self.mode == '{m.name}' ? has(self.{m.name}) : !has(self.{m.name})",
+                        f"the {m.name} block is required when mode is {m.name} and forbidden otherwise",
+                        f".{m.name}",
+                    )
+                    for m in with_block
+                )
+            )
+        },
+    )
     summary = "; ".join(f"{m.name}: {m.summary}" for m in MODES.values())
     return create_model(
-        "SpeculationSpec", __base__=base,
+        "SpeculationSpec",
+        __base__=base,
         __doc__="Which speculative decoding method to use; exactly the chosen mode's block is set.",
         mode=(Literal[tuple(MODES)], Field("none", description=summary + ".")),
-        **{m.field: (Optional[m.block], Field(None, description=f"Settings for mode {m.name} (backend "
-                                                               f"{' or '.join(m.backends)})."))
-           for m in with_block},
-        **fields)
+        **{
+            m.field: (
+                Optional[m.block],
+                Field(None, description=f"Settings for mode {m.name} (backend {' or '.join(m.backends)})."),
+            )
+            for m in with_block
+        },
+        **fields,
+    )
 
 
 def spec_rules() -> list[dict[str, str]]:

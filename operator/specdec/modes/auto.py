@@ -26,6 +26,10 @@ def _speculative_config(block: None, checkpoint: Callable[[str], str]) -> dict[s
 
 
 # draft_len: None, the runtime chooses it (3, or 5 when max_batch_size is at most 4).
-MODE = Mode("auto", "TensorRT-LLM chooses a method without a draft model (NGram, sized by the batch size, "
-                    "off above 32 requests)",
-            backends=("pytorch",), speculative_config=_speculative_config, drafter="lookup")
+MODE = Mode(
+    "auto",
+    "TensorRT-LLM chooses a method without a draft model (NGram, sized by the batch size, off above 32 requests)",
+    backends=("pytorch",),
+    speculative_config=_speculative_config,
+    drafter="lookup",
+)

@@ -37,21 +37,34 @@ class TargetLayerDrafter(DynamicSpeculation):
     """What DFlash and DSpark share: a draft checkpoint of its own (required), a mask token it fills, and
     the target layers whose hidden states it reads (both read from the draft's config when unset)."""
 
-    draft_model: ModelUri | None = Field(None, description=f"The draft checkpoint (speculative_model), required: "
-                                                           f"{MODEL_URI_HELP}.")
-    max_draft_len: int = Field(4, ge=1, le=32, description="Draft tokens per step (max_draft_len); the target "
-                                                            "verifies this many plus one per request.")
+    draft_model: ModelUri | None = Field(
+        None, description=f"The draft checkpoint (speculative_model), required: {MODEL_URI_HELP}."
+    )
+    max_draft_len: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="Draft tokens per step (max_draft_len); the target verifies this many plus one per request.",
+    )
     mask_token_id: int | None = Field(
-        None, ge=0, description="The mask token the draft fills for parallel prediction (mask_token_id). "
-                                "Default: the draft checkpoint's config.")
+        None,
+        ge=0,
+        description="The mask token the draft fills for parallel prediction (mask_token_id). "
+        "Default: the draft checkpoint's config.",
+    )
     target_layer_ids: list[LayerIndex] | None = Field(
-        None, min_length=1, max_length=64,
+        None,
+        min_length=1,
+        max_length=64,
         description="Target layers whose hidden states the draft cross-attends to (target_layer_ids). "
-                    "Default: the draft checkpoint's config; set it only to match how the draft was trained.")
+        "Default: the draft checkpoint's config; set it only to match how the draft was trained.",
+    )
 
     def drafter_config(self, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-        config: dict[str, Any] = {"max_draft_len": self.max_draft_len,
-                                  "speculative_model": checkpoint(self.draft_model)}
+        config: dict[str, Any] = {
+            "max_draft_len": self.max_draft_len,
+            "speculative_model": checkpoint(self.draft_model),
+        }
         if self.mask_token_id is not None:
             config["mask_token_id"] = self.mask_token_id
         if self.target_layer_ids is not None:
@@ -60,9 +73,11 @@ class TargetLayerDrafter(DynamicSpeculation):
 
 
 def needs_draft_model(mode: str, example: str) -> dict[str, str]:
-    return cel("has(self.draftModel)",
-               f"{mode} needs its draft checkpoint, trained against this target: set draftModel (e.g. {example})",
-               ".draftModel")
+    return cel(
+        "has(self.draftModel)",
+        f"{mode} needs its draft checkpoint, trained against this target: set draftModel (e.g. {example})",
+        ".draftModel",
+    )
 
 
 class DFlashSpec(TargetLayerDrafter):
@@ -74,31 +89,48 @@ class DFlashSpec(TargetLayerDrafter):
     )
 
     context_recompute_tail: int = Field(
-        0, ge=0, le=65536,
+        0,
+        ge=0,
+        le=65536,
         description="On a prefix-cache hit, the prompt tokens run through the target again so the draft gets "
-                    "their hidden states: reuse stops at a block boundary leaving at least this many "
-                    "(context_recompute_tail). 0: reuse everything.")
+        "their hidden states: reuse stops at a block boundary leaving at least this many "
+        "(context_recompute_tail). 0: reuse everything.",
+    )
     attention_backend: Literal["VANILLA", "TRTLLM", "FA4"] = Field(
-        "VANILLA", description="Attention of the draft's cross-attention to the pooled target context "
-                               "(attention_backend): VANILLA (FlashAttention, contiguous cache); TRTLLM needs "
-                               "FlashInfer and a Blackwell GPU (SM100 or SM103); FA4.")
+        "VANILLA",
+        description="Attention of the draft's cross-attention to the pooled target context "
+        "(attention_backend): VANILLA (FlashAttention, contiguous cache); TRTLLM needs "
+        "FlashInfer and a Blackwell GPU (SM100 or SM103); FA4.",
+    )
     skip_ctx_buffer_budget_check: bool = Field(
-        False, description="Skip TensorRT-LLM's start-up check that the pooled-context buffer fits its token "
-                           "and memory budget (skip_ctx_buffer_budget_check).")
+        False,
+        description="Skip TensorRT-LLM's start-up check that the pooled-context buffer fits its token "
+        "and memory budget (skip_ctx_buffer_budget_check).",
+    )
 
 
 def _speculative_config(block: DFlashSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    return {"decoding_type": DECODING_TYPE, **block.drafter_config(checkpoint),
-            "context_recompute_tail": block.context_recompute_tail, "attention_backend": block.attention_backend,
-            "skip_ctx_buffer_budget_check": block.skip_ctx_buffer_budget_check}
+    return {
+        "decoding_type": DECODING_TYPE,
+        **block.drafter_config(checkpoint),
+        "context_recompute_tail": block.context_recompute_tail,
+        "attention_backend": block.attention_backend,
+        "skip_ctx_buffer_budget_check": block.skip_ctx_buffer_budget_check,
+    }
 
 
 def draft_checkpoint(block: TargetLayerDrafter) -> tuple[str, ...]:
     return (block.draft_model,) if block.draft_model else ()
 
 
-MODE = Mode("dflash", "a parallel draft model cross-attending to target layers proposes all the tokens in one "
-                      "forward", DFlashSpec,
-            backends=("pytorch",), extra_models=draft_checkpoint, speculative_config=_speculative_config,
-            drafter="model", draft_len=lambda block: block.max_draft_len,
-            engine_drafter=lambda block: EngineDrafter("DFlash draft", block.draft_model))
+MODE = Mode(
+    "dflash",
+    "a parallel draft model cross-attending to target layers proposes all the tokens in one forward",
+    DFlashSpec,
+    backends=("pytorch",),
+    extra_models=draft_checkpoint,
+    speculative_config=_speculative_config,
+    drafter="model",
+    draft_len=lambda block: block.max_draft_len,
+    engine_drafter=lambda block: EngineDrafter("DFlash draft", block.draft_model),
+)

@@ -30,25 +30,39 @@ class DraftTargetSpec(ApiModel):
     """Draft-target-model speculation: a small draft model proposes, the target verifies."""
 
     model_config = validations(
-        cel(f"{_IS_AUTO} || !has(self.maxDraftLen) || self.draftLen <= self.maxDraftLen",
-            "draftLen must be <= maxDraftLen (the target engine's capacity)", ".draftLen"),
-        cel(f"!({_IS_AUTO}) || has(self.maxDraftLen)",
+        cel(
+            f"{_IS_AUTO} || !has(self.maxDraftLen) || self.draftLen <= self.maxDraftLen",
+            "draftLen must be <= maxDraftLen (the target engine's capacity)",
+            ".draftLen",
+        ),
+        cel(
+            f"!({_IS_AUTO}) || has(self.maxDraftLen)",
             "draftLen: auto needs maxDraftLen: the engine's capacity is the longest draft it may choose",
-            ".maxDraftLen"),
+            ".maxDraftLen",
+        ),
     )
 
     draft: ModelSource = Field(description="The draft model (same fields as target).")
-    draft_len: DraftLen = Field(description=(
-        "Tokens the draft proposes per iteration (typically 4-10), or auto: the operator measures acceptance "
-        "and moves it, within 1..maxDraftLen, to the length with the best estimated speedup; every change is an "
-        "Event. Backend tensorrt: changed live, without restarting pods. Backend pytorch: trtllm-serve takes it "
-        "at start, so a change is a surge rollout (a new pod ready before an old one goes), made only for a "
-        "predicted gain of 5 % or more and at most once per the operator's draftLenRolloutSeconds (default 15 "
-        "minutes)."))
+    draft_len: DraftLen = Field(
+        description=(
+            "Tokens the draft proposes per iteration (typically 4-10), or auto: the operator measures acceptance "
+            "and moves it, within 1..maxDraftLen, to the length with the best estimated speedup; every change is an "
+            "Event. Backend tensorrt: changed live, without restarting pods. Backend pytorch: trtllm-serve takes it "
+            "at start, so a change is a surge rollout (a new pod ready before an old one goes), made only for a "
+            "predicted gain of 5 % or more and at most once per the operator's draftLenRolloutSeconds (default 15 "
+            "minutes)."
+        )
+    )
     max_draft_len: int | None = Field(
-        None, ge=1, le=64, description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.")
+        None,
+        ge=1,
+        le=64,
+        description="Draft capacity the target engine is built with (--max_draft_len). Default: draftLen.",
+    )
     acceptance: Literal["tokens", "logits"] = Field(
-        "tokens", description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).")
+        "tokens",
+        description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).",
+    )
 
     @property
     def auto(self) -> bool:
@@ -70,7 +84,9 @@ class RuntimeDraftTarget(ApiModel):
     draft_len: int = Field(ge=1)
     max_draft_len: int = Field(ge=1)
     use_logits: bool = False
-    speculative_config: dict[str, Any] | None = Field(None, description="Backend pytorch: trtllm-serve's speculative_config.")
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="Backend pytorch: trtllm-serve's speculative_config."
+    )
 
 
 def _recipe(block: DraftTargetSpec, role: str) -> dict[str, Any]:
@@ -82,31 +98,58 @@ def _recipe(block: DraftTargetSpec, role: str) -> dict[str, Any]:
 
 def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
     # No engine to size on this path: the draft proposes draftLen tokens per step.
-    return {"decoding_type": DECODING_TYPE, "max_draft_len": block.start_draft_len,
-            "speculative_model": checkpoint(block.draft.model)}
+    return {
+        "decoding_type": DECODING_TYPE,
+        "max_draft_len": block.start_draft_len,
+        "speculative_model": checkpoint(block.draft.model),
+    }
 
 
-def _runtime(block: DraftTargetSpec, draft: ServedModel,
-             speculative_config: dict[str, Any] | None) -> RuntimeDraftTarget:
-    return RuntimeDraftTarget(draft=draft, draft_len=block.start_draft_len, max_draft_len=block.effective_max_draft_len,
-                              use_logits=block.acceptance == "logits", speculative_config=speculative_config)
+def _runtime(
+    block: DraftTargetSpec, draft: ServedModel, speculative_config: dict[str, Any] | None
+) -> RuntimeDraftTarget:
+    return RuntimeDraftTarget(
+        draft=draft,
+        draft_len=block.start_draft_len,
+        max_draft_len=block.effective_max_draft_len,
+        use_logits=block.acceptance == "logits",
+        speculative_config=speculative_config,
+    )
 
 
 MODE = Mode(
-    "draftTarget", "a draft model proposes draftLen tokens, the target verifies them", DraftTargetSpec,
+    "draftTarget",
+    "a draft model proposes draftLen tokens, the target verifies them",
+    DraftTargetSpec,
     rules=(
-        Rule("self.backend != 'pytorch' || self.speculation.draftTarget.draft.quantization == 'none'",
-             PYTORCH_FP8, ".speculation.draftTarget.draft.quantization"),
-        Rule("self.runtime.kvCache.enableBlockReuse",
-             "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
-             ".runtime.kvCache.enableBlockReuse"),
-        Rule("self.backend != 'pytorch' || !has(self.speculation.draftTarget.maxDraftLen) || "
-             "type(self.speculation.draftTarget.draftLen) == string || "
-             "self.speculation.draftTarget.maxDraftLen == self.speculation.draftTarget.draftLen",
-             "maxDraftLen sizes the target engine of backend tensorrt; with backend pytorch the draft proposes "
-             "draftLen tokens: leave maxDraftLen unset", ".speculation.draftTarget.maxDraftLen"),
+        Rule(
+            "self.backend != 'pytorch' || self.speculation.draftTarget.draft.quantization == 'none'",
+            PYTORCH_FP8,
+            ".speculation.draftTarget.draft.quantization",
+        ),
+        Rule(
+            "self.runtime.kvCache.enableBlockReuse",
+            "draftTarget needs KV-cache block reuse (runtime.kvCache.enableBlockReuse: true)",
+            ".runtime.kvCache.enableBlockReuse",
+        ),
+        Rule(
+            "self.backend != 'pytorch' || !has(self.speculation.draftTarget.maxDraftLen) || "
+            "type(self.speculation.draftTarget.draftLen) == string || "
+            "self.speculation.draftTarget.maxDraftLen == self.speculation.draftTarget.draftLen",
+            "maxDraftLen sizes the target engine of backend tensorrt; with backend pytorch the draft proposes "
+            "draftLen tokens: leave maxDraftLen unset",
+            ".speculation.draftTarget.maxDraftLen",
+        ),
     ),
-    drafter="model", acceptance=lambda block: block.acceptance, draft=lambda block: block.draft, recipe=_recipe, decoding_mode="draft_tokens_external",
-    runtime_block=RuntimeDraftTarget, runtime=_runtime, speculative_config=_speculative_config,
+    drafter="model",
+    acceptance=lambda block: block.acceptance,
+    draft=lambda block: block.draft,
+    recipe=_recipe,
+    decoding_mode="draft_tokens_external",
+    runtime_block=RuntimeDraftTarget,
+    runtime=_runtime,
+    speculative_config=_speculative_config,
     draft_len=lambda block: block.start_draft_len,
-    draft_len_range=lambda block: (1, block.effective_max_draft_len), auto_draft_len=lambda block: block.auto)
+    draft_len_range=lambda block: (1, block.effective_max_draft_len),
+    auto_draft_len=lambda block: block.auto,
+)

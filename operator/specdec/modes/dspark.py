@@ -39,40 +39,73 @@ class DSparkSpec(TargetLayerDrafter):
 
     model_config = validations(
         *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
-        needs_draft_model("dspark", "hf://deepseek-ai/dspark_qwen3_4b_block7 for Qwen3 4B, or the DeepSeek-V4 "
-                                    "target itself"),
-        cel("!has(self.blockSize) || self.blockSize == self.maxDraftLen",
+        needs_draft_model(
+            "dspark", "hf://deepseek-ai/dspark_qwen3_4b_block7 for Qwen3 4B, or the DeepSeek-V4 target itself"
+        ),
+        cel(
+            "!has(self.blockSize) || self.blockSize == self.maxDraftLen",
             "blockSize is the draft's block length: it equals maxDraftLen (leave it unset to read it from the "
-            "draft's config)", ".blockSize"),
+            "draft's config)",
+            ".blockSize",
+        ),
     )
 
-    max_draft_len: int = Field(4, ge=1, le=32, description="Draft tokens per step (max_draft_len): the draft's "
-                                                            "block size (7 for dspark_qwen3_4b_block7).")
+    max_draft_len: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="Draft tokens per step (max_draft_len): the draft's block size (7 for dspark_qwen3_4b_block7).",
+    )
     block_size: int | None = Field(
-        None, ge=1, le=32, description="Draft positions per block (block_size), equal to maxDraftLen. Default: "
-                                       "the draft checkpoint's config (dspark_block_size).")
+        None,
+        ge=1,
+        le=32,
+        description="Draft positions per block (block_size), equal to maxDraftLen. Default: "
+        "the draft checkpoint's config (dspark_block_size).",
+    )
     markov_rank: int | None = Field(
-        None, ge=0, le=65536, description="Rank of the Markov head's logit bias (markov_rank); 0 turns the head "
-                                          "off. Default: the draft checkpoint's config (dspark_markov_rank).")
+        None,
+        ge=0,
+        le=65536,
+        description="Rank of the Markov head's logit bias (markov_rank); 0 turns the head "
+        "off. Default: the draft checkpoint's config (dspark_markov_rank).",
+    )
     markov_head_type: Literal["vanilla", "gated", "rnn"] | None = Field(
-        None, description="The sequential head that refines a block (markov_head_type). Default: the draft "
-                          "checkpoint's config (dspark_markov_head_type), else vanilla.")
+        None,
+        description="The sequential head that refines a block (markov_head_type). Default: the draft "
+        "checkpoint's config (dspark_markov_head_type), else vanilla.",
+    )
     attention_backend: Literal["AUTO", "VANILLA", "TRTLLM", "CUTEDSL"] = Field(
-        "AUTO", description="Attention of a standalone draft's cross-attention to the pooled target context "
-                            "(attention_backend; the draft embedded in DeepSeek-V4 uses its own). TRTLLM needs "
-                            "FlashInfer and a Blackwell GPU (SM100 or SM103).")
+        "AUTO",
+        description="Attention of a standalone draft's cross-attention to the pooled target context "
+        "(attention_backend; the draft embedded in DeepSeek-V4 uses its own). TRTLLM needs "
+        "FlashInfer and a Blackwell GPU (SM100 or SM103).",
+    )
 
 
 def _speculative_config(block: DSparkSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"decoding_type": DECODING_TYPE, **block.drafter_config(checkpoint),
-                              "attention_backend": block.attention_backend}
-    optional = {"block_size": block.block_size, "markov_rank": block.markov_rank,
-                "markov_head_type": block.markov_head_type}
+    config: dict[str, Any] = {
+        "decoding_type": DECODING_TYPE,
+        **block.drafter_config(checkpoint),
+        "attention_backend": block.attention_backend,
+    }
+    optional = {
+        "block_size": block.block_size,
+        "markov_rank": block.markov_rank,
+        "markov_head_type": block.markov_head_type,
+    }
     return {**config, **{k: v for k, v in optional.items() if v is not None}}
 
 
-MODE = Mode("dspark", "DeepSeek's block drafter: a draft model over target layers proposes a block in one forward, "
-                      "refined token by token by a small Markov head", DSparkSpec,
-            backends=("pytorch",), extra_models=draft_checkpoint, speculative_config=_speculative_config,
-            drafter="model", draft_len=lambda block: block.max_draft_len,
-            engine_drafter=lambda block: EngineDrafter("DSpark draft", block.draft_model))
+MODE = Mode(
+    "dspark",
+    "DeepSeek's block drafter: a draft model over target layers proposes a block in one forward, "
+    "refined token by token by a small Markov head",
+    DSparkSpec,
+    backends=("pytorch",),
+    extra_models=draft_checkpoint,
+    speculative_config=_speculative_config,
+    drafter="model",
+    draft_len=lambda block: block.max_draft_len,
+    engine_drafter=lambda block: EngineDrafter("DSpark draft", block.draft_model),
+)

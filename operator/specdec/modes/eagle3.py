@@ -33,27 +33,39 @@ class Eagle3Spec(DynamicTree, DynamicSpeculation):
     model_config = validations(
         *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
         *DYNAMIC_TREE_RULES,
-        cel("!has(self.eagle3LayersToCapture) || self.eagle3LayersToCapture.all(l, "
+        cel(
+            "!has(self.eagle3LayersToCapture) || self.eagle3LayersToCapture.all(l, "
             "self.eagle3LayersToCapture.exists_one(m, m == l))",
-            "eagle3LayersToCapture lists each layer once (a set in TensorRT-LLM)", ".eagle3LayersToCapture"),
+            "eagle3LayersToCapture lists each layer once (a set in TensorRT-LLM)",
+            ".eagle3LayersToCapture",
+        ),
     )
 
     draft_model: ModelUri = Field(description=f"The EAGLE-3 draft head (speculative_model): {MODEL_URI_HELP}.")
     max_draft_len: int = Field(3, ge=1, le=32, description="Draft tokens per step (max_draft_len).")
     eagle3_model_arch: Literal["llama3", "mistral_large3"] = Field(
-        "llama3", description="The draft head's architecture (eagle3_model_arch).")
+        "llama3", description="The draft head's architecture (eagle3_model_arch)."
+    )
     eagle3_layers_to_capture: list[CapturedLayer] | None = Field(
-        None, min_length=1, max_length=64,
+        None,
+        min_length=1,
+        max_length=64,
         description="Target layers whose hidden states the head reads, -1 for the last (eagle3_layers_to_capture). "
-                    "Default: layers 1, numLayers/2 - 1 and numLayers - 4 (-1 for mistral_large3); set the layers "
-                    "the head was trained on.")
+        "Default: layers 1, numLayers/2 - 1 and numLayers - 4 (-1 for mistral_large3); set the layers "
+        "the head was trained on.",
+    )
     sa_config: SAEnhancer | None = Field(
-        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM).")
+        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM)."
+    )
 
 
 def _speculative_config(block: Eagle3Spec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"decoding_type": DECODING_TYPE, "max_draft_len": block.max_draft_len,
-                              "speculative_model": checkpoint(block.draft_model), **block.tree_config()}
+    config: dict[str, Any] = {
+        "decoding_type": DECODING_TYPE,
+        "max_draft_len": block.max_draft_len,
+        "speculative_model": checkpoint(block.draft_model),
+        **block.tree_config(),
+    }
     if block.eagle3_model_arch != "llama3":
         config["eagle3_model_arch"] = block.eagle3_model_arch
     if block.eagle3_layers_to_capture is not None:
@@ -63,7 +75,13 @@ def _speculative_config(block: Eagle3Spec, checkpoint: Callable[[str], str]) -> 
     return {**config, **block.dynamic_config()}
 
 
-MODE = Mode("eagle3", "an EAGLE-3 draft head on the target's hidden states proposes the tokens", Eagle3Spec,
-            backends=("pytorch",), extra_models=lambda block: (block.draft_model,),
-            speculative_config=_speculative_config, draft_len=lambda block: block.max_draft_len,
-            engine_drafter=lambda block: EngineDrafter("EAGLE-3 head", block.draft_model))
+MODE = Mode(
+    "eagle3",
+    "an EAGLE-3 draft head on the target's hidden states proposes the tokens",
+    Eagle3Spec,
+    backends=("pytorch",),
+    extra_models=lambda block: (block.draft_model,),
+    speculative_config=_speculative_config,
+    draft_len=lambda block: block.max_draft_len,
+    engine_drafter=lambda block: EngineDrafter("EAGLE-3 head", block.draft_model),
+)

@@ -98,8 +98,9 @@ class Mode:
     auto_draft_len: Callable[[Any], bool] = lambda block: False
     # Volumes the runtime pod writes besides its own (given the block, the deployment's name and its cache
     # claim): (volume, mount) pairs; the checkpoints are mounted read-only whatever the mode.
-    writable_volumes: Callable[[Any, str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = \
+    writable_volumes: Callable[[Any, str, str], list[tuple[dict[str, Any], dict[str, Any]]]] = (
         lambda block, deployment, cache_claim: []
+    )
 
     @property
     def field(self) -> str:
@@ -115,7 +116,12 @@ class Mode:
         rules = []
         if tuple(self.backends) != BACKENDS:
             served = ", ".join(self.backends)
-            rules.append(cel(f"{chosen} || self.backend in {list(self.backends)}",
-                             f"{self.name} is served by backend {served} only", ".speculation.mode"))
+            rules.append(
+                cel(
+                    f"{chosen} || self.backend in {list(self.backends)}",
+                    f"{self.name} is served by backend {served} only",
+                    ".speculation.mode",
+                )
+            )
         rules += [cel(f"{chosen} || ({r.rule})", r.message, r.field_path) for r in self.rules]
         return rules

@@ -29,14 +29,24 @@ THINKING_TOKEN_MAX = 10_000_000
 class RelaxedAcceptance(ApiModel):
     """Relaxed acceptance inside a reasoning model's thinking phase (use_relaxed_acceptance_for_thinking)."""
 
-    top_k: int = Field(1, ge=1, le=64, description="A draft token is accepted if it is among the target's top-k (relaxed_topk).")
-    delta: float = Field(0.0, ge=0, le=1, description="Only candidates with probability >= top-1 minus delta count (relaxed_delta).")
+    top_k: int = Field(
+        1, ge=1, le=64, description="A draft token is accepted if it is among the target's top-k (relaxed_topk)."
+    )
+    delta: float = Field(
+        0.0, ge=0, le=1, description="Only candidates with probability >= top-1 minus delta count (relaxed_delta)."
+    )
     begin_thinking_phase_token: int = Field(
-        128798, ge=0, le=THINKING_TOKEN_MAX,
-        description="Token id that opens the thinking phase, where relaxed acceptance applies (begin_thinking_phase_token).")
+        128798,
+        ge=0,
+        le=THINKING_TOKEN_MAX,
+        description="Token id that opens the thinking phase, where relaxed acceptance applies (begin_thinking_phase_token).",
+    )
     end_thinking_phase_token: int = Field(
-        128799, ge=0, le=THINKING_TOKEN_MAX,
-        description="Token id that closes it; strict acceptance resumes (end_thinking_phase_token).")
+        128799,
+        ge=0,
+        le=THINKING_TOKEN_MAX,
+        description="Token id that closes it; strict acceptance resumes (end_thinking_phase_token).",
+    )
 
 
 class MtpSpec(DynamicTree, DynamicSpeculation):
@@ -48,12 +58,23 @@ class MtpSpec(DynamicTree, DynamicSpeculation):
         cel("!self.useDynamicTree || has(self.maxDraftLen)", "useDynamicTree needs maxDraftLen", ".maxDraftLen"),
     )
 
-    max_draft_len: int | None = Field(None, ge=1, le=16, description="Draft tokens per step (max_draft_len). Default: the checkpoint's number of MTP layers.")
-    relaxed_acceptance: RelaxedAcceptance | None = Field(None, description="Set to accept near-misses in the thinking phase (reasoning models).")
-    use_mtp_vanilla: bool = Field(False, description="Run the MTP layers one after another (vanilla MTP); else a "
-                                                     "single-layer checkpoint drafts EAGLE-style (use_mtp_vanilla).")
+    max_draft_len: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="Draft tokens per step (max_draft_len). Default: the checkpoint's number of MTP layers.",
+    )
+    relaxed_acceptance: RelaxedAcceptance | None = Field(
+        None, description="Set to accept near-misses in the thinking phase (reasoning models)."
+    )
+    use_mtp_vanilla: bool = Field(
+        False,
+        description="Run the MTP layers one after another (vanilla MTP); else a "
+        "single-layer checkpoint drafts EAGLE-style (use_mtp_vanilla).",
+    )
     sa_config: SAEnhancer | None = Field(
-        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM).")
+        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM)."
+    )
 
 
 def _speculative_config(block: MtpSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
@@ -62,9 +83,13 @@ def _speculative_config(block: MtpSpec, checkpoint: Callable[[str], str]) -> dic
         config["max_draft_len"] = block.max_draft_len
     relaxed = block.relaxed_acceptance
     if relaxed is not None:
-        config.update(use_relaxed_acceptance_for_thinking=True, relaxed_topk=relaxed.top_k, relaxed_delta=relaxed.delta,
-                      begin_thinking_phase_token=relaxed.begin_thinking_phase_token,
-                      end_thinking_phase_token=relaxed.end_thinking_phase_token)
+        config.update(
+            use_relaxed_acceptance_for_thinking=True,
+            relaxed_topk=relaxed.top_k,
+            relaxed_delta=relaxed.delta,
+            begin_thinking_phase_token=relaxed.begin_thinking_phase_token,
+            end_thinking_phase_token=relaxed.end_thinking_phase_token,
+        )
     if block.use_mtp_vanilla:
         config["use_mtp_vanilla"] = True
     if block.sa_config is not None:
@@ -81,6 +106,12 @@ def _mtp_layers(block: MtpSpec) -> EngineDrafter:
     return EngineDrafter("MTP layers", kv_layers=layers)
 
 
-MODE = Mode("mtp", "the target's own multi-token-prediction layers propose the tokens", MtpSpec,
-            backends=("pytorch",), speculative_config=_speculative_config,
-            draft_len=lambda block: block.max_draft_len, engine_drafter=_mtp_layers)
+MODE = Mode(
+    "mtp",
+    "the target's own multi-token-prediction layers propose the tokens",
+    MtpSpec,
+    backends=("pytorch",),
+    speculative_config=_speculative_config,
+    draft_len=lambda block: block.max_draft_len,
+    engine_drafter=_mtp_layers,
+)

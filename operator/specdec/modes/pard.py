@@ -32,25 +32,40 @@ class PardSpec(DynamicSpeculation):
 
     model_config = validations(
         *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
-        cel("has(self.draftModel)",
+        cel(
+            "has(self.draftModel)",
             "pard needs its parallel draft checkpoint: set draftModel (e.g. hf://amd/PARD-Llama-3.2-1B for "
-            "Llama 3 targets)", ".draftModel"),
+            "Llama 3 targets)",
+            ".draftModel",
+        ),
     )
 
     draft_model: ModelUri | None = Field(
-        None, description=f"The PARD draft checkpoint (speculative_model), required: {MODEL_URI_HELP}.")
-    max_draft_len: int = Field(4, ge=1, le=32, description="Draft tokens per step (max_draft_len); the target "
-                                                            "verifies 2 x this many tokens per request.")
+        None, description=f"The PARD draft checkpoint (speculative_model), required: {MODEL_URI_HELP}."
+    )
+    max_draft_len: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="Draft tokens per step (max_draft_len); the target verifies 2 x this many tokens per request.",
+    )
     mask_token_id: int | None = Field(
-        None, ge=0, description="The mask token the draft fills (mask_token_id). Default: the draft "
-                                "checkpoint's config (typically its vocab_size).")
+        None,
+        ge=0,
+        description="The mask token the draft fills (mask_token_id). Default: the draft "
+        "checkpoint's config (typically its vocab_size).",
+    )
     sa_config: SAEnhancer | None = Field(
-        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM).")
+        None, description="Combine with suffix-automaton drafting (sa_config, beta in TensorRT-LLM)."
+    )
 
 
 def _speculative_config(block: PardSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"decoding_type": DECODING_TYPE, "max_draft_len": block.max_draft_len,
-                              "speculative_model": checkpoint(block.draft_model)}
+    config: dict[str, Any] = {
+        "decoding_type": DECODING_TYPE,
+        "max_draft_len": block.max_draft_len,
+        "speculative_model": checkpoint(block.draft_model),
+    }
     if block.mask_token_id is not None:
         config["mask_token_id"] = block.mask_token_id
     if block.sa_config is not None:
@@ -58,7 +73,14 @@ def _speculative_config(block: PardSpec, checkpoint: Callable[[str], str]) -> di
     return {**config, **block.dynamic_config()}
 
 
-MODE = Mode("pard", "a target-independent parallel draft model proposes all the tokens in one forward", PardSpec,
-            backends=("pytorch",), extra_models=lambda block: (block.draft_model,) if block.draft_model else (),
-            speculative_config=_speculative_config, drafter="model", draft_len=lambda block: block.max_draft_len,
-            engine_drafter=lambda block: EngineDrafter("PARD draft", block.draft_model))
+MODE = Mode(
+    "pard",
+    "a target-independent parallel draft model proposes all the tokens in one forward",
+    PardSpec,
+    backends=("pytorch",),
+    extra_models=lambda block: (block.draft_model,) if block.draft_model else (),
+    speculative_config=_speculative_config,
+    drafter="model",
+    draft_len=lambda block: block.max_draft_len,
+    engine_drafter=lambda block: EngineDrafter("PARD draft", block.draft_model),
+)

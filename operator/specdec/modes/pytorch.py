@@ -25,9 +25,10 @@ from pydantic import Field, model_validator
 
 from specdec.schema.base import ApiModel, cel, validations
 
-PYTORCH_FP8 = ("quantization fp8 is prepared on the engine path only (quantize.py); with backend pytorch serve a "
-               "checkpoint that is FP8 already, with quantization: none, or use backend tensorrt")
-
+PYTORCH_FP8 = (
+    "quantization fp8 is prepared on the engine path only (quantize.py); with backend pytorch serve a "
+    "checkpoint that is FP8 already, with quantization: none, or use backend tensorrt"
+)
 
 
 MAX_SCHEDULE_TIERS = 16
@@ -35,23 +36,38 @@ DraftLenTier = Annotated[int, Field(ge=0, le=64)]
 
 
 SCHEDULE_RULES = (
-    cel("has(self.acceptanceRateWindowSize) == has(self.acceptanceRateThreshold)",
-        "acceptanceRateWindowSize and acceptanceRateThreshold go together", ".acceptanceRateThreshold"),
-    cel("!(has(self.maxConcurrency) && has(self.draftLenSchedule))",
+    cel(
+        "has(self.acceptanceRateWindowSize) == has(self.acceptanceRateThreshold)",
+        "acceptanceRateWindowSize and acceptanceRateThreshold go together",
+        ".acceptanceRateThreshold",
+    ),
+    cel(
+        "!(has(self.maxConcurrency) && has(self.draftLenSchedule))",
         "set maxConcurrency (speculation off above a batch size) or draftLenSchedule (draft lengths by batch "
-        "size, off above its largest), not both", ".draftLenSchedule"),
-    cel("!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, k.matches('^[1-9][0-9]{0,5}$'))",
-        "draftLenSchedule's keys are batch sizes: integers from 1 to 999999", ".draftLenSchedule"),
-    cel("!has(self.draftLenSchedule) || !has(self.maxDraftLen) || "
+        "size, off above its largest), not both",
+        ".draftLenSchedule",
+    ),
+    cel(
+        "!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, k.matches('^[1-9][0-9]{0,5}$'))",
+        "draftLenSchedule's keys are batch sizes: integers from 1 to 999999",
+        ".draftLenSchedule",
+    ),
+    cel(
+        "!has(self.draftLenSchedule) || !has(self.maxDraftLen) || "
         "self.draftLenSchedule.all(k, self.draftLenSchedule[k] <= self.maxDraftLen)",
-        "draftLenSchedule's draft lengths are at most maxDraftLen", ".draftLenSchedule"),
+        "draftLenSchedule's draft lengths are at most maxDraftLen",
+        ".draftLenSchedule",
+    ),
 )
 SMALLEST_TIER = "draftLenSchedule's smallest batch size drafts maxDraftLen tokens"
 # Where the drafter runs inside the target's engine (every mode here but NGram): no tier of 0 (above).
-NO_ZERO_TIER = cel("!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, self.draftLenSchedule[k] > 0)",
-                   "a draftLenSchedule tier of 0 leaves this mode's drafter stale on the pinned TensorRT-LLM release "
-                   "(its drafter runs inside the target's engine): end the schedule at its last non-zero tier "
-                   "(batch sizes above the largest key draft nothing)", ".draftLenSchedule")
+NO_ZERO_TIER = cel(
+    "!has(self.draftLenSchedule) || self.draftLenSchedule.all(k, self.draftLenSchedule[k] > 0)",
+    "a draftLenSchedule tier of 0 leaves this mode's drafter stale on the pinned TensorRT-LLM release "
+    "(its drafter runs inside the target's engine): end the schedule at its last non-zero tier "
+    "(batch sizes above the largest key draft nothing)",
+    ".draftLenSchedule",
+)
 
 
 class DynamicSpeculation(ApiModel):
@@ -63,17 +79,32 @@ class DynamicSpeculation(ApiModel):
     model_config = validations(*SCHEDULE_RULES, NO_ZERO_TIER)
 
     max_concurrency: int | None = Field(
-        None, ge=1, le=65536, description="Speculation is off at batch sizes above this (max_concurrency). Default: always on.")
+        None,
+        ge=1,
+        le=65536,
+        description="Speculation is off at batch sizes above this (max_concurrency). Default: always on.",
+    )
     draft_len_schedule: dict[str, DraftLenTier] | None = Field(
-        None, min_length=1, max_length=MAX_SCHEDULE_TIERS,
+        None,
+        min_length=1,
+        max_length=MAX_SCHEDULE_TIERS,
         description="Draft length by batch size (draft_len_schedule): each key is the largest batch size of its "
-                    "tier, e.g. {\"4\": 4, \"8\": 2, \"32\": 1}; the smallest key's length is maxDraftLen, none is "
-                    "above it; batch sizes above the largest key draft nothing. A tier of 0 is refused where the "
-                    "drafter runs inside the target's engine (every mode but ngram on the pinned release).")
+        'tier, e.g. {"4": 4, "8": 2, "32": 1}; the smallest key\'s length is maxDraftLen, none is '
+        "above it; batch sizes above the largest key draft nothing. A tier of 0 is refused where the "
+        "drafter runs inside the target's engine (every mode but ngram on the pinned release).",
+    )
     acceptance_rate_window_size: int | None = Field(
-        None, ge=1, le=1000000, description="Decoding iterations averaged for the acceptance-rate cut-off (acceptance_rate_window_size).")
+        None,
+        ge=1,
+        le=1000000,
+        description="Decoding iterations averaged for the acceptance-rate cut-off (acceptance_rate_window_size).",
+    )
     acceptance_rate_threshold: float | None = Field(
-        None, ge=0, le=1, description="Speculation turns off for good when the average acceptance rate over the window drops below this (acceptance_rate_threshold).")
+        None,
+        ge=0,
+        le=1,
+        description="Speculation turns off for good when the average acceptance rate over the window drops below this (acceptance_rate_threshold).",
+    )
 
     @model_validator(mode="after")
     def _smallest_tier_drafts_max_draft_len(self):
@@ -85,11 +116,17 @@ class DynamicSpeculation(ApiModel):
         return self
 
     def dynamic_config(self) -> dict[str, Any]:
-        schedule = ({int(k): v for k, v in sorted(self.draft_len_schedule.items(), key=lambda kv: int(kv[0]))}
-                    if self.draft_len_schedule else None)
-        fields = {"max_concurrency": self.max_concurrency, "draft_len_schedule": schedule,
-                  "acceptance_rate_window_size": self.acceptance_rate_window_size,
-                  "acceptance_rate_threshold": self.acceptance_rate_threshold}
+        schedule = (
+            {int(k): v for k, v in sorted(self.draft_len_schedule.items(), key=lambda kv: int(kv[0]))}
+            if self.draft_len_schedule
+            else None
+        )
+        fields = {
+            "max_concurrency": self.max_concurrency,
+            "draft_len_schedule": schedule,
+            "acceptance_rate_window_size": self.acceptance_rate_window_size,
+            "acceptance_rate_threshold": self.acceptance_rate_threshold,
+        }
         return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -97,10 +134,16 @@ class SAEnhancer(ApiModel):
     """The suffix-automaton enhancer (sa_config, SAEnhancerConfig, beta in TensorRT-LLM): a long enough suffix
     match in the request's tokens overrides the neural draft's tokens."""
 
-    threshold: int = Field(4, ge=1, le=1024, description="Suffix-match length from which the automaton's "
-                                                          "tokens replace the draft's (threshold).")
-    enable_global_pool: bool = Field(False, description="Each request searches every active request's automaton, "
-                                                        "not only its own (enable_global_pool).")
+    threshold: int = Field(
+        4,
+        ge=1,
+        le=1024,
+        description="Suffix-match length from which the automaton's tokens replace the draft's (threshold).",
+    )
+    enable_global_pool: bool = Field(
+        False,
+        description="Each request searches every active request's automaton, not only its own (enable_global_pool).",
+    )
 
     def config(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "enable_global_pool": self.enable_global_pool}
@@ -110,13 +153,21 @@ class DynamicTree(ApiModel):
     """The dynamic draft tree (EAGLE-2 style) of Eagle3 and MTP: each draft step expands dynamicTreeMaxTopK
     candidates per node; the tree holds maxTotalDraftTokens tokens (default: dynamicTreeMaxTopK x maxDraftLen)."""
 
-    use_dynamic_tree: bool = Field(False, description="Dynamic draft tree instead of a chain (use_dynamic_tree). "
-                                                      "Not for models with sliding-window attention or MLA.")
+    use_dynamic_tree: bool = Field(
+        False,
+        description="Dynamic draft tree instead of a chain (use_dynamic_tree). "
+        "Not for models with sliding-window attention or MLA.",
+    )
     dynamic_tree_max_top_k: int | None = Field(
-        None, ge=1, le=64, description="Candidates per node and draft step of the dynamic tree (dynamic_tree_max_topK).")
+        None, ge=1, le=64, description="Candidates per node and draft step of the dynamic tree (dynamic_tree_max_topK)."
+    )
     max_total_draft_tokens: int | None = Field(
-        None, ge=1, le=2048, description="Draft tokens in the tree, from maxDraftLen to dynamicTreeMaxTopK x "
-                                         "maxDraftLen (max_total_draft_tokens). Default: the latter.")
+        None,
+        ge=1,
+        le=2048,
+        description="Draft tokens in the tree, from maxDraftLen to dynamicTreeMaxTopK x "
+        "maxDraftLen (max_total_draft_tokens). Default: the latter.",
+    )
 
     def tree_config(self) -> dict[str, Any]:
         if not self.use_dynamic_tree:
@@ -128,13 +179,21 @@ class DynamicTree(ApiModel):
 
 
 DYNAMIC_TREE_RULES = (
-    cel("!has(self.dynamicTreeMaxTopK) || self.useDynamicTree",
-        "dynamicTreeMaxTopK applies with useDynamicTree: true", ".dynamicTreeMaxTopK"),
-    cel("!self.useDynamicTree || has(self.dynamicTreeMaxTopK)",
-        "useDynamicTree needs dynamicTreeMaxTopK", ".useDynamicTree"),
-    cel("!has(self.maxTotalDraftTokens) || (self.useDynamicTree && has(self.maxDraftLen) && has(self.dynamicTreeMaxTopK) && "
+    cel(
+        "!has(self.dynamicTreeMaxTopK) || self.useDynamicTree",
+        "dynamicTreeMaxTopK applies with useDynamicTree: true",
+        ".dynamicTreeMaxTopK",
+    ),
+    cel(
+        "!self.useDynamicTree || has(self.dynamicTreeMaxTopK)",
+        "useDynamicTree needs dynamicTreeMaxTopK",
+        ".useDynamicTree",
+    ),
+    cel(
+        "!has(self.maxTotalDraftTokens) || (self.useDynamicTree && has(self.maxDraftLen) && has(self.dynamicTreeMaxTopK) && "
         "self.maxTotalDraftTokens >= self.maxDraftLen && self.maxTotalDraftTokens <= "
         "self.dynamicTreeMaxTopK * self.maxDraftLen)",
         "maxTotalDraftTokens sizes a dynamic tree: from maxDraftLen to dynamicTreeMaxTopK x maxDraftLen",
-        ".maxTotalDraftTokens"),
+        ".maxTotalDraftTokens",
+    ),
 )

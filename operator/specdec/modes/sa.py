@@ -34,31 +34,49 @@ class SASpec(DynamicSpeculation):
 
     model_config = validations(
         *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
-        cel("self.maxMatchingNgramSize != 0",
+        cel(
+            "self.maxMatchingNgramSize != 0",
             "maxMatchingNgramSize is -1 (the longest match) or a fixed n-gram size of 1 or more",
-            ".maxMatchingNgramSize"),
-        cel(f"!self.enableGlobalPool || self.maxMatchingNgramSize <= {GLOBAL_POOL_MATCH}",
+            ".maxMatchingNgramSize",
+        ),
+        cel(
+            f"!self.enableGlobalPool || self.maxMatchingNgramSize <= {GLOBAL_POOL_MATCH}",
             f"with enableGlobalPool, maxMatchingNgramSize is -1 or at most {GLOBAL_POOL_MATCH}",
-            ".maxMatchingNgramSize"),
+            ".maxMatchingNgramSize",
+        ),
     )
 
     max_draft_len: int = Field(4, ge=1, le=32, description="Draft tokens per step (max_draft_len).")
     max_matching_ngram_size: int = Field(
-        LONGEST_MATCH, ge=-1, le=1024,
+        LONGEST_MATCH,
+        ge=-1,
+        le=1024,
         description="-1: the longest suffix match; a positive value: n-grams of that fixed size "
-                    "(max_matching_ngram_size).")
+        "(max_matching_ngram_size).",
+    )
     enable_global_pool: bool = Field(
-        False, description="Each request searches every active request's automaton, not only its own "
-                           "(enable_global_pool; at most 1024 slots, matches capped at 64 tokens).")
+        False,
+        description="Each request searches every active request's automaton, not only its own "
+        "(enable_global_pool; at most 1024 slots, matches capped at 64 tokens).",
+    )
 
 
 def _speculative_config(block: SASpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    return {"decoding_type": DECODING_TYPE, "max_draft_len": block.max_draft_len,
-            "max_matching_ngram_size": block.max_matching_ngram_size,
-            "enable_global_pool": block.enable_global_pool, **block.dynamic_config()}
+    return {
+        "decoding_type": DECODING_TYPE,
+        "max_draft_len": block.max_draft_len,
+        "max_matching_ngram_size": block.max_matching_ngram_size,
+        "enable_global_pool": block.enable_global_pool,
+        **block.dynamic_config(),
+    }
 
 
-MODE = Mode("sa", "a suffix automaton over the prompt and output proposes the tokens inside the target's "
-                  "forward (no draft model)",
-            SASpec, backends=("pytorch",), speculative_config=_speculative_config, drafter="lookup",
-            draft_len=lambda block: block.max_draft_len)
+MODE = Mode(
+    "sa",
+    "a suffix automaton over the prompt and output proposes the tokens inside the target's forward (no draft model)",
+    SASpec,
+    backends=("pytorch",),
+    speculative_config=_speculative_config,
+    drafter="lookup",
+    draft_len=lambda block: block.max_draft_len,
+)

@@ -39,13 +39,21 @@ class CaptureOutput(ApiModel):
     """Where the captured hidden states go."""
 
     claim_name: str | None = Field(
-        None, min_length=1, max_length=253, pattern=k8s.DNS_SUBDOMAIN,
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=k8s.DNS_SUBDOMAIN,
         description="An existing ReadWriteMany claim in this namespace to write to. Default: the deployment's "
-                    "cache claim (spec.cache). The claim's size bounds what is captured.")
+        "cache claim (spec.cache). The claim's size bounds what is captured.",
+    )
     path: str | None = Field(
-        None, min_length=1, max_length=512, pattern=RELATIVE_PATH,
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=RELATIVE_PATH,
         description="The capture directory inside the claim (created if missing); give each deployment its own: "
-                    "TensorRT-LLM numbers files from 1 on every start. Default: hidden-states/<deployment name>.")
+        "TensorRT-LLM numbers files from 1 on every start. Default: hidden-states/<deployment name>.",
+    )
 
 
 class SaveStateSpec(ApiModel):
@@ -53,26 +61,45 @@ class SaveStateSpec(ApiModel):
     the captured layers and the requests' token ids are written to the capture directory."""
 
     model_config = validations(
-        cel("!has(self.eagle3LayersToCapture) || self.eagle3LayersToCapture.all(l, "
+        cel(
+            "!has(self.eagle3LayersToCapture) || self.eagle3LayersToCapture.all(l, "
             "self.eagle3LayersToCapture.exists_one(m, m == l))",
-            "eagle3LayersToCapture lists each layer once (a set in TensorRT-LLM)", ".eagle3LayersToCapture"),
+            "eagle3LayersToCapture lists each layer once (a set in TensorRT-LLM)",
+            ".eagle3LayersToCapture",
+        ),
     )
 
     output: CaptureOutput = Field(default_factory=CaptureOutput, description="Where the files go.")
-    write_interval: int = Field(20, ge=1, le=100000, description="Requests between two writes of the "
-                                                                 "accumulated hidden states (write_interval).")
-    file_prefix: str = Field(FILE_PREFIX, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                             description="File names are <filePrefix>_<iteration>.pt (file_prefix).")
+    write_interval: int = Field(
+        20,
+        ge=1,
+        le=100000,
+        description="Requests between two writes of the accumulated hidden states (write_interval).",
+    )
+    file_prefix: str = Field(
+        FILE_PREFIX,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="File names are <filePrefix>_<iteration>.pt (file_prefix).",
+    )
     eagle3_layers_to_capture: list[CapturedLayer] | None = Field(
-        None, min_length=1, max_length=64,
+        None,
+        min_length=1,
+        max_length=64,
         description="Target layers whose hidden states are written, -1 for the final post-norm state "
-                    "(eagle3_layers_to_capture). Default: EAGLE-3's three layers plus the post-norm state; "
-                    "set the layers the EAGLE-3 head to train reads.")
+        "(eagle3_layers_to_capture). Default: EAGLE-3's three layers plus the post-norm state; "
+        "set the layers the EAGLE-3 head to train reads.",
+    )
 
 
 def _speculative_config(block: SaveStateSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"decoding_type": DECODING_TYPE, "output_directory": CAPTURE_MOUNT,
-                              "write_interval": block.write_interval, "file_prefix": block.file_prefix}
+    config: dict[str, Any] = {
+        "decoding_type": DECODING_TYPE,
+        "output_directory": CAPTURE_MOUNT,
+        "write_interval": block.write_interval,
+        "file_prefix": block.file_prefix,
+    }
     if block.eagle3_layers_to_capture is not None:
         config["eagle3_layers_to_capture"] = sorted(block.eagle3_layers_to_capture)
     return config
@@ -83,19 +110,35 @@ def capture_place(block: SaveStateSpec, deployment: str, cache_claim: str) -> tu
     return block.output.claim_name or cache_claim, block.output.path or f"hidden-states/{deployment}"
 
 
-def capture_volume(block: SaveStateSpec, deployment: str,
-                   cache_claim: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def capture_volume(
+    block: SaveStateSpec, deployment: str, cache_claim: str
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The runtime pod's writable volume and mount of the capture directory (only that directory of the claim)."""
     claim, path = capture_place(block, deployment, cache_claim)
-    return [({"name": CAPTURE_VOLUME, "persistentVolumeClaim": {"claimName": claim}},
-             {"name": CAPTURE_VOLUME, "mountPath": CAPTURE_MOUNT, "subPath": path})]
+    return [
+        (
+            {"name": CAPTURE_VOLUME, "persistentVolumeClaim": {"claimName": claim}},
+            {"name": CAPTURE_VOLUME, "mountPath": CAPTURE_MOUNT, "subPath": path},
+        )
+    ]
 
 
 # drafter "lookup": nothing drafts, so no draft-model time; draft_len None: no draft tokens.
-MODE = Mode("saveState", "no speculation: the target writes its hidden states to files, the training data of an "
-                         "EAGLE-3 head", SaveStateSpec,
-            backends=("pytorch",),
-            rules=(Rule("!has(self.runtime) || !has(self.runtime.replicas) || self.runtime.replicas <= 1",
-                        "saveState serves one runtime replica: every server numbers its files from 1 in the one "
-                        "capture directory, so a second would write over the first's", ".runtime.replicas"),), speculative_config=_speculative_config, drafter="lookup",
-            writable_volumes=capture_volume, speculates=False)
+MODE = Mode(
+    "saveState",
+    "no speculation: the target writes its hidden states to files, the training data of an EAGLE-3 head",
+    SaveStateSpec,
+    backends=("pytorch",),
+    rules=(
+        Rule(
+            "!has(self.runtime) || !has(self.runtime.replicas) || self.runtime.replicas <= 1",
+            "saveState serves one runtime replica: every server numbers its files from 1 in the one "
+            "capture directory, so a second would write over the first's",
+            ".runtime.replicas",
+        ),
+    ),
+    speculative_config=_speculative_config,
+    drafter="lookup",
+    writable_volumes=capture_volume,
+    speculates=False,
+)

@@ -43,8 +43,11 @@ class Windows:
 
 
 def _rate(metric: str, window: str, by: str = BY_DEPLOYMENT, selector: str = "") -> str:
-    return f"sum by ({by}) (rate({metric}{{{selector}}}[{window}]))" if selector else \
-        f"sum by ({by}) (rate({metric}[{window}]))"
+    return (
+        f"sum by ({by}) (rate({metric}{{{selector}}}[{window}]))"
+        if selector
+        else f"sum by ({by}) (rate({metric}[{window}]))"
+    )
 
 
 def speedup(window: str) -> str:
@@ -65,80 +68,110 @@ def rules(w: Windows = Windows()) -> list[dict[str, Any]]:
     """The rule groups, in the shape of a rule file's (and a PrometheusRule's spec) `groups`."""
     per = "{{ $labels.namespace }}/{{ $labels.deployment }}"
     runtime = [
-        {"alert": "SpecdecSpeculationNotPayingOff",
-         "expr": f"{speedup(w.rate)} < 1",
-         "for": w.not_paying,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": f"Speculation on {per} is slower than the target alone",
-             "description": "Estimated speedup {{ $value | printf \"%.2f\" }}x over " + w.rate +
-                            ": the draft tokens cost more than the accepted ones save. Lower draftLen, pick a "
-                            "better-matched draft model, or turn speculation off (mode none)."}},
-        {"alert": "SpecdecAcceptanceCollapsed",
-         "expr": f"({acceptance(w.rate)}) < 0.5 * ({acceptance(w.baseline)})",
-         "for": w.collapsed,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": f"Draft acceptance on {per} fell to less than half its {w.baseline} average",
-             "description": "Acceptance rate {{ $value | printf \"%.3f\" }} over " + w.rate + ". The traffic "
-                            "changed (a domain the draft was not trained on) or the draft and target no longer "
-                            "match (a changed checkpoint or tokenizer)."}},
-        {"alert": "SpecdecSpeculationNotDrafting",
-         "expr": (f"({_rate(REQUESTS, w.rate, selector=OK)} > 0) "
-                  f"unless on ({BY_DEPLOYMENT}) ({_rate(COUNTERS['draft'], w.rate)} > 0) "
-                  f"unless on ({BY_DEPLOYMENT}) (max by ({BY_DEPLOYMENT}) (specdec_runtime_info{{mode=\"none\"}}))"),
-         "for": w.not_drafting,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": f"{per} serves requests but drafts no tokens",
-             "description": "Speculation is configured but the backend proposed no draft tokens over " + w.rate +
-                            ": check the runtime's backend configuration (speculative_config, the draft "
-                            "engine) and its logs."}},
+        {
+            "alert": "SpecdecSpeculationNotPayingOff",
+            "expr": f"{speedup(w.rate)} < 1",
+            "for": w.not_paying,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"Speculation on {per} is slower than the target alone",
+                "description": 'Estimated speedup {{ $value | printf "%.2f" }}x over '
+                + w.rate
+                + ": the draft tokens cost more than the accepted ones save. Lower draftLen, pick a "
+                "better-matched draft model, or turn speculation off (mode none).",
+            },
+        },
+        {
+            "alert": "SpecdecAcceptanceCollapsed",
+            "expr": f"({acceptance(w.rate)}) < 0.5 * ({acceptance(w.baseline)})",
+            "for": w.collapsed,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"Draft acceptance on {per} fell to less than half its {w.baseline} average",
+                "description": 'Acceptance rate {{ $value | printf "%.3f" }} over ' + w.rate + ". The traffic "
+                "changed (a domain the draft was not trained on) or the draft and target no longer "
+                "match (a changed checkpoint or tokenizer).",
+            },
+        },
+        {
+            "alert": "SpecdecSpeculationNotDrafting",
+            "expr": (
+                f"({_rate(REQUESTS, w.rate, selector=OK)} > 0) "
+                f"unless on ({BY_DEPLOYMENT}) ({_rate(COUNTERS['draft'], w.rate)} > 0) "
+                f'unless on ({BY_DEPLOYMENT}) (max by ({BY_DEPLOYMENT}) (specdec_runtime_info{{mode="none"}}))'
+            ),
+            "for": w.not_drafting,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"{per} serves requests but drafts no tokens",
+                "description": "Speculation is configured but the backend proposed no draft tokens over "
+                + w.rate
+                + ": check the runtime's backend configuration (speculative_config, the draft "
+                "engine) and its logs.",
+            },
+        },
     ]
     operator = [
-        {"alert": "SpecdecEngineBuildFailing",
-         "expr": f'max by (namespace) ({ENGINE_BUILDS}{{phase="Failed"}}) > 0',
-         "for": w.failing,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "EngineBuilds are Failed",
-             "description": "{{ $value }} EngineBuild(s) in phase Failed: `kubectl get enginebuilds -A` and "
-                            "their status.conditions say why."}},
-        {"alert": "SpecdecModelFetchFailing",
-         "expr": f'max by (namespace) ({MODEL_CACHES}{{phase="Failed"}}) > 0',
-         "for": w.failing,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "ModelCaches are Failed (checkpoint fetch)",
-             "description": "{{ $value }} ModelCache(s) in phase Failed: `kubectl get modelcaches -A` and "
-                            "their status.conditions say why (credentials, a missing revision, disk)."}},
-        {"alert": "SpecdecOperatorDown",
-         "expr": f"absent(up{{{OPERATOR_JOB}}} == 1)",
-         "for": w.operator_down,
-         "labels": {"severity": "critical"},
-         "annotations": {
-             "summary": "No specdec operator is scraped",
-             "description": "No operator replica answered Prometheus for " + w.operator_down + ": nothing "
-                            "reconciles SpeculativeDeployments, EngineBuilds or ModelCaches."}},
-        {"alert": "SpecdecOperatorNotLeading",
-         "expr": (f"(max({SPECULATIVE_DEPLOYMENTS}) > 0) "
-                  f"unless (sum(rate({RECONCILES}[{w.leading}])) > 0)"),
-         "for": w.not_leading,
-         "labels": {"severity": "critical"},
-         "annotations": {
-             "summary": "No specdec operator replica is leading",
-             "description": "Operators run and see SpeculativeDeployments, but none reconciled anything in "
-                            + w.leading + " (a leader reconciles everything every resync; standbys count no "
-                            "reconciles): check the leader-election Lease and the operators' logs."}},
-        {"alert": "SpecdecReconcileErrors",
-         "expr": (f'{_rate(RECONCILES, w.rate, by="kind", selector=ERROR)} '
-                  f"/ {_rate(RECONCILES, w.rate, by='kind')} > 0.1"),
-         "for": w.reconcile_errors,
-         "labels": {"severity": "warning"},
-         "annotations": {
-             "summary": "{{ $labels.kind }} reconciles fail",
-             "description": "{{ $value | humanizePercentage }} of {{ $labels.kind }} reconciles over " + w.rate +
-                            " raised an error: the operator's log has the tracebacks."}},
+        {
+            "alert": "SpecdecEngineBuildFailing",
+            "expr": f'max by (namespace) ({ENGINE_BUILDS}{{phase="Failed"}}) > 0',
+            "for": w.failing,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "EngineBuilds are Failed",
+                "description": "{{ $value }} EngineBuild(s) in phase Failed: `kubectl get enginebuilds -A` and "
+                "their status.conditions say why.",
+            },
+        },
+        {
+            "alert": "SpecdecModelFetchFailing",
+            "expr": f'max by (namespace) ({MODEL_CACHES}{{phase="Failed"}}) > 0',
+            "for": w.failing,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "ModelCaches are Failed (checkpoint fetch)",
+                "description": "{{ $value }} ModelCache(s) in phase Failed: `kubectl get modelcaches -A` and "
+                "their status.conditions say why (credentials, a missing revision, disk).",
+            },
+        },
+        {
+            "alert": "SpecdecOperatorDown",
+            "expr": f"absent(up{{{OPERATOR_JOB}}} == 1)",
+            "for": w.operator_down,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "No specdec operator is scraped",
+                "description": "No operator replica answered Prometheus for " + w.operator_down + ": nothing "
+                "reconciles SpeculativeDeployments, EngineBuilds or ModelCaches.",
+            },
+        },
+        {
+            "alert": "SpecdecOperatorNotLeading",
+            "expr": (f"(max({SPECULATIVE_DEPLOYMENTS}) > 0) unless (sum(rate({RECONCILES}[{w.leading}])) > 0)"),
+            "for": w.not_leading,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "No specdec operator replica is leading",
+                "description": "Operators run and see SpeculativeDeployments, but none reconciled anything in "
+                + w.leading
+                + " (a leader reconciles everything every resync; standbys count no "
+                "reconciles): check the leader-election Lease and the operators' logs.",
+            },
+        },
+        {
+            "alert": "SpecdecReconcileErrors",
+            "expr": (
+                f"{_rate(RECONCILES, w.rate, by='kind', selector=ERROR)} / {_rate(RECONCILES, w.rate, by='kind')} > 0.1"
+            ),
+            "for": w.reconcile_errors,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.kind }} reconciles fail",
+                "description": "{{ $value | humanizePercentage }} of {{ $labels.kind }} reconciles over "
+                + w.rate
+                + " raised an error: the operator's log has the tracebacks.",
+            },
+        },
     ]
     return [{"name": "specdec-runtime", "rules": runtime}, {"name": "specdec-operator", "rules": operator}]
 

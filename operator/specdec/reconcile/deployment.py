@@ -28,9 +28,19 @@ from specdec.status.shared import BuildState
 class DeploymentController:
     """`forget(namespace, name)`: drop what is kept of a deployment that is gone."""
 
-    def __init__(self, kube: Kube, plans: PlanMemo, inputs: DeploymentInputs, runtime: RuntimeApplier,
-                 status: DeploymentStatusWriter, service_failures: ServiceFailures, backoff: Backoff,
-                 locks: Locks, forget: Callable[[str, str], None], active: Callable[[], bool]):
+    def __init__(
+        self,
+        kube: Kube,
+        plans: PlanMemo,
+        inputs: DeploymentInputs,
+        runtime: RuntimeApplier,
+        status: DeploymentStatusWriter,
+        service_failures: ServiceFailures,
+        backoff: Backoff,
+        locks: Locks,
+        forget: Callable[[str, str], None],
+        active: Callable[[], bool],
+    ):
         self.kube = kube
         self.plans = plans
         self.inputs = inputs
@@ -81,7 +91,8 @@ class DeploymentController:
                 log_failure("SpeculativeDeployment", namespace, name, error)
                 failure = failure_condition(error)
             deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(
-                common.ANNOTATION_ENGINE_BUILDS, "")
+                common.ANNOTATION_ENGINE_BUILDS, ""
+            )
             previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
             in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n} | set(previous))
         pods = []
@@ -91,9 +102,19 @@ class DeploymentController:
         service_failure = self.service_failures.get(namespace, name)
         if not failed and isinstance(result, Plan) and service_failure:  # the Service lane retries it, tells us
             failure = failure_condition(service_failure[1])
-        phase, conds = deployment_conditions(DeploymentInput(
-            result, states, deployment, current, endpoint(result) if isinstance(result, Plan) else None,
-            failure=failure, pods=pods, caches=caches, service_current=service_current,
-            served_before=served_this_generation(sd)))
+        phase, conds = deployment_conditions(
+            DeploymentInput(
+                result,
+                states,
+                deployment,
+                current,
+                endpoint(result) if isinstance(result, Plan) else None,
+                failure=failure,
+                pods=pods,
+                caches=caches,
+                service_current=service_current,
+                served_before=served_this_generation(sd),
+            )
+        )
         self.status.write(sd, result, phase, conds, deployment, in_use)
         return failed

@@ -31,9 +31,13 @@ def worth_an_event(old_ready: dict[str, Any], ready: conditions.Cond, old_phase:
 
 def progress_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
     """Whether `desired` differs from `current` in a rollout's progress only: counts and condition messages."""
+
     def state(status: dict[str, Any]) -> tuple:
-        return ({k: status.get(k) for k in desired if k not in PROGRESS_FIELDS},
-                {(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []})
+        return (
+            {k: status.get(k) for k in desired if k not in PROGRESS_FIELDS},
+            {(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []},
+        )
+
     return state(current) == state(desired)
 
 
@@ -41,15 +45,27 @@ class DeploymentStatusWriter:
     """`published(namespace, name, generation)`: what the speculation monitor measured for that generation
     (.status, .condition), or None; `captured(...)` the same for a saveState capture (specdec.capture_watch)."""
 
-    def __init__(self, kube: Kube, pacing: WritePacing, published: Callable[[str, str, Any], Any],
-                 captured: Callable[[str, str, Any], Any] = lambda namespace, name, generation: None):
+    def __init__(
+        self,
+        kube: Kube,
+        pacing: WritePacing,
+        published: Callable[[str, str, Any], Any],
+        captured: Callable[[str, str, Any], Any] = lambda namespace, name, generation: None,
+    ):
         self.kube = kube
         self.pacing = pacing
         self.published = published
         self.captured = captured
 
-    def write(self, sd: dict[str, Any], result: Plan | Problem, phase: str, conds: list[conditions.Cond],
-              deployment: dict[str, Any] | None, in_use: list[str]) -> None:
+    def write(
+        self,
+        sd: dict[str, Any],
+        result: Plan | Problem,
+        phase: str,
+        conds: list[conditions.Cond],
+        deployment: dict[str, Any] | None,
+        in_use: list[str],
+    ) -> None:
         """`deployment` may still run the previous engines: its pods are what serves now."""
         meta = sd["metadata"]
         status = sd.get("status") or {}
@@ -62,9 +78,14 @@ class DeploymentStatusWriter:
         if isinstance(result, Plan):
             dstatus = (deployment or {}).get("status") or {}
             desired.update(
-                replicas=dstatus.get("replicas", 0), readyReplicas=dstatus.get("readyReplicas", 0),
+                replicas=dstatus.get("replicas", 0),
+                readyReplicas=dstatus.get("readyReplicas", 0),
                 selector=",".join(f"{k}={v}" for k, v in selector_labels(result).items()),
-                endpoint=endpoint(result), speculation=None, rearm=None, capture=None)
+                endpoint=endpoint(result),
+                speculation=None,
+                rearm=None,
+                capture=None,
+            )
             if modes.MODES[result.spec.speculation.mode].speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
@@ -78,8 +99,9 @@ class DeploymentStatusWriter:
         if self.pacing.later(key, progress_only(status, desired)):
             return
         try:
-            self.kube.patch("SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired},
-                            subresource="status")
+            self.kube.patch(
+                "SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired}, subresource="status"
+            )
             self.pacing.written(key)
         except ApiException as error:
             if error.status == 404:  # deleted meanwhile (or its namespace is going): nothing to tell
@@ -90,8 +112,9 @@ class DeploymentStatusWriter:
         if worth_an_event(old_ready, ready, status.get("phase"), phase):
             self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
 
-    def _speculation_status(self, sd: dict[str, Any], status: dict[str, Any]
-                            ) -> tuple[dict | None, conditions.Cond, conditions.Cond, dict | None]:
+    def _speculation_status(
+        self, sd: dict[str, Any], status: dict[str, Any]
+    ) -> tuple[dict | None, conditions.Cond, conditions.Cond, dict | None]:
         """status.speculation, SpeculationEffective, SpeculationActive and status.rearm: what the monitor
         published for this generation; else what status says (a new leader has not measured yet); else Unknown."""
         meta = sd["metadata"]
@@ -100,14 +123,14 @@ class DeploymentStatusWriter:
         if published:
             return published.status, published.condition, published.active, rearm
         said = {c.get("type"): c for c in status.get("conditions") or []}
-        active = conditions.Cond.from_dict(said[SPECULATION_ACTIVE]) if SPECULATION_ACTIVE in said \
-            else ACTIVE_NO_TRAFFIC
+        active = (
+            conditions.Cond.from_dict(said[SPECULATION_ACTIVE]) if SPECULATION_ACTIVE in said else ACTIVE_NO_TRAFFIC
+        )
         if SPECULATION_EFFECTIVE in said and status.get("speculation"):
             return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
         return None, NO_TRAFFIC, active, rearm
 
-    def _capture_status(self, sd: dict[str, Any], status: dict[str, Any]
-                        ) -> tuple[dict | None, conditions.Cond | None]:
+    def _capture_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond | None]:
         """status.capture and CaptureSpace: what the monitor published for this generation; else what status says
         (a new leader has not scraped yet); else nothing (not capturing, or nothing counted yet)."""
         meta = sd["metadata"]

@@ -16,8 +16,10 @@ class NameConflict(Exception):
     """A name the operator needs is taken by an object it does not control."""
 
     def __init__(self, kind: str, name: str, why: str, owner: str):
-        super().__init__(f"{kind} {name} already exists and {why}; the operator leaves it untouched: "
-                         f"delete or rename it, or give this {owner} another name")
+        super().__init__(
+            f"{kind} {name} already exists and {why}; the operator leaves it untouched: "
+            f"delete or rename it, or give this {owner} another name"
+        )
 
 
 def failure_condition(error: Exception) -> conditions.Cond:
@@ -26,18 +28,26 @@ def failure_condition(error: Exception) -> conditions.Cond:
         return conditions.Cond("Ready", False, "NameConflict", str(error))
     if isinstance(error, ApiException):
         if permanent(error):
-            return conditions.Cond("Ready", False, "RequestRejected",
-                                   f"the API server refused a request: {api_error_message(error)}; "
-                                   "retried with back-off")
-        return conditions.Cond("Ready", False, "ApiUnavailable",
-                               f"{api_error_message(error)}; retried with back-off")
-    return conditions.Cond("Ready", False, "InternalError",
-                           f"{type(error).__name__}: {error} (an operator bug: please report it)")
+            return conditions.Cond(
+                "Ready",
+                False,
+                "RequestRejected",
+                f"the API server refused a request: {api_error_message(error)}; retried with back-off",
+            )
+        return conditions.Cond("Ready", False, "ApiUnavailable", f"{api_error_message(error)}; retried with back-off")
+    return conditions.Cond(
+        "Ready", False, "InternalError", f"{type(error).__name__}: {error} (an operator bug: please report it)"
+    )
 
 
 def log_failure(kind: str, namespace: str, name: str, error: Exception) -> None:
     if isinstance(error, (ApiException, NameConflict)):
-        log.warning("reconciling %s %s/%s: %s", kind, namespace, name,
-                    api_error_message(error) if isinstance(error, ApiException) else error)
+        log.warning(
+            "reconciling %s %s/%s: %s",
+            kind,
+            namespace,
+            name,
+            api_error_message(error) if isinstance(error, ApiException) else error,
+        )
     else:
         log.exception("reconciling %s %s/%s failed", kind, namespace, name)

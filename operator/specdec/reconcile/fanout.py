@@ -35,8 +35,12 @@ class UserFanout:
         if users is None:
             return
         for user in users:
-            self.enqueue("SpeculativeDeployment", namespace, user,
-                         urgent=state.done and self._waits_on(namespace, user, shared.get("kind")))
+            self.enqueue(
+                "SpeculativeDeployment",
+                namespace,
+                user,
+                urgent=state.done and self._waits_on(namespace, user, shared.get("kind")),
+            )
         if shared.get("kind") == "ModelCache":
             self._wake_builds_reading(shared)
 

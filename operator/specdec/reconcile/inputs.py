@@ -26,15 +26,17 @@ from specdec.status.shared import BuildState, build_state_from_status
 class DeploymentInputs:
     """`reconcile_shared(kind, namespace, name)`: reconcile a shared object now, on this worker."""
 
-    def __init__(self, kube: Kube, users: Users, reconcile_shared: Callable[[str, str, str], Any],
-                 enqueue: Callable[..., None]):
+    def __init__(
+        self, kube: Kube, users: Users, reconcile_shared: Callable[[str, str, str], Any], enqueue: Callable[..., None]
+    ):
         self.kube = kube
         self.users = users
         self.reconcile_shared = reconcile_shared
         self.enqueue = enqueue
 
-    def ensure(self, sd: dict[str, Any], p: Plan,
-               fetch_now: bool = False) -> tuple[dict[str, BuildState], dict[str, BuildState]]:
+    def ensure(
+        self, sd: dict[str, Any], p: Plan, fetch_now: bool = False
+    ) -> tuple[dict[str, BuildState], dict[str, BuildState]]:
         """The cache claim, ModelCaches and EngineBuilds of this plan, created where missing; their states
         (ModelCaches', EngineBuilds') by name. `fetch_now` (the start lane): a ModelCache just created gets
         its fetch Job from this worker, at once: that Job is the first a new deployment waits for, and a hop
@@ -44,13 +46,19 @@ class DeploymentInputs:
         caches, states = {}, {}
         for cache in p.model_caches:
             self.users.use(namespace, cache.name, name)
-            caches[cache.name] = build_state_from_status(self._ensure_shared(
-                sd, build_model_cache(namespace, cache), f"checkpoint {cache.spec.model}@{cache.spec.revision}",
-                reconcile_now=fetch_now))
+            caches[cache.name] = build_state_from_status(
+                self._ensure_shared(
+                    sd,
+                    build_model_cache(namespace, cache),
+                    f"checkpoint {cache.spec.model}@{cache.spec.revision}",
+                    reconcile_now=fetch_now,
+                )
+            )
         for engine in () if p.facts_awaited else p.engines:
             self.users.use(namespace, engine.name, name)
-            states[engine.name] = build_state_from_status(self._ensure_shared(
-                sd, build_engine_build(namespace, engine), f"{engine.role} engine {engine.name}"))
+            states[engine.name] = build_state_from_status(
+                self._ensure_shared(sd, build_engine_build(namespace, engine), f"{engine.role} engine {engine.name}")
+            )
         return caches, states
 
     def _ensure_cache_claim(self, p: Plan) -> None:
@@ -60,12 +68,16 @@ class DeploymentInputs:
         if claim is None:
             claim, _ = self.kube.create(build_cache_claim(p))
         if not ours(claim):
-            raise NameConflict("PersistentVolumeClaim", p.cache.claim_name,
-                               "was not created by specdec-operator (to use it as the engine cache, set "
-                               "spec.cache.claimName)", "claim")
+            raise NameConflict(
+                "PersistentVolumeClaim",
+                p.cache.claim_name,
+                "was not created by specdec-operator (to use it as the engine cache, set spec.cache.claimName)",
+                "claim",
+            )
 
-    def _ensure_shared(self, sd: dict[str, Any], desired: dict[str, Any], what: str,
-                       reconcile_now: bool = False) -> dict[str, Any]:
+    def _ensure_shared(
+        self, sd: dict[str, Any], desired: dict[str, Any], what: str, reconcile_now: bool = False
+    ) -> dict[str, Any]:
         """The EngineBuild or ModelCache `desired`, created if missing; one just created is reconciled next
         (its Job), by this worker if `reconcile_now`, else by its queue, before the keys that only report."""
         kind, namespace, name = desired["kind"], desired["metadata"]["namespace"], desired["metadata"]["name"]
@@ -80,6 +92,10 @@ class DeploymentInputs:
                 else:  # without waiting for the watch to report the new object
                     self.enqueue(kind, namespace, name, urgent=True)
         if not (ours(obj) and contains(obj.get("spec"), desired["spec"])):
-            raise NameConflict(kind, name, f"was not created by specdec-operator for this "
-                               f"{'recipe' if kind == 'EngineBuild' else 'checkpoint'}", "SpeculativeDeployment")
+            raise NameConflict(
+                kind,
+                name,
+                f"was not created by specdec-operator for this {'recipe' if kind == 'EngineBuild' else 'checkpoint'}",
+                "SpeculativeDeployment",
+            )
         return obj

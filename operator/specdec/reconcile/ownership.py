@@ -16,15 +16,15 @@ from specdec.reconcile.errors import NameConflict
 
 
 def controlled_by(obj: dict[str, Any], uid: str) -> bool:
-    return any(ref.get("controller") and ref.get("uid") == uid
-               for ref in obj["metadata"].get("ownerReferences") or [])
+    return any(ref.get("controller") and ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
 
 
 def controlled(kind: str, child: dict[str, Any], uid: str) -> dict[str, Any]:
     """`child` if the deployment `uid` controls it, else a NameConflict."""
     if not controlled_by(child, uid):
-        raise NameConflict(kind, child["metadata"]["name"], "is not controlled by this SpeculativeDeployment",
-                           "SpeculativeDeployment")
+        raise NameConflict(
+            kind, child["metadata"]["name"], "is not controlled by this SpeculativeDeployment", "SpeculativeDeployment"
+        )
     return child
 
 

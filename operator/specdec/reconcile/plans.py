@@ -47,8 +47,9 @@ class _LookUps(Mapping):
 class PlanMemo:
     """`model_caches(namespace)`: the namespace's ModelCaches as cached."""
 
-    def __init__(self, settings: Settings, gpu_nodes: GpuNodeInventory,
-                 model_caches: Callable[[str], list[dict[str, Any]]]):
+    def __init__(
+        self, settings: Settings, gpu_nodes: GpuNodeInventory, model_caches: Callable[[str], list[dict[str, Any]]]
+    ):
         self.settings = settings
         self.gpu_nodes = gpu_nodes
         self.model_caches = model_caches
@@ -63,8 +64,12 @@ class PlanMemo:
         key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
         facts = self.fetched_facts(meta["namespace"])
         known = self._plans.get(key)
-        if (known is not None and known[0] == version and known[1] is nodes
-                and all(facts.get(checkpoint, _ABSENT) == was for checkpoint, was in known[2].items())):
+        if (
+            known is not None
+            and known[0] == version
+            and known[1] is nodes
+            and all(facts.get(checkpoint, _ABSENT) == was for checkpoint, was in known[2].items())
+        ):
             return known[3]
         looked_up = _LookUps(facts)
         result = plan(sd, self.settings, Observed(looked_up, nodes))
@@ -93,8 +98,10 @@ class PlanMemo:
             key, reported = (mc["spec"]["model"], mc["spec"]["revision"]), (mc.get("status") or {}).get("facts")
             if reported and facts.get(key) is None:
                 facts[key] = ModelFacts.from_status(
-                    key[0].split("://", 1)[1], reported,
-                    f"the files its fetch read ({key[0]}@{key[1]}, ModelCache {mc['metadata']['name']})")
+                    key[0].split("://", 1)[1],
+                    reported,
+                    f"the files its fetch read ({key[0]}@{key[1]}, ModelCache {mc['metadata']['name']})",
+                )
             facts.setdefault(key, None)
         self._facts_by_namespace[namespace] = (version, facts)
         return facts

@@ -56,23 +56,29 @@ START_WORKERS = 8
 
 
 class Reconciler:
-    def __init__(self, kube: Kube, settings: Settings,
-                 active: Callable[[], bool] = lambda: True):
+    def __init__(self, kube: Kube, settings: Settings, active: Callable[[], bool] = lambda: True):
         """`active`: whether this replica may act (it leads; see specdec.kube.leader). A standby's watches keep
         the cache warm, but it reconciles nothing, writes nothing and posts no Events."""
         self.kube = kube
         self.settings = settings
         self.delays = DelayQueue()  # the one timer thread behind every queue's add_after
         self.active = active
-        self.gpu_nodes = GpuNodeInventory(lambda selector: kube.list_live("Node", None, selector),
-                                          settings.read_gpu_nodes)  # refreshed by handlers' resync loop
+        self.gpu_nodes = GpuNodeInventory(
+            lambda selector: kube.list_live("Node", None, selector), settings.read_gpu_nodes
+        )  # refreshed by handlers' resync loop
         self.speculation = SpeculationMonitor(
-            kube.store, kube.event, lambda namespace, name: self.enqueue("SpeculativeDeployment", namespace, name),
-            settings.speculation_scrape_seconds, settings.speculation_refresh_seconds, active=active,
+            kube.store,
+            kube.event,
+            lambda namespace, name: self.enqueue("SpeculativeDeployment", namespace, name),
+            settings.speculation_scrape_seconds,
+            settings.speculation_refresh_seconds,
+            active=active,
             rollout_seconds=settings.draft_len_rollout_seconds,
-            told_schedule=lambda namespace, name: told_schedule(kube.store.get("ConfigMap", namespace,
-                                                                              runtime_config_map_name(name))),
-            read_claim=lambda namespace, name: kube.get_live("PersistentVolumeClaim", namespace, name))
+            told_schedule=lambda namespace, name: told_schedule(
+                kube.store.get("ConfigMap", namespace, runtime_config_map_name(name))
+            ),
+            read_claim=lambda namespace, name: kube.get_live("PersistentVolumeClaim", namespace, name),
+        )
         # What the controllers share, each kept in one place.
         self.locks = Locks()
         self.users = Users()
@@ -81,24 +87,56 @@ class Reconciler:
         self.service_failures = ServiceFailures()
         self.plans = PlanMemo(settings, self.gpu_nodes, lambda namespace: kube.list("ModelCache", namespace))
         children = Children(kube)
-        self.shared = SharedController(kube, SharedJobs(kube, settings),
-                                       UserFanout(kube, self.users, self.plans, self.enqueue), self.pacing,
-                                       self.backoff, self.locks, self.enqueue, self.enqueue_after, active)
+        self.shared = SharedController(
+            kube,
+            SharedJobs(kube, settings),
+            UserFanout(kube, self.users, self.plans, self.enqueue),
+            self.pacing,
+            self.backoff,
+            self.locks,
+            self.enqueue,
+            self.enqueue_after,
+            active,
+        )
         self.inputs = DeploymentInputs(kube, self.users, self.shared.reconcile, self.enqueue)
         self.deployments = DeploymentController(
-            kube, self.plans, self.inputs,
-            RuntimeApplier(kube, settings, children, self.service_failures, self.speculation.draft_len_choice,
-                           self.enqueue, self.speculation.load.config_map_keys, self.speculation.schedule_choice),
+            kube,
+            self.plans,
+            self.inputs,
+            RuntimeApplier(
+                kube,
+                settings,
+                children,
+                self.service_failures,
+                self.speculation.draft_len_choice,
+                self.enqueue,
+                self.speculation.load.config_map_keys,
+                self.speculation.schedule_choice,
+            ),
             DeploymentStatusWriter(kube, self.pacing, self.speculation.published, self.speculation.capture.published),
-            self.service_failures, self.backoff, self.locks, self.forget, active)
-        self.services = ServiceLane(kube, self.plans, children, self.service_failures, self.backoff, self.enqueue,
-                                    active)
+            self.service_failures,
+            self.backoff,
+            self.locks,
+            self.forget,
+            active,
+        )
+        self.services = ServiceLane(
+            kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active
+        )
         self.collector = GarbageCollector(kube, settings, self.plans)
-        handlers = {"SpeculativeDeployment": lambda key: self.reconcile_deployment(key[1], key[2]),
-                    "Service": self.services.reconcile}
-        self.queues = {kind: WorkQueue(handlers.get(kind, lambda key: self.reconcile_shared(*key)), workers,
-                                       metrics.QUEUE_WAIT_SECONDS.labels(kind).observe, self.delays)
-                       for kind, workers in WORKERS.items()}
+        handlers = {
+            "SpeculativeDeployment": lambda key: self.reconcile_deployment(key[1], key[2]),
+            "Service": self.services.reconcile,
+        }
+        self.queues = {
+            kind: WorkQueue(
+                handlers.get(kind, lambda key: self.reconcile_shared(*key)),
+                workers,
+                metrics.QUEUE_WAIT_SECONDS.labels(kind).observe,
+                self.delays,
+            )
+            for kind, workers in WORKERS.items()
+        }
         self.starts = WorkQueue(self._start_key, START_WORKERS, metrics.QUEUE_WAIT_SECONDS.labels("start").observe)
 
     # -- entry points -----------------------------------------------------------------------------

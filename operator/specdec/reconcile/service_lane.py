@@ -21,8 +21,16 @@ from specdec.reconcile.state.failures import Backoff, ServiceFailures
 
 
 class ServiceLane:
-    def __init__(self, kube: Kube, plans: PlanMemo, children: Children, failures: ServiceFailures,
-                 backoff: Backoff, enqueue: Callable[..., None], active: Callable[[], bool]):
+    def __init__(
+        self,
+        kube: Kube,
+        plans: PlanMemo,
+        children: Children,
+        failures: ServiceFailures,
+        backoff: Backoff,
+        enqueue: Callable[..., None],
+        active: Callable[[], bool],
+    ):
         self.kube = kube
         self.plans = plans
         self.children = children
@@ -43,8 +51,9 @@ class ServiceLane:
         uid = sd["metadata"]["uid"]
         try:
             with metrics.reconciling("Service"):
-                self.children.write(build_service(result, uid),
-                                    self.children.get("Service", namespace, runtime_name(result), uid), uid)
+                self.children.write(
+                    build_service(result, uid), self.children.get("Service", namespace, runtime_name(result), uid), uid
+                )
         except Exception as error:  # noqa: BLE001 — reported in the deployment's status, retried with back-off
             log_failure("Service", namespace, name, error)
             self.failures.record(namespace, name, sd["metadata"].get("generation"), error)

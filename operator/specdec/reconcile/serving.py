@@ -43,10 +43,17 @@ class RuntimeApplier:
     `schedule_choice(namespace, name)`: its draft_len_schedule for trtllm-serve, or None;
     `load_keys(namespace, name)`: its ConfigMap keys of the load model (break-even, draft lengths by load)."""
 
-    def __init__(self, kube: Kube, settings: Settings, children: Children, service_failures: ServiceFailures,
-                 draft_len_choice: Callable[[str, str], int | None], enqueue: Callable[..., None],
-                 load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {},
-                 schedule_choice: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None):
+    def __init__(
+        self,
+        kube: Kube,
+        settings: Settings,
+        children: Children,
+        service_failures: ServiceFailures,
+        draft_len_choice: Callable[[str, str], int | None],
+        enqueue: Callable[..., None],
+        load_keys: Callable[[str, str], dict[str, str]] = lambda namespace, name: {},
+        schedule_choice: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
+    ):
         self.kube = kube
         self.settings = settings
         self.children = children
@@ -56,18 +63,23 @@ class RuntimeApplier:
         self.load_keys = load_keys
         self.enqueue = enqueue
 
-    def apply(self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState],
-              caches: dict[str, BuildState]) -> tuple[dict | None, bool, bool]:
+    def apply(
+        self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]
+    ) -> tuple[dict | None, bool, bool]:
         """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
         fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
         it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
         uid = sd["metadata"]["uid"]
         existing = self.children.get("Deployment", p.namespace, runtime_name(p), uid)
-        if not (all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
-                and runtime_inputs_fetched(p, caches) and not p.facts_awaited):
+        if not (
+            all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
+            and runtime_inputs_fetched(p, caches)
+            and not p.facts_awaited
+        ):
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
-                existing = self.kube.patch("Deployment", p.namespace, runtime_name(p),
-                                           {"spec": {"replicas": p.spec.runtime.replicas}})
+                existing = self.kube.patch(
+                    "Deployment", p.namespace, runtime_name(p), {"spec": {"replicas": p.spec.runtime.replicas}}
+                )
             return existing, False, False
         # The ConfigMap first: new pods must read the new configuration, and pods must never start with
         # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
@@ -79,11 +91,15 @@ class RuntimeApplier:
         # The load model's keys are for the Triton route's front, which re-reads them; trtllm-serve has no use.
         load_keys = self.load_keys(p.namespace, p.name) if p.spec.backend == "tensorrt" else {}
         self.children.write(build_config_map(served, uid, chosen, load_keys), config_map, uid)
-        deployment, written = self.children.write(rearmed(build_deployment(served, uid, self.settings), sd),
-                                                  existing, uid)
+        deployment, written = self.children.write(
+            rearmed(build_deployment(served, uid, self.settings), sd), existing, uid
+        )
         if written:
-            self.kube.event(sd, "RuntimeApplied", f"{'updated' if existing else 'created'} Deployment "
-                            f"{runtime_name(p)} ({p.gpus} GPU(s) per pod)")
+            self.kube.event(
+                sd,
+                "RuntimeApplied",
+                f"{'updated' if existing else 'created'} Deployment {runtime_name(p)} ({p.gpus} GPU(s) per pod)",
+            )
         service = self.children.get("Service", p.namespace, runtime_name(p), uid)
         service_current = service is not None and contains(service, build_service(p, uid))
         failed = self.service_failures.get(p.namespace, p.name)

@@ -24,9 +24,18 @@ REFUSED_BUILD_REASONS = ("JobRejected", "NameConflict")  # the build (or fetch) 
 
 
 class SharedController:
-    def __init__(self, kube: Kube, jobs: SharedJobs, fanout: UserFanout, pacing: WritePacing, backoff: Backoff,
-                 locks: Locks, enqueue: Callable[..., None], enqueue_after: Callable[..., None],
-                 active: Callable[[], bool]):
+    def __init__(
+        self,
+        kube: Kube,
+        jobs: SharedJobs,
+        fanout: UserFanout,
+        pacing: WritePacing,
+        backoff: Backoff,
+        locks: Locks,
+        enqueue: Callable[..., None],
+        enqueue_after: Callable[..., None],
+        active: Callable[[], bool],
+    ):
         self.kube = kube
         self.jobs = jobs
         self.fanout = fanout
@@ -85,14 +94,14 @@ class SharedController:
             "jobName": shared.job_name(name),
             "attempts": state.attempts,
             "message": state.message,
-            "conditions": conditions.merge(status.get("conditions"), [ready], meta.get("generation"),
-                                           conditions.now()),
+            "conditions": conditions.merge(status.get("conditions"), [ready], meta.get("generation"), conditions.now()),
         }
         if kind == "EngineBuild":
             desired["failedStep"] = state.failed_step
         else:  # the size and the model's facts, once a fetch reported them (kept after its pods are gone)
-            desired.update(fetched_status(pods, status, obj["spec"]["model"]) if done
-                           else {"sizeBytes": None, "facts": None})
+            desired.update(
+                fetched_status(pods, status, obj["spec"]["model"]) if done else {"sizeBytes": None, "facts": None}
+            )
         if status_changed(status, desired):
             key = (kind, namespace, name)  # a step of its Job, an attempt: nothing its users read
             if self.pacing.later(key, users_view(state) == users_view(build_state_from_status(obj))):
@@ -101,6 +110,5 @@ class SharedController:
             self.pacing.written(key)
             old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
             if status.get("phase") != state.phase or old_ready.get("reason") != state.reason:
-                self.kube.event(obj, state.reason, state.message,
-                                warning=state.failed or state.reason in STUCK_REASONS)
+                self.kube.event(obj, state.reason, state.message, warning=state.failed or state.reason in STUCK_REASONS)
         return state, look_again

@@ -41,10 +41,12 @@ class SharedKind:
 
 
 SHARED = {
-    "EngineBuild": SharedKind(engine_builders.build_job, engine_builders.job_name, common.LABEL_ENGINE_BUILD,
-                              BUILD, "BuildStarted"),
-    "ModelCache": SharedKind(cache_builders.build_fetch_job, cache_builders.job_name, common.LABEL_MODEL_CACHE,
-                             FETCH, "FetchStarted"),
+    "EngineBuild": SharedKind(
+        engine_builders.build_job, engine_builders.job_name, common.LABEL_ENGINE_BUILD, BUILD, "BuildStarted"
+    ),
+    "ModelCache": SharedKind(
+        cache_builders.build_fetch_job, cache_builders.job_name, common.LABEL_MODEL_CACHE, FETCH, "FetchStarted"
+    ),
 }
 
 
@@ -71,28 +73,51 @@ class SharedJobs:
         if job is None:
             awaited = self.checkpoints_awaited(obj) if kind == "EngineBuild" else []
             if awaited:  # its Job holds GPUs: none while a download runs
-                return BuildState("Pending", WAITING_FOR_CHECKPOINTS, f"the build Job starts once "
-                                  f"{', '.join(awaited)} is in the cache (a ModelCache fetches it on a CPU "
-                                  "node)"), False, []
+                return (
+                    BuildState(
+                        "Pending",
+                        WAITING_FOR_CHECKPOINTS,
+                        f"the build Job starts once "
+                        f"{', '.join(awaited)} is in the cache (a ModelCache fetches it on a CPU "
+                        "node)",
+                    ),
+                    False,
+                    [],
+                )
             try:
                 job, created = self.kube.create(shared.build_job(obj, self.settings))
             except ApiException as error:
                 if not permanent(error):
                     raise
-                return BuildState("Failed", "JobRejected", f"the API server refused the {shared.job_kind.noun} "
-                                  f"Job {job_name}: {api_error_message(error)}"), False, []
+                return (
+                    BuildState(
+                        "Failed",
+                        "JobRejected",
+                        f"the API server refused the {shared.job_kind.noun} Job {job_name}: {api_error_message(error)}",
+                    ),
+                    False,
+                    [],
+                )
             if created:
                 self.kube.event(obj, shared.started, f"created Job {job_name}")
         if not controlled_by(job, uid):
-            return BuildState("Failed", "NameConflict", str(NameConflict(
-                "Job", job_name, f"is not controlled by this {kind}", kind))), False, []
+            return (
+                BuildState(
+                    "Failed",
+                    "NameConflict",
+                    str(NameConflict("Job", job_name, f"is not controlled by this {kind}", kind)),
+                ),
+                False,
+                [],
+            )
         pods = self.kube.list("Pod", namespace, f"{shared.pod_label}={name}")
         state = evaluate_build(job, pods, kind=shared.job_kind)
         if state.reason != "JobPending":
             return state, False, pods
         if _age_seconds(job) >= POD_CREATION_GRACE_SECONDS:
-            refused = self.kube.list_live("Event", namespace, field_selector=(
-                f"involvedObject.uid={job['metadata']['uid']},reason=FailedCreate"))
+            refused = self.kube.list_live(
+                "Event", namespace, field_selector=(f"involvedObject.uid={job['metadata']['uid']},reason=FailedCreate")
+            )
             if refused:
                 latest = max(refused, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
                 state = evaluate_build(job, pods, latest.get("message") or "FailedCreate", kind=shared.job_kind)
@@ -107,5 +132,8 @@ class SharedJobs:
     def _fetched_checkpoints(self, namespace: str, claim: str) -> set[tuple[str, str]]:
         """(uri, revision) of the checkpoints in cache claim `claim`: ModelCaches of one checkpoint with
         different fetch placement write the same directory, so any one of them Fetched will do."""
-        return {(mc["spec"]["model"], mc["spec"]["revision"]) for mc in self.kube.list("ModelCache", namespace)
-                if fetched(mc) and mc["spec"].get("cacheClaim") == claim}
+        return {
+            (mc["spec"]["model"], mc["spec"]["revision"])
+            for mc in self.kube.list("ModelCache", namespace)
+            if fetched(mc) and mc["spec"].get("cacheClaim") == claim
+        }

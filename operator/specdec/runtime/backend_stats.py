@@ -28,10 +28,15 @@ from prometheus_client.parser import text_string_to_metric_families
 TRITON_COMPUTE_METRIC = "nv_inference_compute_infer_duration_us"
 # The TensorRT-LLM backend's gauges of a model's latest iteration (inflight_batcher_llm/src/
 # custom_metrics_reporter.cc): its iteration counter, its timestamp (µs) and the generation requests it held.
-TRITON_ITERATION_GAUGES = {("nv_trt_llm_general_metrics", "general_type", "iteration_counter"): "iterations",
-                           ("nv_trt_llm_general_metrics", "general_type", "timestamp"): "timestamp_us",
-                           ("nv_trt_llm_inflight_batcher_metrics", "inflight_batcher_specific_metric",
-                            "generation_requests"): "generation_requests"}
+TRITON_ITERATION_GAUGES = {
+    ("nv_trt_llm_general_metrics", "general_type", "iteration_counter"): "iterations",
+    ("nv_trt_llm_general_metrics", "general_type", "timestamp"): "timestamp_us",
+    (
+        "nv_trt_llm_inflight_batcher_metrics",
+        "inflight_batcher_specific_metric",
+        "generation_requests",
+    ): "generation_requests",
+}
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,12 @@ def iteration_speculation(item: Any) -> IterationSpeculation | None:
     draft_ms, iteration_ms = _number(spec.get("iterLatencyMS")), _number(item.get("iterLatencyMS"))
     timed = steps > 0 and 0 < draft_ms <= iteration_ms
     return IterationSpeculation(
-        draft=int(_number(spec.get("numDraftTokens"))), accepted=int(_number(spec.get("numAcceptedTokens"))),
-        steps=steps, draft_seconds=draft_ms / 1000 if timed else None,
-        target_seconds=(iteration_ms - draft_ms) / 1000 if timed else None)
+        draft=int(_number(spec.get("numDraftTokens"))),
+        accepted=int(_number(spec.get("numAcceptedTokens"))),
+        steps=steps,
+        draft_seconds=draft_ms / 1000 if timed else None,
+        target_seconds=(iteration_ms - draft_ms) / 1000 if timed else None,
+    )
 
 
 def iteration_load(item: Any) -> IterationLoad | None:
@@ -123,8 +131,12 @@ def triton_iteration_gauges(text: str, model: str) -> dict[str, float]:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 for (name, label, value), key in TRITON_ITERATION_GAUGES.items():
-                    if (sample.name == name and sample.labels.get(label) == value
-                            and sample.labels.get("model") == model and math.isfinite(sample.value)):
+                    if (
+                        sample.name == name
+                        and sample.labels.get(label) == value
+                        and sample.labels.get("model") == model
+                        and math.isfinite(sample.value)
+                    ):
                         found[key] = sample.value
     except ValueError:
         return {}

@@ -38,8 +38,14 @@ class CaptureTotals:
 
 
 class CaptureDirectory:
-    def __init__(self, directory: str | Path, file_prefix: str, *, min_interval: float = SCAN_SECONDS,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        directory: str | Path,
+        file_prefix: str,
+        *,
+        min_interval: float = SCAN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.directory = Path(directory)
         self.pattern = re.compile(re.escape(file_prefix) + r"_[0-9]+\.pt")
         self.min_interval = min_interval
@@ -95,8 +101,7 @@ class CaptureDirectory:
             else:
                 requests, tokens = requests + counts[0], tokens + counts[1]
         self._read = read
-        return CaptureTotals(files, size, requests, tokens, unreadable,
-                             newest / 1e9 if newest is not None else None)
+        return CaptureTotals(files, size, requests, tokens, unreadable, newest / 1e9 if newest is not None else None)
 
     @staticmethod
     def _counts(path: Path) -> tuple[int, int] | None:

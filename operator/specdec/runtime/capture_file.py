@@ -66,8 +66,17 @@ def _records(path: Path) -> list[Any]:
                 raise UnreadableCapture(f"{path.name}: not one data.pkl of a torch.save archive")
             with archive.open(pickles[0]) as data:
                 records = _ShapesOnly(data).load()
-    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
-            AttributeError, IndexError, KeyError) as error:
+    except (
+        OSError,
+        zipfile.BadZipFile,
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+    ) as error:
         raise UnreadableCapture(f"{path.name}: {type(error).__name__}: {error}") from None
     if not isinstance(records, list):
         raise UnreadableCapture(f"{path.name}: holds a {type(records).__name__}, not a list of requests")

@@ -82,14 +82,14 @@ class Tokenizer:
         def raise_exception(message: str) -> None:
             raise ValueError(message)
 
-        env.globals.update(raise_exception=raise_exception,
-                           strftime_now=lambda fmt: datetime.now().strftime(fmt))
+        env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
         try:
             prompt = env.from_string(self.chat_template).render(
-                messages=turns, add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token)
+                messages=turns, add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token
+            )
         except jinja2.TemplateError as error:
             raise ValueError(f"the model's chat template failed: {error}") from None
         # The preprocessing model adds the BOS token itself (add_special_tokens): do not send it twice.
         if self.bos_token and prompt.startswith(self.bos_token):
-            prompt = prompt[len(self.bos_token):]
+            prompt = prompt[len(self.bos_token) :]
         return prompt

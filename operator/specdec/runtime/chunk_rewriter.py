@@ -41,8 +41,15 @@ class ChunkRewriter:
         # What a token's read usually holds: one event, one JSON data line, no usage, the model named as in the
         # first chunk: the name replaced in one pass. (`find`, not `in`: on bytes, `in` first tries the needle
         # as an integer and formats the error.)
-        if (field and not self.pending and data.endswith(b"}\n\n") and data.startswith(b"data: {")
-                and data.find(b"\n") == len(data) - 2 and data.find(USAGE_KEY) < 0 and data.find(field) > 0):
+        if (
+            field
+            and not self.pending
+            and data.endswith(b"}\n\n")
+            and data.startswith(b"data: {")
+            and data.find(b"\n") == len(data) - 2
+            and data.find(USAGE_KEY) < 0
+            and data.find(field) > 0
+        ):
             data = data.replace(field, self.model_field, 1)
             return data[:-3] + b',"usage":null}\n\n' if self.client_usage else data
         data = self.pending + data
@@ -52,7 +59,7 @@ class ChunkRewriter:
         if end < 0:
             self.pending = data
             return b""
-        self.pending = data[end + 2:]
+        self.pending = data[end + 2 :]
         events = data[:end].split(b"\n\n")
         if len(events) == 1:  # what a token's read usually holds
             return self._event(events[0])

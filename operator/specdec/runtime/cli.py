@@ -34,21 +34,33 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specdec-runtime",
         description="Serve a SpeculativeDeployment's models: render the TensorRT-LLM serving configuration "
-                    "from the runtime configuration the operator wrote, run and supervise the server "
-                    "(tritonserver or trtllm-serve), and serve the OpenAI-compatible front with /health "
-                    "and Prometheus /metrics.")
-    p.add_argument("--config", required=True, metavar="PATH",
-                   help="runtime configuration (runtime.json from the deployment's ConfigMap)")
-    p.add_argument("--print-config", action="store_true",
-                   help="dry run: print the command and every rendered file, then exit")
-    p.add_argument("--workdir", default=launch.DEFAULT_WORKDIR,
-                   help=f"where rendered files go (default {launch.DEFAULT_WORKDIR})")
+        "from the runtime configuration the operator wrote, run and supervise the server "
+        "(tritonserver or trtllm-serve), and serve the OpenAI-compatible front with /health "
+        "and Prometheus /metrics.",
+    )
+    p.add_argument(
+        "--config",
+        required=True,
+        metavar="PATH",
+        help="runtime configuration (runtime.json from the deployment's ConfigMap)",
+    )
+    p.add_argument(
+        "--print-config", action="store_true", help="dry run: print the command and every rendered file, then exit"
+    )
+    p.add_argument(
+        "--workdir", default=launch.DEFAULT_WORKDIR, help=f"where rendered files go (default {launch.DEFAULT_WORKDIR})"
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--grace-seconds", type=float, default=25.0,
-                   help="after SIGTERM: how long the front's requests in flight may take to finish, then how long "
-                        "the server gets to stop before SIGKILL (default 25 each)")
-    p.add_argument("--request-timeout", type=float, default=600.0,
-                   help="seconds a backend request may take (default 600)")
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=25.0,
+        help="after SIGTERM: how long the front's requests in flight may take to finish, then how long "
+        "the server gets to stop before SIGKILL (default 25 each)",
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=600.0, help="seconds a backend request may take (default 600)"
+    )
     # For tests and debugging: run another command as the backend, or talk to a backend elsewhere.
     p.add_argument("--backend-command", help=argparse.SUPPRESS)
     p.add_argument("--backend-url", help=argparse.SUPPRESS)
@@ -82,17 +94,30 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
     argv = shlex.split(args.backend_command) if args.backend_command else plan.argv
     supervisor = Supervisor(argv, plan.env, grace_seconds=args.grace_seconds)
     tokenizer = Tokenizer(config.target.checkpoint) if backend.kind == "triton" else None
-    front = Front(config, backend, supervisor=supervisor, tokenizer=tokenizer, route=plan.route,
-                  request_timeout=args.request_timeout, stats_interval=args.stats_interval,
-                  draft_len_file=launch.draft_len_file(args.config))
+    front = Front(
+        config,
+        backend,
+        supervisor=supervisor,
+        tokenizer=tokenizer,
+        route=plan.route,
+        request_timeout=args.request_timeout,
+        stats_interval=args.stats_interval,
+        draft_len_file=launch.draft_len_file(args.config),
+    )
     server = FrontServer(front, shutdown_timeout=args.grace_seconds)
     try:
         await server.start(args.host, config.port)
     except OSError as error:
         log.error("cannot listen on %s:%d: %s", args.host, config.port, error.strerror or error)
         return 1
-    log.info("front listening on %s:%d (backend %s at %s, event loop %s)", args.host, config.port, backend.kind,
-             backend.url, type(asyncio.get_running_loop()).__module__.partition(".")[0])
+    log.info(
+        "front listening on %s:%d (backend %s at %s, event loop %s)",
+        args.host,
+        config.port,
+        backend.kind,
+        backend.url,
+        type(asyncio.get_running_loop()).__module__.partition(".")[0],
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -126,8 +151,9 @@ async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s specdec-runtime: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s specdec-runtime: %(message)s"
+    )
     try:
         config = cfg.load(args.config)
         plan = launch.plan_launch(config, args.workdir)
@@ -139,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for note in plan.notes:
         log.info("%s", note)
-    log.info("runtime configuration: %s", json.dumps(config.model_dump(mode="json", by_alias=True,
-                                                                         exclude_none=True), sort_keys=True))
+    log.info(
+        "runtime configuration: %s",
+        json.dumps(config.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True),
+    )
     if not args.backend_command:
         try:
             launch.prepare(plan)

@@ -30,8 +30,11 @@ def route(config: RuntimeConfig) -> str:
 
 def reserved_ports(config: RuntimeConfig) -> dict[int, str]:
     if route(config) == "triton":
-        return {TRITON_GRPC_PORT: "Triton's gRPC endpoint (the BLS model requires localhost:8001)",
-                TRITON_HTTP_PORT: "Triton's HTTP endpoint", TRITON_METRICS_PORT: "Triton's metrics endpoint"}
+        return {
+            TRITON_GRPC_PORT: "Triton's gRPC endpoint (the BLS model requires localhost:8001)",
+            TRITON_HTTP_PORT: "Triton's HTTP endpoint",
+            TRITON_METRICS_PORT: "Triton's metrics endpoint",
+        }
     return {TRTLLM_SERVE_PORT: "trtllm-serve"}
 
 
@@ -51,14 +54,18 @@ def check(config: RuntimeConfig) -> RuntimeConfig:
     if config.draft_target is not None:
         models.append(("draftTarget.draft", config.draft_target.draft))
         if config.draft_target.draft_len > config.draft_target.max_draft_len:
-            problems.append(f"draftTarget.draftLen ({config.draft_target.draft_len}) exceeds maxDraftLen "
-                            f"({config.draft_target.max_draft_len}), the target engine's capacity")
+            problems.append(
+                f"draftTarget.draftLen ({config.draft_target.draft_len}) exceeds maxDraftLen "
+                f"({config.draft_target.max_draft_len}), the target engine's capacity"
+            )
     for name, model in models:
         if config.backend == "tensorrt" and not model.engine_dir:
             problems.append(f"{name}.engineDir is required with backend tensorrt")
         if len(model.devices) != model.tensor_parallel_size:
-            problems.append(f"{name}.devices has {len(model.devices)} entries but tensorParallelSize is "
-                            f"{model.tensor_parallel_size}")
+            problems.append(
+                f"{name}.devices has {len(model.devices)} entries but tensorParallelSize is "
+                f"{model.tensor_parallel_size}"
+            )
     taken = reserved_ports(config)
     if config.port in taken:
         problems.append(f"port {config.port} is used inside the pod by {taken[config.port]}; choose another")
@@ -76,8 +83,7 @@ def parse(text: str, source: str = "runtime.json") -> RuntimeConfig:
         # The operator writes camelCase (by_alias); reject what it would never write.
         config = RuntimeConfig.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as error:
-        details = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-                            for e in error.errors())
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in error.errors())
         raise ConfigError(f"{source} is not a valid runtime configuration: {details}") from None
     return check(config)
 

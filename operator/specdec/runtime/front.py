@@ -57,11 +57,24 @@ class Page(NamedTuple):
         return cls(status, orjson.dumps(data))
 
 
-def make_route(config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float,
-               tokenizer: Tokenizer, draft_len_file: Path | None) -> Route:
+def make_route(
+    config: RuntimeConfig,
+    backend: Backend,
+    metrics: RuntimeMetrics,
+    *,
+    request_timeout: float,
+    tokenizer: Tokenizer,
+    draft_len_file: Path | None,
+) -> Route:
     if backend.kind == "triton":
-        return TritonRoute(config, backend, metrics, request_timeout=request_timeout, tokenizer=tokenizer,
-                           draft_len_file=draft_len_file)
+        return TritonRoute(
+            config,
+            backend,
+            metrics,
+            request_timeout=request_timeout,
+            tokenizer=tokenizer,
+            draft_len_file=draft_len_file,
+        )
     return OpenAIRelay(config, backend, metrics, request_timeout=request_timeout)
 
 
@@ -74,18 +87,35 @@ def capture_directory(config: RuntimeConfig) -> CaptureDirectory | None:
 
 
 class Front:
-    def __init__(self, config: RuntimeConfig, backend: Backend, *, supervisor=None, tokenizer: Tokenizer | None = None,
-                 request_timeout: float = 600.0, health_timeout: float = 3.0, stats_interval: float = 5.0,
-                 route: str = "", draft_len_file: Path | None = None):
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        backend: Backend,
+        *,
+        supervisor=None,
+        tokenizer: Tokenizer | None = None,
+        request_timeout: float = 600.0,
+        health_timeout: float = 3.0,
+        stats_interval: float = 5.0,
+        route: str = "",
+        draft_len_file: Path | None = None,
+    ):
         self.config = config
         self.supervisor = supervisor
         self.health_timeout = health_timeout
         self.stats_interval = stats_interval
         self.model = config.served_model_name
-        self.metrics = RuntimeMetrics(mode=config.mode, backend=config.backend, model=self.model,
-                                      route=route or backend.kind)
-        self.route = make_route(config, backend, self.metrics, request_timeout=request_timeout,
-                                tokenizer=tokenizer or Tokenizer(None), draft_len_file=draft_len_file)
+        self.metrics = RuntimeMetrics(
+            mode=config.mode, backend=config.backend, model=self.model, route=route or backend.kind
+        )
+        self.route = make_route(
+            config,
+            backend,
+            self.metrics,
+            request_timeout=request_timeout,
+            tokenizer=tokenizer or Tokenizer(None),
+            draft_len_file=draft_len_file,
+        )
         self.capture = capture_directory(config)
         known = self.route.known_draft_len()
         if known is not None:
@@ -112,8 +142,7 @@ class Front:
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def _startup(self, _app) -> None:
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                             auto_decompress=True)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=True)
         self.route.session = self.session
         self.route.start()
         if self.stats_interval > 0:
@@ -175,7 +204,7 @@ class Front:
         if path == "/v1/models":
             return Page.json({"object": "list", "data": [self._model_card()]})
         if path.startswith(MODELS_PREFIX) and len(path) > len(MODELS_PREFIX):  # the openai client's models.retrieve
-            requested = path[len(MODELS_PREFIX):]
+            requested = path[len(MODELS_PREFIX) :]
             if requested != self.model:
                 error = model_not_found(requested, self.model)
                 return Page(error.status, error.body())
@@ -196,8 +225,12 @@ class Front:
         record = RequestRecord(self.metrics, endpoint)
         status = 500
         try:
-            body = parse_request(await request.read(), chat=GENERATION[endpoint], served_model=self.model,
-                                 triton=self.route.text_prompts_only)
+            body = parse_request(
+                await request.read(),
+                chat=GENERATION[endpoint],
+                served_model=self.model,
+                triton=self.route.text_prompts_only,
+            )
             handler = self.route.chat if GENERATION[endpoint] else self.route.completions
             response = await handler(request, body, record.started)
             status = response.status

@@ -62,8 +62,9 @@ class FrontServer:
     def __init__(self, front: Front, *, shutdown_timeout: float = 25.0):
         self.front = front
         self.shutdown_timeout = shutdown_timeout
-        self.runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None,
-                                    shutdown_timeout=shutdown_timeout)
+        self.runner = web.AppRunner(
+            front.app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout
+        )
         self.connections: set[FrontConnection] = set()
         self.idle_seconds = IDLE_SECONDS
         self._server: asyncio.Server | None = None
@@ -187,13 +188,13 @@ class FrontConnection(asyncio.Protocol):
                             self._refuse(431, f"The request's head is longer than {MAX_HEAD} bytes.")
                         return
                     head = bytes(self.buffer[:end])
-                    del self.buffer[:end + 4]
+                    del self.buffer[: end + 4]
                     if not self._head(head):
                         return
                 if len(self.buffer) < self.length:
                     return
-                body = bytes(self.buffer[:self.length])
-                del self.buffer[:self.length]
+                body = bytes(self.buffer[: self.length])
+                del self.buffer[: self.length]
                 self.length = -1
                 self.exchange = exchange = self._exchange(body)
                 exchange.start()
@@ -211,8 +212,9 @@ class FrontConnection(asyncio.Protocol):
         self.keep_alive = self.chunked and "close" not in headers.get("connection", "").lower()
         length = headers.get("content-length", "0")
         if "transfer-encoding" in headers or (self.method == "POST" and "content-length" not in headers):
-            return self._refuse(411, "Send the request body with a Content-Length header (a body sent chunked is "
-                                     "not read here).")
+            return self._refuse(
+                411, "Send the request body with a Content-Length header (a body sent chunked is not read here)."
+            )
         if not length.isdigit():
             return self._refuse(400, f"Content-Length is not a length: {length[:40]!r}.")
         if int(length) > MAX_REQUEST_BYTES:
@@ -232,8 +234,9 @@ class FrontConnection(asyncio.Protocol):
         allowed = "GET" if exchange is None else "POST"
         if method == "HEAD":
             self.keep_alive = False  # the client reads no body after a HEAD's head: the connection ends it
-        return Answered(self, APIError(405, f"{method} is not allowed on {path} (only {allowed}).",
-                                       "invalid_request_error"))
+        return Answered(
+            self, APIError(405, f"{method} is not allowed on {path} (only {allowed}).", "invalid_request_error")
+        )
 
     def _refuse(self, status: int, message: str) -> bool:
         """Answer a request that cannot be read, and close: what follows it cannot be told apart."""
@@ -245,8 +248,9 @@ class FrontConnection(asyncio.Protocol):
 
     def answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         """A whole answer; the request is done."""
-        self.transport.write(self._status_head(status, content_type) + b"Content-Length: %d\r\n\r\n%b"
-                             % (len(body), body))
+        self.transport.write(
+            self._status_head(status, content_type) + b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+        )
         self._done()
 
     def start_events(self, first: bytes = b"") -> None:
@@ -278,7 +282,12 @@ class FrontConnection(asyncio.Protocol):
     def _status_head(self, status: int, content_type: str) -> bytes:
         connection = b"" if self.keep_alive and not self.closing else b"Connection: close\r\n"
         return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nDate: %s\r\nServer: specdec-runtime\r\n%b" % (
-            status, HTTPStatus(status).phrase.encode(), content_type.encode(), http_date(), connection)
+            status,
+            HTTPStatus(status).phrase.encode(),
+            content_type.encode(),
+            http_date(),
+            connection,
+        )
 
     def _done(self) -> None:
         self.exchange = None

@@ -15,8 +15,14 @@ class ProtocolError(Exception):
 
 
 def request_head(method: str, host: str, path: str, headers: dict[str, str], length: int) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers.items()),
-             f"Content-Length: {length}", "", ""]
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {host}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+        f"Content-Length: {length}",
+        "",
+        "",
+    ]
     return "\r\n".join(lines).encode("latin-1")
 
 
@@ -109,7 +115,7 @@ class Chunked(Body):
             if 0 < end < 8 and data.endswith(b"\r\n"):
                 size = _hex(data[:end])
                 if size and len(data) == end + size + 4:
-                    return data[end + 2:-2]
+                    return data[end + 2 : -2]
         self.buffer += data
         out = []
         while self.buffer and not self.done:
@@ -126,7 +132,7 @@ class Chunked(Body):
         """One part of the body out of the buffer: data (maybe empty), or None when more bytes are needed."""
         buffer = self.buffer
         if self.remaining:
-            piece, self.buffer = buffer[:self.remaining], buffer[self.remaining:]
+            piece, self.buffer = buffer[: self.remaining], buffer[self.remaining :]
             self.remaining -= len(piece)
             self.crlf = not self.remaining
             return piece
@@ -135,7 +141,7 @@ class Chunked(Body):
             if len(buffer) > MAX_SIZE_LINE:
                 raise ProtocolError("a chunk-size line too long")
             return None
-        line, self.buffer = buffer[:end], buffer[end + 2:]
+        line, self.buffer = buffer[:end], buffer[end + 2 :]
         if self.crlf:
             if line:
                 raise ProtocolError("chunk data longer than its size")

@@ -49,18 +49,39 @@ def plan_launch(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_e
         repo = triton.render_repository(config, max_batch)
         argv, env = triton.command(config, repo_dir)
         dt = config.draft_target
-        backend = Backend("triton", f"http://127.0.0.1:{cfg.TRITON_HTTP_PORT}", "/v2/health/ready",
-                          draft_len=dt.draft_len, use_draft_logits=dt.use_logits,
-                          metrics_url=f"http://127.0.0.1:{cfg.TRITON_METRICS_PORT}/metrics")
-        notes = [f"Triton max_batch_size and BLS instances: {repo.max_batch_size} ({repo.max_batch_size_source})",
-                 "streaming requests are answered as one SSE chunk: the BLS does not stream while speculating"]
-        return LaunchPlan(route, argv, env, {f"{repo_dir}/{p}": t for p, t in repo.files.items()}, backend,
-                          notes, triton_repo=repo_dir, triton_repo_config=repo)
+        backend = Backend(
+            "triton",
+            f"http://127.0.0.1:{cfg.TRITON_HTTP_PORT}",
+            "/v2/health/ready",
+            draft_len=dt.draft_len,
+            use_draft_logits=dt.use_logits,
+            metrics_url=f"http://127.0.0.1:{cfg.TRITON_METRICS_PORT}/metrics",
+        )
+        notes = [
+            f"Triton max_batch_size and BLS instances: {repo.max_batch_size} ({repo.max_batch_size_source})",
+            "streaming requests are answered as one SSE chunk: the BLS does not stream while speculating",
+        ]
+        return LaunchPlan(
+            route,
+            argv,
+            env,
+            {f"{repo_dir}/{p}": t for p, t in repo.files.items()},
+            backend,
+            notes,
+            triton_repo=repo_dir,
+            triton_repo_config=repo,
+        )
     options_path = f"{workdir}/extra_llm_api_options.yaml"
     argv, env = trtllm_serve.command(config, options_path)
     backend = Backend("openai", f"http://{trtllm_serve.HOST}:{cfg.TRTLLM_SERVE_PORT}", "/health")
-    return LaunchPlan(route, argv, env, {options_path: trtllm_serve.extra_options_yaml(config)}, backend,
-                      trtllm_serve.warnings(config))
+    return LaunchPlan(
+        route,
+        argv,
+        env,
+        {options_path: trtllm_serve.extra_options_yaml(config)},
+        backend,
+        trtllm_serve.warnings(config),
+    )
 
 
 def draft_len_file(config_path: str) -> Path:
@@ -71,8 +92,9 @@ def draft_len_file(config_path: str) -> Path:
 def prepare(launch: LaunchPlan, backend_models_dir: str | None = None) -> None:
     """Write what the launch needs: the Triton repository (with the backend's Python models) or the YAML."""
     if launch.triton_repo and launch.triton_repo_config:
-        models = Path(backend_models_dir or os.environ.get("SPECDEC_TRITON_MODELS_DIR",
-                                                          triton.DEFAULT_BACKEND_MODELS_DIR))
+        models = Path(
+            backend_models_dir or os.environ.get("SPECDEC_TRITON_MODELS_DIR", triton.DEFAULT_BACKEND_MODELS_DIR)
+        )
         triton.write_repository(launch.triton_repo_config, Path(launch.triton_repo), models)
         return
     for path, text in launch.files.items():
@@ -82,17 +104,23 @@ def prepare(launch: LaunchPlan, backend_models_dir: str | None = None) -> None:
 
 def describe(config: RuntimeConfig, launch: LaunchPlan, source: str) -> str:
     """The --print-config dry run: what would be launched and rendered."""
-    lines = [f"# specdec-runtime dry run of {source}",
-             f"route: {launch.route} (backend {config.backend}, mode {config.mode})",
-             f"front: http://0.0.0.0:{config.port} serving {config.served_model_name!r} "
-             "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)"]
+    lines = [
+        f"# specdec-runtime dry run of {source}",
+        f"route: {launch.route} (backend {config.backend}, mode {config.mode})",
+        f"front: http://0.0.0.0:{config.port} serving {config.served_model_name!r} "
+        "(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics)",
+    ]
     b = launch.backend
     if b.kind == "triton":
-        lines.append(f"backend: {b.url}/v2/models/{triton.BLS_MODEL}/generate with num_draft_tokens={b.draft_len} "
-                     f"use_draft_logits={str(b.use_draft_logits).lower()} return_perf_metrics=true, "
-                     f"compute times from {b.metrics_url}")
-        lines.append(f"draft length: num_draft_tokens follows {draft_len_file(source)} when it holds 1.."
-                     f"{config.draft_target.max_draft_len}, re-read while serving ({b.draft_len} without it)")
+        lines.append(
+            f"backend: {b.url}/v2/models/{triton.BLS_MODEL}/generate with num_draft_tokens={b.draft_len} "
+            f"use_draft_logits={str(b.use_draft_logits).lower()} return_perf_metrics=true, "
+            f"compute times from {b.metrics_url}"
+        )
+        lines.append(
+            f"draft length: num_draft_tokens follows {draft_len_file(source)} when it holds 1.."
+            f"{config.draft_target.max_draft_len}, re-read while serving ({b.draft_len} without it)"
+        )
     else:
         lines.append(f"backend: {b.url} (trtllm-serve OpenAI API), speculation counters from {b.url}/metrics")
     lines.append(f"health: {b.url}{b.health_path}")
@@ -101,8 +129,10 @@ def describe(config: RuntimeConfig, launch: LaunchPlan, source: str) -> str:
     for note in launch.notes:
         lines.append(f"note: {note}")
     if launch.triton_repo:
-        lines.append(f"python models: copied from $SPECDEC_TRITON_MODELS_DIR (default "
-                     f"{triton.DEFAULT_BACKEND_MODELS_DIR}): {', '.join(triton.PYTHON_MODELS)}")
+        lines.append(
+            f"python models: copied from $SPECDEC_TRITON_MODELS_DIR (default "
+            f"{triton.DEFAULT_BACKEND_MODELS_DIR}): {', '.join(triton.PYTHON_MODELS)}"
+        )
     for path, text in sorted(launch.files.items()):
         lines.append(f"--- {path}")
         lines.append(text.rstrip("\n"))

@@ -25,69 +25,102 @@ TOKENS_PER_STEP_BUCKETS = (1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 9)
 class RuntimeMetrics:
     def __init__(self, *, mode: str, backend: str, model: str, route: str) -> None:
         r = self.registry = CollectorRegistry()
-        Info("specdec_runtime", "The runtime's configuration (value is always 1).",
-             registry=r).info({"mode": mode, "backend": backend, "model": model, "route": route})
+        Info("specdec_runtime", "The runtime's configuration (value is always 1).", registry=r).info(
+            {"mode": mode, "backend": backend, "model": model, "route": route}
+        )
         self.in_flight = Gauge("specdec_requests_in_flight", "Requests being served.", registry=r)
-        self.backend_up = Gauge("specdec_backend_up", "1 when the last health check of the backend passed.",
-                                registry=r)
+        self.backend_up = Gauge("specdec_backend_up", "1 when the last health check of the backend passed.", registry=r)
         self._draft_len: Gauge | None = None  # registered once known: no made-up value before
         self._request_children: dict[tuple[str, str], tuple] = {}
-        self._requests = Counter("specdec_requests_total",
-                                 "Requests to the OpenAI endpoints, by endpoint and HTTP status.",
-                                 ["endpoint", "status"], registry=r)
-        self._backend_errors = Counter("specdec_backend_errors_total", "Failed calls to the backend, by kind.",
-                                       ["kind"], registry=r)
+        self._requests = Counter(
+            "specdec_requests_total",
+            "Requests to the OpenAI endpoints, by endpoint and HTTP status.",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self._backend_errors = Counter(
+            "specdec_backend_errors_total", "Failed calls to the backend, by kind.", ["kind"], registry=r
+        )
         self._prompt_tokens = Counter("specdec_prompt_tokens_total", "Prompt (input) tokens.", registry=r)
-        self._completion_tokens = Counter("specdec_completion_tokens_total", "Generated (output) tokens.",
-                                          registry=r)
+        self._completion_tokens = Counter("specdec_completion_tokens_total", "Generated (output) tokens.", registry=r)
         self._draft_tokens = Counter("specdec_draft_tokens_total", "Draft tokens proposed.", registry=r)
-        self._accepted_tokens = Counter("specdec_accepted_draft_tokens_total",
-                                        "Draft tokens the target accepted.", registry=r)
-        self._steps = Counter("specdec_speculative_steps_total",
-                              "Target steps that verified draft tokens.", registry=r)
+        self._accepted_tokens = Counter(
+            "specdec_accepted_draft_tokens_total", "Draft tokens the target accepted.", registry=r
+        )
+        self._steps = Counter("specdec_speculative_steps_total", "Target steps that verified draft tokens.", registry=r)
         self._speculative_requests = Counter(
             "specdec_speculative_requests_total",
             "Responses whose request speculated (Triton route only: trtllm-serve does not say per request).",
-            registry=r)
-        self._draft_seconds = Counter("specdec_draft_seconds_total",
-                                      "Time in the draft model where the route reports it (Triton: request time "
-                                      "of the draft model; trtllm-serve: drafter time, two-model modes).",
-                                      registry=r)
-        self._target_seconds = Counter("specdec_target_seconds_total",
-                                       "Time in the target model for speculative steps, where the route reports "
-                                       "the draft time too.", registry=r)
-        self._undrafted = Counter("specdec_undrafted_requests_total",
-                                  "Requests the front sent without draft tokens although speculation is configured, "
-                                  "by reason: load (at the break-even) or opt_out (the request asked).",
-                                  ["reason"], registry=r)
+            registry=r,
+        )
+        self._draft_seconds = Counter(
+            "specdec_draft_seconds_total",
+            "Time in the draft model where the route reports it (Triton: request time "
+            "of the draft model; trtllm-serve: drafter time, two-model modes).",
+            registry=r,
+        )
+        self._target_seconds = Counter(
+            "specdec_target_seconds_total",
+            "Time in the target model for speculative steps, where the route reports the draft time too.",
+            registry=r,
+        )
+        self._undrafted = Counter(
+            "specdec_undrafted_requests_total",
+            "Requests the front sent without draft tokens although speculation is configured, "
+            "by reason: load (at the break-even) or opt_out (the request asked).",
+            ["reason"],
+            registry=r,
+        )
         self._break_even: Gauge | None = None  # registered once the operator has written one
         self._capture: dict[str, Gauge] | None = None  # registered in mode saveState only
         # The target model's iterations as the backend reports them (Triton's TensorRT-LLM backend: its gauges,
         # polled; trtllm-serve: its iteration statistics): the operator fits the step time t(T) = a + b*T from
         # these (specdec.load_model).
         self._iterations = Counter("specdec_target_iterations_total", "Iterations of the target model.", registry=r)
-        self._iteration_seconds = Counter("specdec_target_iteration_seconds_total",
-                                          "Time between the target model's iterations, summed.", registry=r)
-        self._batch_sequences = Counter("specdec_target_batch_sequences_total",
-                                        "Sequences in the target's batch, summed over its iterations.", registry=r)
-        self._batch_draft_tokens = Counter("specdec_target_batch_draft_tokens_total",
-                                           "Draft tokens per sequence, summed over the target's batch and "
-                                           "iterations.", registry=r)
-        self._latency = Histogram("specdec_request_duration_seconds",
-                                  "Time from request to the last byte of the response, by endpoint.",
-                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self._ttft = Histogram("specdec_time_to_first_token_seconds",
-                               "Time to the first chunk of streamed responses.", buckets=LATENCY_BUCKETS,
-                               registry=r)
-        self._tpot = Histogram("specdec_time_per_output_token_seconds",
-                               "Time per generated token after the first (streamed), or per token of the whole "
-                               "answer (not streamed).", buckets=TOKEN_TIME_BUCKETS, registry=r)
-        self._tokens_per_step = Histogram("specdec_accepted_tokens_per_step",
-                                          "Tokens per target step of each response, the target's own token "
-                                          "included (Triton route).", buckets=TOKENS_PER_STEP_BUCKETS, registry=r)
-        self._response_acceptance = Histogram("specdec_response_acceptance_rate",
-                                              "Acceptance rate reported with each backend response.",
-                                              buckets=RATE_BUCKETS, registry=r)
+        self._iteration_seconds = Counter(
+            "specdec_target_iteration_seconds_total", "Time between the target model's iterations, summed.", registry=r
+        )
+        self._batch_sequences = Counter(
+            "specdec_target_batch_sequences_total",
+            "Sequences in the target's batch, summed over its iterations.",
+            registry=r,
+        )
+        self._batch_draft_tokens = Counter(
+            "specdec_target_batch_draft_tokens_total",
+            "Draft tokens per sequence, summed over the target's batch and iterations.",
+            registry=r,
+        )
+        self._latency = Histogram(
+            "specdec_request_duration_seconds",
+            "Time from request to the last byte of the response, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._ttft = Histogram(
+            "specdec_time_to_first_token_seconds",
+            "Time to the first chunk of streamed responses.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._tpot = Histogram(
+            "specdec_time_per_output_token_seconds",
+            "Time per generated token after the first (streamed), or per token of the whole answer (not streamed).",
+            buckets=TOKEN_TIME_BUCKETS,
+            registry=r,
+        )
+        self._tokens_per_step = Histogram(
+            "specdec_accepted_tokens_per_step",
+            "Tokens per target step of each response, the target's own token included (Triton route).",
+            buckets=TOKENS_PER_STEP_BUCKETS,
+            registry=r,
+        )
+        self._response_acceptance = Histogram(
+            "specdec_response_acceptance_rate",
+            "Acceptance rate reported with each backend response.",
+            buckets=RATE_BUCKETS,
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -97,7 +130,9 @@ class RuntimeMetrics:
         children = self._request_children.get((endpoint, status))
         if children is None:
             children = self._request_children[endpoint, status] = (
-                self._requests.labels(endpoint=endpoint, status=status), self._latency.labels(endpoint=endpoint))
+                self._requests.labels(endpoint=endpoint, status=status),
+                self._latency.labels(endpoint=endpoint),
+            )
         children[0].inc()
         children[1].observe(seconds)
 
@@ -150,8 +185,11 @@ class RuntimeMetrics:
 
     def break_even(self, value: int | None) -> None:
         if self._break_even is None:
-            self._break_even = Gauge("specdec_speculation_break_even", "The concurrency from which the front "
-                                     "sends no draft tokens (0: none set).", registry=self.registry)
+            self._break_even = Gauge(
+                "specdec_speculation_break_even",
+                "The concurrency from which the front sends no draft tokens (0: none set).",
+                registry=self.registry,
+            )
         self._break_even.set(value or 0)
 
     def target_iterations(self, iterations: float, seconds: float, sequences: float, draft_tokens: float) -> None:
@@ -169,16 +207,27 @@ class RuntimeMetrics:
         if self._capture is None:
             r = self.registry
             self._capture = {
-                "files": Gauge("specdec_capture_files", "Hidden-state files (<file_prefix>_<n>.pt) in the capture "
-                               "directory.", registry=r),
+                "files": Gauge(
+                    "specdec_capture_files",
+                    "Hidden-state files (<file_prefix>_<n>.pt) in the capture directory.",
+                    registry=r,
+                ),
                 "bytes": Gauge("specdec_capture_bytes", "Bytes of those files.", registry=r),
-                "requests": Gauge("specdec_capture_requests", "Requests whose hidden states those files hold.",
-                                  registry=r),
+                "requests": Gauge(
+                    "specdec_capture_requests", "Requests whose hidden states those files hold.", registry=r
+                ),
                 "tokens": Gauge("specdec_capture_tokens", "Token ids (input_ids) in those files.", registry=r),
-                "unreadable": Gauge("specdec_capture_unreadable_files", "Files not counted in requests and tokens: "
-                                    "being written, or not of TensorRT-LLM's layout.", registry=r),
-                "last_write": Gauge("specdec_capture_last_write_timestamp_seconds", "Modification time of the "
-                                    "newest file (Unix seconds; 0: none yet).", registry=r)}
+                "unreadable": Gauge(
+                    "specdec_capture_unreadable_files",
+                    "Files not counted in requests and tokens: being written, or not of TensorRT-LLM's layout.",
+                    registry=r,
+                ),
+                "last_write": Gauge(
+                    "specdec_capture_last_write_timestamp_seconds",
+                    "Modification time of the newest file (Unix seconds; 0: none yet).",
+                    registry=r,
+                ),
+            }
         for name, gauge in self._capture.items():
             value = getattr(totals, name)
             gauge.set(value or 0)

@@ -29,8 +29,14 @@ def error_body(message: str, kind: str, param: str | None = None, code: str | in
 class APIError(Exception):
     """An answer in OpenAI's error shape."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | int | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | int | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
 
@@ -46,15 +52,26 @@ def invalid(message: str, param: str | None, code: str | None) -> APIError:
 
 
 def model_not_found(requested: str, served: str) -> APIError:
-    return APIError(404, f"The model `{requested}` does not exist or you do not have access to it "
-                         f"(this server serves `{served}`).", "invalid_request_error", None, "model_not_found")
+    return APIError(
+        404,
+        f"The model `{requested}` does not exist or you do not have access to it (this server serves `{served}`).",
+        "invalid_request_error",
+        None,
+        "model_not_found",
+    )
 
 
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
-    for types, name in ((bool, "a boolean"), (int, "an integer"), (float, "a decimal"), (str, "a string"),
-                        (list, "an array"), (dict, "an object")):
+    for types, name in (
+        (bool, "a boolean"),
+        (int, "an integer"),
+        (float, "a decimal"),
+        (str, "a string"),
+        (list, "an array"),
+        (dict, "an object"),
+    ):
         if isinstance(value, types):
             return name
     return type(value).__name__
@@ -65,8 +82,9 @@ def _show(value: Any) -> str:
 
 
 def _invalid_type(param: str, expected: str, value: Any) -> APIError:
-    return invalid(f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.", param,
-                   "invalid_type")
+    return invalid(
+        f"Invalid type for '{param}': expected {expected}, but got {_kind(value)} instead.", param, "invalid_type"
+    )
 
 
 def _missing(param: str) -> APIError:
@@ -92,28 +110,47 @@ def _check_prompt(prompt: Any, text_only: bool) -> None:
         raise _missing("prompt")
     if isinstance(prompt, str):
         if not prompt:
-            raise invalid("Invalid 'prompt': empty string. Expected a string with minimum length 1, but got an "
-                          "empty string instead.", "prompt", "empty_string")
+            raise invalid(
+                "Invalid 'prompt': empty string. Expected a string with minimum length 1, but got an "
+                "empty string instead.",
+                "prompt",
+                "empty_string",
+            )
         return
     if not isinstance(prompt, list):
         raise _invalid_type("prompt", "a string or an array", prompt)
     if not prompt:
-        raise invalid("Invalid 'prompt': empty array. Expected an array with minimum length 1, but got an empty "
-                      "array instead.", "prompt", "empty_array")
+        raise invalid(
+            "Invalid 'prompt': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            "prompt",
+            "empty_array",
+        )
     if all(isinstance(p, str) for p in prompt):
         if not all(prompt):
             param = f"prompt[{prompt.index('')}]"
-            raise invalid(f"Invalid '{param}': empty string. Expected a string with minimum length 1, but got an "
-                          "empty string instead.", param, "empty_string")
+            raise invalid(
+                f"Invalid '{param}': empty string. Expected a string with minimum length 1, but got an "
+                "empty string instead.",
+                param,
+                "empty_string",
+            )
         return
     token_ids = all(_is_int(t) for t in prompt) or all(
-        isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt)
+        isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt
+    )
     if not token_ids:
-        raise _invalid_type("prompt", "a string, an array of strings, an array of token ids or an array of "
-                                      "non-empty token-id arrays", prompt)
+        raise _invalid_type(
+            "prompt",
+            "a string, an array of strings, an array of token ids or an array of non-empty token-id arrays",
+            prompt,
+        )
     if text_only:
-        raise invalid("Invalid 'prompt': the Triton route takes text (a string or an array of strings); token "
-                      "ids need trtllm-serve.", "prompt", "unsupported_value")
+        raise invalid(
+            "Invalid 'prompt': the Triton route takes text (a string or an array of strings); token "
+            "ids need trtllm-serve.",
+            "prompt",
+            "unsupported_value",
+        )
 
 
 def _check_messages(messages: Any) -> None:
@@ -122,8 +159,11 @@ def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list):
         raise _invalid_type("messages", "an array", messages)
     if not messages:
-        raise invalid("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty "
-                      "array instead.", "messages", "empty_array")
+        raise invalid(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            "messages",
+            "empty_array",
+        )
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise _invalid_type(f"messages[{i}]", "an object", message)
@@ -141,11 +181,18 @@ def _check_sampling(body: dict[str, Any], one_choice: bool) -> None:
         if not _is_int(value):
             raise _invalid_type(param, "an integer", value)
         if value < 1:
-            raise invalid(f"Invalid '{param}': integer below minimum value. Expected a value >= 1, but got "
-                          f"{value} instead.", param, "integer_below_min_value")
+            raise invalid(
+                f"Invalid '{param}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
+                param,
+                "integer_below_min_value",
+            )
     if one_choice and body.get("n") not in (None, 1):
-        raise invalid("Invalid 'n': n must be 1 on the Triton route (draft-target speculation through the "
-                      "tensorrt_llm_bls model, one sequence per request).", "n", "unsupported_value")
+        raise invalid(
+            "Invalid 'n': n must be 1 on the Triton route (draft-target speculation through the "
+            "tensorrt_llm_bls model, one sequence per request).",
+            "n",
+            "unsupported_value",
+        )
     for param, (low, high) in NUMBERS.items():
         value = body.get(param)
         if value is None:
@@ -153,16 +200,27 @@ def _check_sampling(body: dict[str, Any], one_choice: bool) -> None:
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise _invalid_type(param, "a number", value)
         if not value >= low:  # NaN too
-            raise invalid(f"Invalid '{param}': decimal below minimum value. Expected a value >= {low}, but got "
-                          f"{_show(value)} instead.", param, "decimal_below_min_value")
+            raise invalid(
+                f"Invalid '{param}': decimal below minimum value. Expected a value >= {low}, but got "
+                f"{_show(value)} instead.",
+                param,
+                "decimal_below_min_value",
+            )
         if not value <= high:
-            raise invalid(f"Invalid '{param}': decimal above maximum value. Expected a value <= {high}, but got "
-                          f"{_show(value)} instead.", param, "decimal_above_max_value")
+            raise invalid(
+                f"Invalid '{param}': decimal above maximum value. Expected a value <= {high}, but got "
+                f"{_show(value)} instead.",
+                param,
+                "decimal_above_max_value",
+            )
     if body.get("seed") is not None and not _is_int(body["seed"]):
         raise _invalid_type("seed", "an integer", body["seed"])
     stop = body.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
         raise _invalid_type("stop", "a string or an array of strings", stop)
 
 
@@ -176,8 +234,11 @@ def _check_stream(body: dict[str, Any]) -> None:
     if not isinstance(options, dict):
         raise _invalid_type("stream_options", "an object", options)
     if not stream:
-        raise invalid("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options",
-                      "invalid_value")
+        raise invalid(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            "stream_options",
+            "invalid_value",
+        )
     include_usage = options.get("include_usage")
     if include_usage is not None and not isinstance(include_usage, bool):
         raise _invalid_type("stream_options.include_usage", "a boolean", include_usage)

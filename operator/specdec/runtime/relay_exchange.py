@@ -56,8 +56,7 @@ class RelayExchange:
             body = parse_request(self.raw, chat=self.endpoint == CHAT, served_model=relay.model, triton=False)
             self.stream, self.client_usage, data = relay.backend_request(body)
             self.timer = asyncio.get_running_loop().call_later(relay.request_timeout, self._timed_out)
-            self.call = relay.connections().send("POST", self.endpoint, data, JSON_HEADERS, self._head,
-                                                 self._no_head)
+            self.call = relay.connections().send("POST", self.endpoint, data, JSON_HEADERS, self._head, self._no_head)
         except APIError as error:
             self._fail(error)
         except Exception:  # noqa: BLE001 - the front's own fault: a 500 and the reason in the log, not a reset

@@ -83,8 +83,12 @@ class Supervisor:
         if self.process is None:
             return 0
         if self.process.returncode is None:
-            log.info("forwarding SIGTERM to %s (pid %d); grace period %.0fs", self.argv[0], self.process.pid,
-                     self.grace_seconds)
+            log.info(
+                "forwarding SIGTERM to %s (pid %d); grace period %.0fs",
+                self.argv[0],
+                self.process.pid,
+                self.grace_seconds,
+            )
             self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(self._exited.wait()), self.grace_seconds)

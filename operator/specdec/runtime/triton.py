@@ -35,9 +35,12 @@ DEFAULT_BACKEND_MODELS_DIR = "/app/all_models/inflight_batcher_llm"
 DEFAULT_MAX_BATCH_SIZE = 8
 LOGITS_DATATYPE = "TYPE_FP32"
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("specdec.runtime", "templates"),
-                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                          autoescape=False)
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("specdec.runtime", "templates"),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    autoescape=False,
+)
 
 
 def engine_max_batch_size(engine_dir: str | None) -> int | None:
@@ -92,22 +95,37 @@ def render_repository(config: RuntimeConfig, max_batch_size: int | None = None) 
     common = {"max_batch_size": max_batch_size, "logits_datatype": LOGITS_DATATYPE}
     files = {
         f"{TARGET_MODEL}/config.pbtxt": _ENV.get_template("tensorrt_llm.pbtxt.j2").render(
-            name=TARGET_MODEL, role="target", engine_dir=config.target.engine_dir,
-            parameters=engine_parameters(config.target, config), **common),
+            name=TARGET_MODEL,
+            role="target",
+            engine_dir=config.target.engine_dir,
+            parameters=engine_parameters(config.target, config),
+            **common,
+        ),
         f"{DRAFT_MODEL}/config.pbtxt": _ENV.get_template("tensorrt_llm.pbtxt.j2").render(
-            name=DRAFT_MODEL, role="draft", engine_dir=dt.draft.engine_dir,
-            parameters=engine_parameters(dt.draft, config), **common),
+            name=DRAFT_MODEL,
+            role="draft",
+            engine_dir=dt.draft.engine_dir,
+            parameters=engine_parameters(dt.draft, config),
+            **common,
+        ),
         f"{BLS_MODEL}/config.pbtxt": _ENV.get_template("tensorrt_llm_bls.pbtxt.j2").render(
             instance_count=max_batch_size,
-            parameters={"tensorrt_llm_model_name": TARGET_MODEL, "tensorrt_llm_draft_model_name": DRAFT_MODEL,
-                        "accumulate_tokens": "false"}, **common),
+            parameters={
+                "tensorrt_llm_model_name": TARGET_MODEL,
+                "tensorrt_llm_draft_model_name": DRAFT_MODEL,
+                "accumulate_tokens": "false",
+            },
+            **common,
+        ),
         "preprocessing/config.pbtxt": _ENV.get_template("preprocessing.pbtxt.j2").render(
             instance_count=1,
             # multimodal_model_path must be present: preprocessing/1/model.py indexes it directly.
             parameters={"tokenizer_dir": tokenizer, "add_special_tokens": "true", "multimodal_model_path": ""},
-            **common),
+            **common,
+        ),
         "postprocessing/config.pbtxt": _ENV.get_template("postprocessing.pbtxt.j2").render(
-            instance_count=1, parameters={"tokenizer_dir": tokenizer, "skip_special_tokens": "true"}, **common),
+            instance_count=1, parameters={"tokenizer_dir": tokenizer, "skip_special_tokens": "true"}, **common
+        ),
     }
     return Repository(files=files, max_batch_size=max_batch_size, max_batch_size_source=source)
 
@@ -116,15 +134,16 @@ def write_repository(repo: Repository, target: Path, backend_models_dir: Path) -
     """Write the repository: our config.pbtxt files, the backend's Python model code, empty engine versions."""
     missing = [m for m in PYTHON_MODELS if not (backend_models_dir / m / "1" / "model.py").is_file()]
     if missing:
-        raise cfg.ConfigError(f"the TensorRT-LLM backend's Python models are missing in {backend_models_dir}: "
-                              f"{', '.join(f'{m}/1/model.py' for m in missing)} (set SPECDEC_TRITON_MODELS_DIR)")
+        raise cfg.ConfigError(
+            f"the TensorRT-LLM backend's Python models are missing in {backend_models_dir}: "
+            f"{', '.join(f'{m}/1/model.py' for m in missing)} (set SPECDEC_TRITON_MODELS_DIR)"
+        )
     if target.exists():
         shutil.rmtree(target)
     for model in MODELS:
         version = target / model / "1"
         if model in PYTHON_MODELS:
-            shutil.copytree(backend_models_dir / model / "1", version,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(backend_models_dir / model / "1", version, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             version.mkdir(parents=True)
     for path, text in repo.files.items():
@@ -140,16 +159,26 @@ def visible_gpus(config: RuntimeConfig) -> list[int]:
 
 def command(config: RuntimeConfig, repo_dir: str) -> tuple[list[str], dict[str, str]]:
     """tritonserver under mpirun in orchestrator mode, as launch_triton_server.py --multi-model does it."""
-    argv = ["mpirun", "--allow-run-as-root", "-n", "1", TRITONSERVER,
-            f"--model-repository={repo_dir}",
-            f"--grpc-port={cfg.TRITON_GRPC_PORT}", f"--http-port={cfg.TRITON_HTTP_PORT}",
-            f"--metrics-port={cfg.TRITON_METRICS_PORT}",
-            # Only the front listens on the pod's network.
-            "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-            # Spawning executor processes (orchestrator mode) wants these memory pools off.
-            "--pinned-memory-pool-byte-size=0", "--enable-peer-access=false",
-            *[f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in visible_gpus(config)],
-            "--disable-auto-complete-config",
-            "--backend-config=python,shm-region-prefix-name=prefix0_"]
+    argv = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        "1",
+        TRITONSERVER,
+        f"--model-repository={repo_dir}",
+        f"--grpc-port={cfg.TRITON_GRPC_PORT}",
+        f"--http-port={cfg.TRITON_HTTP_PORT}",
+        f"--metrics-port={cfg.TRITON_METRICS_PORT}",
+        # Only the front listens on the pod's network.
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        # Spawning executor processes (orchestrator mode) wants these memory pools off.
+        "--pinned-memory-pool-byte-size=0",
+        "--enable-peer-access=false",
+        *[f"--cuda-memory-pool-byte-size={gpu}:0" for gpu in visible_gpus(config)],
+        "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix0_",
+    ]
     env = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1"}
     return argv, env

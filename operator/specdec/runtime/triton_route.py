@@ -51,10 +51,10 @@ OPT_OUT_HEADER = "X-Specdec-Speculation"  # "off": this request is sent without 
 def strip_prompt(text: str, prompt: str) -> str:
     """The BLS answers a speculative request with prompt + completion (it merges the target's outputs)."""
     if prompt and text.startswith(prompt):
-        return text[len(prompt):]
+        return text[len(prompt) :]
     stripped = prompt.strip()
     if stripped and text.lstrip().startswith(stripped):
-        return text.lstrip()[len(stripped):]
+        return text.lstrip()[len(stripped) :]
     return text
 
 
@@ -78,8 +78,16 @@ class TritonRoute(Route):
     kind = "triton"
     text_prompts_only = True
 
-    def __init__(self, config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float,
-                 tokenizer: Tokenizer, draft_len_file: Path | None = None):
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        backend: Backend,
+        metrics: RuntimeMetrics,
+        *,
+        request_timeout: float,
+        tokenizer: Tokenizer,
+        draft_len_file: Path | None = None,
+    ):
         super().__init__(config, backend, metrics, request_timeout=request_timeout)
         self.tokenizer = tokenizer
         self.draft_len = backend.draft_len  # num_draft_tokens for the next requests
@@ -87,10 +95,15 @@ class TritonRoute(Route):
         self.break_even: int | None = None  # None: speculate at any load
         self.schedule: list[tuple[int, int]] | None = None  # None: draft_len below the break-even
         # What the operator writes for this pod, beside the draft length's key (none without it).
-        self.operator_keys = [ConfigMapKey(draft_len_file, self._apply_draft_len),
-                              ConfigMapKey(draft_len_file.with_name(BREAK_EVEN_KEY), self._apply_break_even),
-                              ConfigMapKey(draft_len_file.with_name(SCHEDULE_KEY), self._apply_schedule),
-                              ] if draft_len_file else []
+        self.operator_keys = (
+            [
+                ConfigMapKey(draft_len_file, self._apply_draft_len),
+                ConfigMapKey(draft_len_file.with_name(BREAK_EVEN_KEY), self._apply_break_even),
+                ConfigMapKey(draft_len_file.with_name(SCHEDULE_KEY), self._apply_schedule),
+            ]
+            if draft_len_file
+            else []
+        )
         self._gate = load_model.Gate()
         self.load = InFlight()  # requests at Triton: the sequences of its batch
         self._iteration: dict[str, float] = {}  # the target model's latest iteration gauges
@@ -121,8 +134,9 @@ class TritonRoute(Route):
         text = await self.fetch(self.backend.metrics_url)
         totals = triton_compute_us(text) if text else {}
         # A model missing from this page was not reset: skipped, so its next value is not counted twice.
-        seconds = {m: self._compute_us(m, totals[m]) / 1e6
-                   for m in (triton.DRAFT_MODEL, triton.TARGET_MODEL) if m in totals}
+        seconds = {
+            m: self._compute_us(m, totals[m]) / 1e6 for m in (triton.DRAFT_MODEL, triton.TARGET_MODEL) if m in totals
+        }
         self.metrics.compute_time(seconds.get(triton.DRAFT_MODEL, 0.0), seconds.get(triton.TARGET_MODEL, 0.0))
         if text:
             self._count_iterations(text)
@@ -168,8 +182,11 @@ class TritonRoute(Route):
         now = triton_iteration_gauges(text, triton.TARGET_MODEL)
         before, self._iteration = self._iteration, now
         draft_len = self.load.interval()
-        if draft_len is None or {"iterations", "timestamp_us"} - now.keys() or \
-                {"iterations", "timestamp_us"} - before.keys():
+        if (
+            draft_len is None
+            or {"iterations", "timestamp_us"} - now.keys()
+            or {"iterations", "timestamp_us"} - before.keys()
+        ):
             return
         iterations = now["iterations"] - before["iterations"]
         seconds = (now["timestamp_us"] - before["timestamp_us"]) / 1e6
@@ -185,15 +202,23 @@ class TritonRoute(Route):
             log.warning("ignoring %s: %r is not a draft length in 1..%d", DRAFT_LEN_KEY, text, limit)
             return
         if value != self.draft_len:
-            log.info("draft length %s -> %d (%s)", self.draft_len, value,
-                     DRAFT_LEN_KEY if text is not None else "configured")
+            log.info(
+                "draft length %s -> %d (%s)", self.draft_len, value, DRAFT_LEN_KEY if text is not None else "configured"
+            )
             self.draft_len = value
             self.metrics.draft_length(value)
 
     def _sampling(self, body: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key in ("temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty",
-                    "repetition_penalty"):
+        for key in (
+            "temperature",
+            "top_p",
+            "top_k",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "repetition_penalty",
+        ):
             if body.get(key) is not None:
                 out[key] = body[key]
         stop = body.get("stop")
@@ -203,16 +228,25 @@ class TritonRoute(Route):
             out["stop_words"] = stop
         return out
 
-    async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any],
-                        draft_len: int) -> dict[str, Any]:
+    async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any], draft_len: int) -> dict[str, Any]:
         assert self.session is not None
-        payload = {"text_input": prompt, "max_tokens": max_tokens, "stream": False,
-                   "num_draft_tokens": draft_len, "use_draft_logits": self.backend.use_draft_logits,
-                   "return_perf_metrics": True, **sampling}
+        payload = {
+            "text_input": prompt,
+            "max_tokens": max_tokens,
+            "stream": False,
+            "num_draft_tokens": draft_len,
+            "use_draft_logits": self.backend.use_draft_logits,
+            "return_perf_metrics": True,
+            **sampling,
+        }
         url = f"{self.backend.url}/v2/models/{triton.BLS_MODEL}/generate"
         with backend_errors("the Triton server", self.request_timeout):
-            async with self.session.post(url, data=orjson.dumps(payload), headers=JSON_HEADERS,
-                                         timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as resp:
+            async with self.session.post(
+                url,
+                data=orjson.dumps(payload),
+                headers=JSON_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+            ) as resp:
                 raw = await resp.read()
                 status = resp.status
         try:
@@ -231,11 +265,13 @@ class TritonRoute(Route):
         completion_tokens = self.tokenizer.count(text)
         if prompt_tokens is None or completion_tokens is None:
             return None
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens}
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
 
-    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int,
-                          opted_out: bool) -> dict[str, Any]:
+    async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int, opted_out: bool) -> dict[str, Any]:
         sampling, started = self._sampling(body), time.monotonic()
         draft_len = self._draft_len_now(opted_out)
         self.load.join(draft_len)
@@ -277,15 +313,36 @@ class TritonRoute(Route):
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         usage = _sum_usage([r["usage"] for r in results])
         if body.get("stream"):
-            chunks = [{"id": rid, "object": "text_completion", "created": created, "model": self.model,
-                       "choices": [{"index": i, "text": r["text"], "logprobs": None,
-                                    "finish_reason": r["finish_reason"]}]} for i, r in enumerate(results)]
+            chunks = [
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": self.model,
+                    "choices": [{"index": i, "text": r["text"], "logprobs": None, "finish_reason": r["finish_reason"]}],
+                }
+                for i, r in enumerate(results)
+            ]
             return await self._sse(request, chunks, usage, body, rid, created, "text_completion", started)
-        return json_response({
-            "id": rid, "object": "text_completion", "created": created, "model": self.model,
-            "choices": [{"index": i, "text": (prompts[i] if body.get("echo") else "") + r["text"],
-                         "logprobs": None, "finish_reason": r["finish_reason"]} for i, r in enumerate(results)],
-            "usage": usage, "speculation": _sum_speculation(results)})
+        return json_response(
+            {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": i,
+                        "text": (prompts[i] if body.get("echo") else "") + r["text"],
+                        "logprobs": None,
+                        "finish_reason": r["finish_reason"],
+                    }
+                    for i, r in enumerate(results)
+                ],
+                "usage": usage,
+                "speculation": _sum_speculation(results),
+            }
+        )
 
     async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
         try:
@@ -296,25 +353,51 @@ class TritonRoute(Route):
         result = await self._triton_one(prompt, body, max_tokens, _opted_out(request))
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
-            chunks = [{"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
-                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": result["text"]},
-                                    "finish_reason": result["finish_reason"]}]}]
-            return await self._sse(request, chunks, result["usage"], body, rid, created, "chat.completion.chunk",
-                                   started)
-        return json_response({
-            "id": rid, "object": "chat.completion", "created": created, "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                         "finish_reason": result["finish_reason"]}],
-            "usage": result["usage"], "speculation": result["speculation"]})
+            chunks = [
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": self.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": result["text"]},
+                            "finish_reason": result["finish_reason"],
+                        }
+                    ],
+                }
+            ]
+            return await self._sse(
+                request, chunks, result["usage"], body, rid, created, "chat.completion.chunk", started
+            )
+        return json_response(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": result["text"]},
+                        "finish_reason": result["finish_reason"],
+                    }
+                ],
+                "usage": result["usage"],
+                "speculation": result["speculation"],
+            }
+        )
 
     async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
         """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
         every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if include_usage:
-            chunks = [*({**chunk, "usage": None} for chunk in chunks),
-                      {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [],
-                       "usage": usage}]
+            chunks = [
+                *({**chunk, "usage": None} for chunk in chunks),
+                {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [], "usage": usage},
+            ]
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         self.metrics.first_token(time.monotonic() - started)
@@ -338,5 +421,8 @@ def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
 def _sum_speculation(results: list[dict[str, Any]]) -> dict[str, Any]:
     draft = sum(r["speculation"]["draft_tokens"] for r in results)
     accepted = sum(r["speculation"]["accepted_draft_tokens"] for r in results)
-    return {"acceptance_rate": accepted / draft if draft else None, "accepted_draft_tokens": accepted,
-            "draft_tokens": draft}
+    return {
+        "acceptance_rate": accepted / draft if draft else None,
+        "accepted_draft_tokens": accepted,
+        "draft_tokens": draft,
+    }

@@ -56,8 +56,9 @@ def warnings(config: RuntimeConfig) -> list[str]:
     notes = []
     if config.backend == "pytorch" and config.draft_target is not None:
         if config.draft_target.use_logits:
-            notes.append("useLogits is not available with trtllm-serve's PyTorch Draft_Target; tokens are "
-                         "accepted by comparison")
+            notes.append(
+                "useLogits is not available with trtllm-serve's PyTorch Draft_Target; tokens are accepted by comparison"
+            )
         if config.draft_target.draft.revision:
             notes.append("draftTarget.draft.revision is ignored: speculative_model takes a path or hub id")
     return notes
@@ -72,10 +73,20 @@ def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[s
             raise cfg.ConfigError("engine-path draftTarget is served by Triton, not trtllm-serve")
         # An engine directory holds no tokenizer: it comes from the checkpoint.
         argv = [TRTLLM_SERVE, target.engine_dir or "", "--backend", "tensorrt", "--tokenizer", target.checkpoint]
-    argv += ["--host", HOST, "--port", str(cfg.TRTLLM_SERVE_PORT),
-             "--tp_size", str(target.tensor_parallel_size),
-             "--kv_cache_free_gpu_memory_fraction", repr(float(config.kv_cache.free_gpu_memory_fraction)),
-             "--extra_llm_api_options", options_path, "--log_level", "info"]
+    argv += [
+        "--host",
+        HOST,
+        "--port",
+        str(cfg.TRTLLM_SERVE_PORT),
+        "--tp_size",
+        str(target.tensor_parallel_size),
+        "--kv_cache_free_gpu_memory_fraction",
+        repr(float(config.kv_cache.free_gpu_memory_fraction)),
+        "--extra_llm_api_options",
+        options_path,
+        "--log_level",
+        "info",
+    ]
     if config.backend == "pytorch" and target.revision:
         argv += ["--revision", target.revision]
     env: dict[str, str] = {}

@@ -50,8 +50,15 @@ class Upstream:
         self._idle: list[Connection] = []
         self.closed = False
 
-    def send(self, method: str, path: str, body: bytes, headers: dict[str, str],
-             on_head: Callable[[Response], None], on_fail: Callable[[UpstreamError], None]) -> Call:
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        on_head: Callable[[Response], None],
+        on_fail: Callable[[UpstreamError], None],
+    ) -> Call:
         """Send a request; `on_head` is called with the response once its head has arrived (in the read
         callback that completed it), or `on_fail` once with what prevented it. On a kept-alive connection the
         request is written before this returns; a new connection is made first by a task."""
@@ -111,8 +118,9 @@ class Call:
     connection that closes before any byte of the answer is replaced once by a new one (it was closed while
     idle)."""
 
-    def __init__(self, pool: Upstream, data: bytes, on_head: Callable[[Response], None],
-                 on_fail: Callable[[UpstreamError], None]):
+    def __init__(
+        self, pool: Upstream, data: bytes, on_head: Callable[[Response], None], on_fail: Callable[[UpstreamError], None]
+    ):
         self.pool, self.data, self.on_head, self.on_fail = pool, data, on_head, on_fail
         self.response: Response | None = None
         self._connecting: asyncio.Task | None = None
@@ -168,8 +176,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def send(self, data: bytes, on_head: Callable[[Response], None],
-             on_fail: Callable[[UpstreamError], None]) -> Response:
+    def send(
+        self, data: bytes, on_head: Callable[[Response], None], on_fail: Callable[[UpstreamError], None]
+    ) -> Response:
         self.response = response = Response(self, on_head, on_fail)
         self.transport.write(data)
         return response
@@ -194,8 +203,9 @@ class Response:
     whole (`read`) or handed over as it arrives (`stream`). `close` abandons it and its connection (the server
     sees the client go); a response read to its end hands its connection back to the pool by itself."""
 
-    def __init__(self, connection: Connection, on_head: Callable[[Response], None],
-                 on_fail: Callable[[UpstreamError], None]):
+    def __init__(
+        self, connection: Connection, on_head: Callable[[Response], None], on_fail: Callable[[UpstreamError], None]
+    ):
         self._connection: Connection | None = connection
         self.reused = connection.reused
         self._on_head, self._on_head_fail = on_head, on_fail
@@ -218,8 +228,12 @@ class Response:
     def content_type(self) -> str:
         return self.headers.get("content-type", "").partition(";")[0].strip().lower()
 
-    def stream(self, on_data: Callable[[bytes], None], on_end: Callable[[Exception | None], None],
-               quiet_seconds: float | None = None) -> None:
+    def stream(
+        self,
+        on_data: Callable[[bytes], None],
+        on_end: Callable[[Exception | None], None],
+        quiet_seconds: float | None = None,
+    ) -> None:
         """Hand each piece of the body to `on_data` as it arrives, then call `on_end` once: with None at the
         end of the body, or with the UpstreamError that cut it short (not after `close`)."""
         self._on_data, self._on_end = on_data, on_end
@@ -294,7 +308,7 @@ class Response:
             if len(self._head) > MAX_HEAD:
                 self._fail_head(UpstreamError("a response head too long"))
             return
-        head, rest, self._head = self._head[:end], self._head[end + 4:], b""
+        head, rest, self._head = self._head[:end], self._head[end + 4 :], b""
         try:
             status, headers = parse_head(head)
             if 100 <= status < 200:  # an interim response: the final one follows

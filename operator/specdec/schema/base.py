@@ -21,13 +21,17 @@ GROUP = "specdec.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-MODEL_URI_PATTERN = r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$"
+MODEL_URI_PATTERN = (
+    r"^(hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?/.+)$"
+)
 # Children (the runtime Service above all) are named after the deployment: a DNS-1035 label, with
 # room for the longest suffix we add ("-runtime").
 NAME_MAX = 55
 NAME_RE = re.compile(rf"[a-z]([-a-z0-9]{{0,{NAME_MAX - 2}}}[a-z0-9])?")
-NAME_RULE_MESSAGE = (f"must be a DNS-1035 label of at most {NAME_MAX} characters (lowercase letters, digits "
-                     "and '-', starting with a letter): the runtime Service is named after it")
+NAME_RULE_MESSAGE = (
+    f"must be a DNS-1035 label of at most {NAME_MAX} characters (lowercase letters, digits "
+    "and '-', starting with a letter): the runtime Service is named after it"
+)
 MODEL_URI_HELP = "`hf://org/name` (fetched from the Hugging Face Hub) or `pvc://claim/path` (a claim in this namespace)"
 
 
@@ -44,8 +48,7 @@ class ApiModel(BaseModel):
     the model's CEL rules hold, evaluated on its wire form with defaults applied, as the API server
     sees `self`."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
     @model_validator(mode="after")
     def _cel_rules(self):
@@ -78,26 +81,41 @@ class ModelSource(ApiModel):
     """A model checkpoint and how to turn it into an engine."""
 
     model_config = validations(
-        cel("!has(self.devices) || size(self.devices) == self.tensorParallelSize",
-            "the device list must have exactly tensorParallelSize entries", ".devices"),
-        cel("!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
-            "kvCacheDtype fp8 needs quantization fp8", ".kvCacheDtype"),
+        cel(
+            "!has(self.devices) || size(self.devices) == self.tensorParallelSize",
+            "the device list must have exactly tensorParallelSize entries",
+            ".devices",
+        ),
+        cel(
+            "!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
+            "kvCacheDtype fp8 needs quantization fp8",
+            ".kvCacheDtype",
+        ),
     )
 
     model: ModelUri = Field(description=f"The checkpoint: {MODEL_URI_HELP}.")
-    revision: str | None = Field(None, min_length=1, max_length=128,
-                                 description="Hub revision (branch, tag or commit) to fetch; hf:// only.")
+    revision: str | None = Field(
+        None, min_length=1, max_length=128, description="Hub revision (branch, tag or commit) to fetch; hf:// only."
+    )
     family: Literal["llama", "qwen"] = Field(
-        "llama", description="Model family: selects TensorRT-LLM's examples/models/core/<family>/convert_checkpoint.py.")
+        "llama", description="Model family: selects TensorRT-LLM's examples/models/core/<family>/convert_checkpoint.py."
+    )
     dtype: Literal["float16", "bfloat16"] = Field("float16", description="Activation and weight dtype.")
     quantization: Literal["none", "fp8"] = Field(
-        "none", description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless kvCacheDtype says otherwise).")
+        "none",
+        description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless kvCacheDtype says otherwise).",
+    )
     kv_cache_dtype: Literal["auto", "fp8"] | None = Field(
-        None, description="KV-cache dtype: auto (the model dtype) or fp8. Default: fp8 when quantization is fp8, else auto.")
+        None,
+        description="KV-cache dtype: auto (the model dtype) or fp8. Default: fp8 when quantization is fp8, else auto.",
+    )
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="Tensor-parallel size (GPUs per engine).")
     devices: list[Annotated[int, Field(ge=0, le=63)]] | None = Field(
-        None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "set"},
-        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.")
+        None,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.",
+    )
 
     @model_validator(mode="after")
     def _devices_once(self) -> ModelSource:

@@ -42,8 +42,12 @@ def _index_of(text: celtypes.StringType, sub: celtypes.StringType) -> celtypes.I
 
 # The Kubernetes CEL library functions our rules call (k8s.io/apiserver/pkg/cel/library: quantity;
 # cel-go's strings extension: indexOf). A rule calling another one fails its unit tests.
-KUBERNETES_FUNCTIONS = {"quantity": _quantity, "isGreaterThan": _is_greater_than, "isLessThan": _is_less_than,
-                        "indexOf": _index_of}
+KUBERNETES_FUNCTIONS = {
+    "quantity": _quantity,
+    "isGreaterThan": _is_greater_than,
+    "isLessThan": _is_less_than,
+    "indexOf": _index_of,
+}
 
 
 @functools.cache

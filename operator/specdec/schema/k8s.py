@@ -39,8 +39,10 @@ LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 LABEL_VALUE_MAX = 63
 # Container resource names (validateContainerResourceName): the standard unprefixed ones, else a
 # qualified name with a domain prefix (extended resources such as nvidia.com/gpu).
-RESOURCE_NAME = (rf"^(cpu|memory|ephemeral-storage|hugepages-[A-Za-z0-9]([-A-Za-z0-9_.]{{0,51}}[A-Za-z0-9])?"
-                 rf"|{_DNS_LABEL}([.]{_DNS_LABEL})*/{_NAME})$")
+RESOURCE_NAME = (
+    rf"^(cpu|memory|ephemeral-storage|hugepages-[A-Za-z0-9]([-A-Za-z0-9_.]{{0,51}}[A-Za-z0-9])?"
+    rf"|{_DNS_LABEL}([.]{_DNS_LABEL})*/{_NAME})$"
+)
 
 # Total size of a pod's annotations is capped at 256 KiB (TotalAnnotationSizeLimitB):
 # MAX_ANNOTATIONS * (KEY_MAX + ANNOTATION_VALUE_MAX) stays below it.
@@ -56,8 +58,10 @@ QUANTITY_MAX = 64
 # An image reference, registry/repo[:tag][@digest] (distribution's reference grammar, loosely: any
 # host[:port] as registry); above all no whitespace, which the kubelet would refuse.
 _PATH_COMPONENT = r"[a-z0-9]+(([_.]|__|-+)[a-z0-9]+)*"
-IMAGE = (rf"^([A-Za-z0-9][-A-Za-z0-9.]*(:[0-9]+)?/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*"
-         r"(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?(@[a-z0-9]+([-+._][a-z0-9]+)*:[0-9a-fA-F]{32,})?$")
+IMAGE = (
+    rf"^([A-Za-z0-9][-A-Za-z0-9.]*(:[0-9]+)?/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*"
+    r"(:[A-Za-z0-9_][-A-Za-z0-9_.]{0,127})?(@[a-z0-9]+([-+._][a-z0-9]+)*:[0-9a-fA-F]{32,})?$"
+)
 IMAGE_MAX = 512
 
 
@@ -109,7 +113,8 @@ class KeyRule:
     def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
         out = handler(schema)
         out.setdefault("x-kubernetes-validations", []).append(
-            {"rule": f"self.all(k, {self.cel_expr('k')})", "message": self.message})
+            {"rule": f"self.all(k, {self.cel_expr('k')})", "message": self.message}
+        )
         return out
 
 
@@ -134,13 +139,22 @@ class FitsSchema:
         return self.schema()
 
 
-LABEL_KEYS = KeyRule(LABEL_KEY, "keys must be label keys: an optional DNS subdomain prefix and '/', then a name "
-                                "of at most 63 alphanumerics, '-', '_' or '.' that starts and ends with an alphanumeric")
-ANNOTATION_KEYS = KeyRule(ANNOTATION_KEY, "keys must be annotation keys: an optional DNS subdomain prefix and '/', "
-                                          "then a name of at most 63 alphanumerics, '-', '_' or '.' that starts and "
-                                          "ends with an alphanumeric")
-RESOURCE_NAMES = KeyRule(RESOURCE_NAME, "keys must be container resource names: cpu, memory, ephemeral-storage, "
-                                        "hugepages-<size>, or an extended resource with a domain (example.com/foo)")
+LABEL_KEYS = KeyRule(
+    LABEL_KEY,
+    "keys must be label keys: an optional DNS subdomain prefix and '/', then a name "
+    "of at most 63 alphanumerics, '-', '_' or '.' that starts and ends with an alphanumeric",
+)
+ANNOTATION_KEYS = KeyRule(
+    ANNOTATION_KEY,
+    "keys must be annotation keys: an optional DNS subdomain prefix and '/', "
+    "then a name of at most 63 alphanumerics, '-', '_' or '.' that starts and "
+    "ends with an alphanumeric",
+)
+RESOURCE_NAMES = KeyRule(
+    RESOURCE_NAME,
+    "keys must be container resource names: cpu, memory, ephemeral-storage, "
+    "hugepages-<size>, or an extended resource with a domain (example.com/foo)",
+)
 
 
 # --- Affinity: the typed core/v1 schema, from the kubernetes client's models ------------------------
@@ -176,8 +190,10 @@ def object_schema(model: type[BaseModel]) -> dict[str, Any]:
         if name not in model.attribute_map:
             continue
         wire = model.attribute_map[name]
-        properties[wire] = {**({"description": field.description} if field.description else {}),
-                            **_type_schema(field.annotation)}
+        properties[wire] = {
+            **({"description": field.description} if field.description else {}),
+            **_type_schema(field.annotation),
+        }
         if field.is_required():
             required.append(wire)
     schema: dict[str, Any] = {"type": "object", "properties": properties}

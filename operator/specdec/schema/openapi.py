@@ -28,16 +28,21 @@ def schema_errors(node: dict[str, Any], value: Any, path: str = "") -> list[str]
             return [f"{path}: not int-or-string"]
     else:
         kind = node.get("type")
-        if kind and (not isinstance(value, _TYPES[kind])
-                     or (kind in ("integer", "number") and isinstance(value, bool))):
+        if kind and (
+            not isinstance(value, _TYPES[kind]) or (kind in ("integer", "number") and isinstance(value, bool))
+        ):
             return [f"{path}: not {kind}"]
     errors = []
     if "enum" in node and value not in node["enum"]:
         errors.append(f"{path}: not one of {node['enum']}")
     if isinstance(value, (int, float)):
-        if "minimum" in node and (value <= node["minimum"] if node.get("exclusiveMinimum") else value < node["minimum"]):
+        if "minimum" in node and (
+            value <= node["minimum"] if node.get("exclusiveMinimum") else value < node["minimum"]
+        ):
             errors.append(f"{path}: below minimum")
-        if "maximum" in node and (value >= node["maximum"] if node.get("exclusiveMaximum") else value > node["maximum"]):
+        if "maximum" in node and (
+            value >= node["maximum"] if node.get("exclusiveMaximum") else value > node["maximum"]
+        ):
             errors.append(f"{path}: above maximum")
     if isinstance(value, str):
         if len(value) < node.get("minLength", 0) or len(value) > node.get("maxLength", len(value)):

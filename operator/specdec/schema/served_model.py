@@ -10,7 +10,9 @@ from specdec.schema.base import ApiModel
 
 class ServedModel(ApiModel):
     engine_dir: str | None = Field(None, description="Engine directory (tensorrt backend).")
-    checkpoint: str = Field(description="Hugging Face checkpoint dir or hub id: tokenizer, and the model itself for pytorch.")
+    checkpoint: str = Field(
+        description="Hugging Face checkpoint dir or hub id: tokenizer, and the model itself for pytorch."
+    )
     revision: str | None = Field(None, description="Hub revision, when checkpoint is a hub id.")
     devices: list[int] = Field(description="GPU indices within the pod.")
     tensor_parallel_size: int = 1

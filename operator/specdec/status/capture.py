@@ -41,8 +41,14 @@ def _timestamp(seconds: float) -> str:
 
 def capture_status(place: CapturePlace, sample: CaptureSample, capacity: int | None) -> dict[str, Any]:
     """status.capture: nothing in it moves unless the directory or the claim changes (no write while idle)."""
-    status: dict[str, Any] = {"claimName": place.claim, "path": place.path, "files": sample.files,
-                              "bytes": sample.bytes, "requests": sample.requests, "tokens": sample.tokens}
+    status: dict[str, Any] = {
+        "claimName": place.claim,
+        "path": place.path,
+        "files": sample.files,
+        "bytes": sample.bytes,
+        "requests": sample.requests,
+        "tokens": sample.tokens,
+    }
     if sample.last_write:
         status["lastWriteAt"] = _timestamp(sample.last_write)
     if capacity is not None:
@@ -55,14 +61,22 @@ def capture_condition(place: CapturePlace, sample: CaptureSample, capacity: int 
     where = f"{place.path} of claim {place.claim}"
     held = f"{sample.files} files, {_gib(sample.bytes)}, {sample.tokens} tokens of {sample.requests} requests"
     if capacity is None:
-        return Cond(CAPTURE_SPACE, None, "CapacityUnknown",
-                    f"{held} in {where}; the claim's capacity cannot be read (not found, or not bound yet)")
+        return Cond(
+            CAPTURE_SPACE,
+            None,
+            "CapacityUnknown",
+            f"{held} in {where}; the claim's capacity cannot be read (not found, or not bound yet)",
+        )
     used = sample.bytes / capacity if capacity else 1.0
     share = f"{100 * used:.1f}% of the claim's {_gib(capacity)}"
     if used >= NEARLY_FULL:
-        return Cond(CAPTURE_SPACE, False, "ClaimNearlyFull",
-                    f"{held} in {where}: {share}. Copy the files away (any pod mounting the claim, e.g. with "
-                    f"kubectl cp) and remove them, or set spec.speculation.saveState.output.claimName to a bigger "
-                    f"claim: TensorRT-LLM cannot write once the claim is full, and the operator never deletes "
-                    f"captured data")
+        return Cond(
+            CAPTURE_SPACE,
+            False,
+            "ClaimNearlyFull",
+            f"{held} in {where}: {share}. Copy the files away (any pod mounting the claim, e.g. with "
+            f"kubectl cp) and remove them, or set spec.speculation.saveState.output.claimName to a bigger "
+            f"claim: TensorRT-LLM cannot write once the claim is full, and the operator never deletes "
+            f"captured data",
+        )
     return Cond(CAPTURE_SPACE, True, "WithinClaim", f"{held} in {where}: {share}")

@@ -11,8 +11,12 @@ from specdec.status.pods import STUCK_REASONS, by_age, condition, condition_true
 from specdec.status.shared import BUILD, FETCH, FETCHED, WAITING_FOR_CHECKPOINTS, BuildState
 
 
-def _inputs_condition(inputs: tuple[ModelCachePlan, ...], caches: dict[str, BuildState], fetching: dict[str, None],
-                      kind: str = "EnginesReady") -> Cond | None:
+def _inputs_condition(
+    inputs: tuple[ModelCachePlan, ...],
+    caches: dict[str, BuildState],
+    fetching: dict[str, None],
+    kind: str = "EnginesReady",
+) -> Cond | None:
     """An engine without its EngineBuild (or, on backend pytorch, the runtime) waits for its checkpoints:
     a failed or stuck fetch decides (a `kind` condition); fetches under way are added to `fetching`.
     Messages name what is awaited, not its current phase (`kubectl get mc` shows that): a shared
@@ -41,16 +45,24 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState], caches: dict[s
                 continue
         state = states.get(engine.name, BuildState("Pending", "EngineBuildPending", "creating the EngineBuild"))
         if state.failed:
-            return Cond("EnginesReady", False, state.reason,
-                        f"{engine.role} engine {engine.name}: {state.message}")
+            return Cond("EnginesReady", False, state.reason, f"{engine.role} engine {engine.name}: {state.message}")
         if state.reason in STUCK_REASONS:  # waits for something that may never come: say so
-            return Cond("EnginesReady", False, BUILD.prefix + state.reason,
-                        f"{engine.role} engine {engine.name}: {state.message}")
+            return Cond(
+                "EnginesReady",
+                False,
+                BUILD.prefix + state.reason,
+                f"{engine.role} engine {engine.name}: {state.message}",
+            )
         # built or not, not the phase: see _inputs_condition
         described.append(f"{engine.role} {engine.name}: {'built' if state.succeeded else 'in progress'}")
     if fetching:
-        return Cond("EnginesReady", False, "Fetching", "GPU builds start once their checkpoints are in the "
-                    "cache; fetching " + "; ".join(fetching) + "".join(f"; {d}" for d in described))
+        return Cond(
+            "EnginesReady",
+            False,
+            "Fetching",
+            "GPU builds start once their checkpoints are in the "
+            "cache; fetching " + "; ".join(fetching) + "".join(f"; {d}" for d in described),
+        )
     if all(states.get(e.name) and states[e.name].succeeded for e in plan.engines):
         return Cond("EnginesReady", True, "EnginesBuilt", "; ".join(described))
     return Cond("EnginesReady", False, "EnginesBuilding", "; ".join(described))
@@ -61,8 +73,12 @@ def _runtime_blocked(deployment: dict[str, Any], pods: list[dict[str, Any]]) -> 
     create (the Deployment's ReplicaFailure), pods no node can take, or containers that will not start."""
     failure = condition(deployment, "ReplicaFailure")
     if failure and failure.get("status") == "True":
-        return Cond("RuntimeAvailable", False, "PodCreationFailed",
-                    f"runtime pods cannot be created: {failure.get('message', '')}")
+        return Cond(
+            "RuntimeAvailable",
+            False,
+            "PodCreationFailed",
+            f"runtime pods cannot be created: {failure.get('message', '')}",
+        )
     for pod in by_age(pods):
         blocked = runtime_pod_blocked(pod)
         if blocked:
@@ -91,8 +107,12 @@ def runtime_pod_blocked(pod: dict[str, Any] | None) -> Cond | None:
     name = pod["metadata"]["name"]
     scheduled = condition(pod, "PodScheduled") or {}
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        return Cond("RuntimeAvailable", False, "PodsUnschedulable",
-                    f"runtime pod {name} cannot be scheduled: {scheduled.get('message', '')}")
+        return Cond(
+            "RuntimeAvailable",
+            False,
+            "PodsUnschedulable",
+            f"runtime pod {name} cannot be scheduled: {scheduled.get('message', '')}",
+        )
     stuck = stuck_container(pod, "spec.runtime")
     return Cond("RuntimeAvailable", False, stuck.reason, f"runtime pod {name}: {stuck.message}") if stuck else None
 
@@ -109,9 +129,19 @@ def runtime_view(deployment: dict[str, Any] | None) -> tuple | None:
     failure = condition(deployment, "ReplicaFailure") or {}
     progressing = condition(deployment, "Progressing") or {}
     deadline = progressing.get("message") if progressing.get("reason") == "ProgressDeadlineExceeded" else None
-    return (meta.get("generation"), meta.get("labels"), meta.get("annotations"), status.get("observedGeneration"),
-            status.get("replicas"), status.get("updatedReplicas"), status.get("readyReplicas"),
-            condition_true(deployment, "Available"), failure.get("status"), failure.get("message"), deadline)
+    return (
+        meta.get("generation"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        status.get("observedGeneration"),
+        status.get("replicas"),
+        status.get("updatedReplicas"),
+        status.get("readyReplicas"),
+        condition_true(deployment, "Available"),
+        failure.get("status"),
+        failure.get("message"),
+        deadline,
+    )
 
 
 def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:
@@ -119,8 +149,14 @@ def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:
     return all(c.name in caches and caches[c.name].phase == FETCHED for c in plan.runtime_inputs)
 
 
-def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: bool,
-                       pods: list[dict[str, Any]], caches: dict[str, BuildState], served_before: bool) -> Cond:
+def _runtime_condition(
+    plan: Plan,
+    deployment: dict[str, Any] | None,
+    current: bool,
+    pods: list[dict[str, Any]],
+    caches: dict[str, BuildState],
+    served_before: bool,
+) -> Cond:
     if not current and not runtime_inputs_fetched(plan, caches):
         fetching: dict[str, None] = {}
         blocked = _inputs_condition(plan.runtime_inputs, caches, fetching, "RuntimeAvailable")
@@ -128,8 +164,12 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
             return blocked
         ready = ((deployment or {}).get("status") or {}).get("readyReplicas") or 0
         keep = f"; {ready} pod(s) of the previous version keep serving" if deployment is not None else ""
-        return Cond("RuntimeAvailable", False, "Fetching", "the runtime starts once its checkpoints are in the "
-                    "cache; fetching " + "; ".join(fetching) + keep)
+        return Cond(
+            "RuntimeAvailable",
+            False,
+            "Fetching",
+            "the runtime starts once its checkpoints are in the cache; fetching " + "; ".join(fetching) + keep,
+        )
     if deployment is None:
         return Cond("RuntimeAvailable", False, "WaitingForEngines", "the runtime starts when every engine is built")
     want = plan.spec.runtime.replicas
@@ -138,8 +178,12 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
     updated = status.get("updatedReplicas") or 0
     total = status.get("replicas") or 0
     if not current:
-        return Cond("RuntimeAvailable", False, "UpdatePending",
-                    f"{ready} pod(s) of the previous version keep serving until the new engines are built")
+        return Cond(
+            "RuntimeAvailable",
+            False,
+            "UpdatePending",
+            f"{ready} pod(s) of the previous version keep serving until the new engines are built",
+        )
     seen = (deployment.get("metadata") or {}).get("generation") == status.get("observedGeneration")
     if seen and want == 0:
         return Cond("RuntimeAvailable", True, "ScaledToZero", "replicas is 0")
@@ -150,12 +194,17 @@ def _runtime_condition(plan: Plan, deployment: dict[str, Any] | None, current: b
         # operator version) while this generation is served: the pods that serve keep the runtime available,
         # unless the new pods cannot come up (a failure to show, although the old ones serve meanwhile).
         return _rollout_stuck(deployment, pods) or Cond(
-            "RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready; rolling out a change the operator "
-            f"made: {updated if seen else 0}/{want} pods updated")
+            "RuntimeAvailable",
+            True,
+            "Available",
+            f"{ready}/{want} pods ready; rolling out a change the operator "
+            f"made: {updated if seen else 0}/{want} pods updated",
+        )
     if not seen:
         return Cond("RuntimeAvailable", False, "RollingOut", "the Deployment controller has not seen the change yet")
-    return _rollout_stuck(deployment, pods) or Cond("RuntimeAvailable", False, "RollingOut",
-                                                    f"{updated}/{want} pods updated, {ready} ready")
+    return _rollout_stuck(deployment, pods) or Cond(
+        "RuntimeAvailable", False, "RollingOut", f"{updated}/{want} pods updated, {ready} ready"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +228,10 @@ class DeploymentInput:
 def served_this_generation(sd: dict[str, Any]) -> bool:
     """Whether the SpeculativeDeployment's status already says RuntimeAvailable True for its spec as it is."""
     generation = (sd.get("metadata") or {}).get("generation")
-    return any(c.get("type") == "RuntimeAvailable" and c.get("status") == "True"
-               and c.get("observedGeneration") == generation for c in (sd.get("status") or {}).get("conditions") or [])
+    return any(
+        c.get("type") == "RuntimeAvailable" and c.get("status") == "True" and c.get("observedGeneration") == generation
+        for c in (sd.get("status") or {}).get("conditions") or []
+    )
 
 
 def deployment_conditions(seen: DeploymentInput) -> tuple[str, list[Cond]]:
@@ -194,18 +245,25 @@ def deployment_conditions(seen: DeploymentInput) -> tuple[str, list[Cond]]:
     parts = [Cond("SpecValid", True, "Valid", plan.spec_valid_message)]
     if plan.engines:
         parts.append(_engines_condition(plan, states, seen.caches))
-    parts.append(_runtime_condition(plan, seen.deployment, seen.runtime_current, seen.pods, seen.caches,
-                                    seen.served_before))
+    parts.append(
+        _runtime_condition(plan, seen.deployment, seen.runtime_current, seen.pods, seen.caches, seen.served_before)
+    )
     ready = aggregate_ready(parts, f"serving at {endpoint}")
     if ready.status and not seen.service_current:
-        ready = Cond("Ready", False, "ServicePending", f"the runtime is available; the Service behind {endpoint} is "
-                     "being applied (the API server allocates the cluster's Service IPs one at a time)")
+        ready = Cond(
+            "Ready",
+            False,
+            "ServicePending",
+            f"the runtime is available; the Service behind {endpoint} is "
+            "being applied (the API server allocates the cluster's Service IPs one at a time)",
+        )
     if failure is not None:
         return "Failed", parts + [Cond("Ready", False, failure.reason, failure.message)]
     if ready.status:
         phase = "Ready"
     elif any(states[e.name].failed for e in plan.engines if e.name in states) or any(
-            p.reason == "FetchFailed" for p in parts):
+        p.reason == "FetchFailed" for p in parts
+    ):
         phase = "Failed"
     elif plan.engines and not parts[1].status or parts[-1].reason.startswith(FETCH.prefix):
         phase = "Building"

@@ -14,8 +14,17 @@ MESSAGE_TAIL_CHARS = 600
 # pkg/kubelet/images/types.go, CRI's RegistryUnavailable and SignatureValidationFailed; the errors of
 # kuberuntime's startContainer). Our reasons: ImagePullFailed, ContainerCannotStart, CrashLoopBackOff.
 IMAGE_PULL_FAILED, CANNOT_START, CRASH_LOOP = "ImagePullFailed", "ContainerCannotStart", "CrashLoopBackOff"
-KUBELET_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
-                                  "ImageInspectError", "RegistryUnavailable", "SignatureValidationFailed"})
+KUBELET_PULL_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "ImageInspectError",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
 KUBELET_START_REASONS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
 # A pending Job that may wait forever (for capacity, for pods the API server refuses to create, for a
 # container the kubelet will not start): its reason on the deployment's EnginesReady condition is the Job
@@ -68,8 +77,14 @@ _PULL_BACK_OFF = re.compile(r'Back-off pulling image "[^"]*": (\w+): (.+)', re.D
 
 def _image(pod: dict[str, Any], container: str) -> str:
     spec = pod.get("spec") or {}
-    return next((c.get("image", "") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
-                 if c.get("name") == container), "")
+    return next(
+        (
+            c.get("image", "")
+            for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])
+            if c.get("name") == container
+        ),
+        "",
+    )
 
 
 def _pull_failure(reason: str, message: str) -> tuple[str, str]:
@@ -85,8 +100,10 @@ def _pull_advice(reason: str) -> str:
         return "fix the image reference"
     if reason == "ErrImageNeverPull":
         return "the node has not got the image and its pull policy is Never: put it on the node or let it be pulled"
-    return ("check the image reference, that the node can reach its registry, and the pull secrets "
-            "(the operator's SPECDEC_IMAGE_PULL_SECRETS)")
+    return (
+        "check the image reference, that the node can reach its registry, and the pull secrets "
+        "(the operator's SPECDEC_IMAGE_PULL_SECRETS)"
+    )
 
 
 def _cannot_start_advice(reason: str, message: str) -> str:
@@ -105,8 +122,9 @@ def _exit(terminated: dict[str, Any]) -> str:
     if not terminated:
         return ""
     detail = tail(terminated.get("message", ""))
-    return (f": last exit code {terminated.get('exitCode')} ({terminated.get('reason') or 'Error'})"
-            + (f": {detail}" if detail else ""))
+    return f": last exit code {terminated.get('exitCode')} ({terminated.get('reason') or 'Error'})" + (
+        f": {detail}" if detail else ""
+    )
 
 
 def _crashed(cs: dict[str, Any]) -> dict[str, Any] | None:
@@ -130,7 +148,9 @@ def stuck_container(pod: dict[str, Any], spec_field: str) -> StuckContainer | No
     says, and what to do (`spec_field`: where the spec sets the pod's resources). None for a pod that is
     leaving (deleted, or done: an evicted pod stays Failed) and for any other container."""
     if (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
-            "Succeeded", "Failed"):
+        "Succeeded",
+        "Failed",
+    ):
         return None
     for cs in container_statuses(pod):
         name = cs.get("name", "")
@@ -138,23 +158,29 @@ def stuck_container(pod: dict[str, Any], spec_field: str) -> StuckContainer | No
         reason, message = waiting.get("reason", ""), waiting.get("message", "")
         if reason in KUBELET_PULL_REASONS:
             reason, message = _pull_failure(reason, message)
-            return StuckContainer(IMAGE_PULL_FAILED, name, f"container {name} cannot pull image "
-                                  f"\"{_image(pod, name)}\": {reason}: {tail(message)}; {_pull_advice(reason)}")
+            return StuckContainer(
+                IMAGE_PULL_FAILED,
+                name,
+                f"container {name} cannot pull image "
+                f'"{_image(pod, name)}": {reason}: {tail(message)}; {_pull_advice(reason)}',
+            )
         if reason in KUBELET_START_REASONS:
-            return StuckContainer(CANNOT_START, name, f"container {name} cannot start: {reason}: {tail(message)}; "
-                                  f"{_cannot_start_advice(reason, message)}")
+            return StuckContainer(
+                CANNOT_START,
+                name,
+                f"container {name} cannot start: {reason}: {tail(message)}; {_cannot_start_advice(reason, message)}",
+            )
         crashed = _crashed(cs)
         if crashed is not None:
             meta = pod.get("metadata") or {}
             namespace = f"-n {meta['namespace']} " if meta.get("namespace") else ""
             advice = f"its log: kubectl logs {namespace}{meta.get('name')} -c {name} --previous"
             if crashed.get("reason") == "OOMKilled":
-                advice = (f"raise {spec_field}.resources.limits.memory (now {memory_limit(pod, name)}); "
-                          + advice)
-            return StuckContainer(CRASH_LOOP, name, f"container {name} keeps exiting ({CRASH_LOOP})"
-                                  f"{_exit(crashed)}; {advice}")
+                advice = f"raise {spec_field}.resources.limits.memory (now {memory_limit(pod, name)}); " + advice
+            return StuckContainer(
+                CRASH_LOOP, name, f"container {name} keeps exiting ({CRASH_LOOP}){_exit(crashed)}; {advice}"
+            )
     return None
-
 
 
 def by_age(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

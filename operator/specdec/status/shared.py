@@ -59,7 +59,6 @@ class BuildState:
         return self.phase in (BUILD.done[0], FETCH.done[0])
 
 
-
 def step_failure(pod: dict[str, Any], kind: JobKind = BUILD) -> tuple[str, str, str] | None:
     """(step, reason, message) of the step that failed in this pod, if one did."""
     for cs in container_statuses(pod):
@@ -70,9 +69,14 @@ def step_failure(pod: dict[str, Any], kind: JobKind = BUILD) -> tuple[str, str, 
         step = cs.get("name", "build")
         prefix = STEP_REASONS.get(step, "Build")
         if terminated.get("reason") == "OOMKilled":
-            return step, f"{prefix}OOMKilled", (
-                f"step {step} was OOMKilled (memory limit {memory_limit(pod, step)}); "
-                f"raise {kind.spec_field}.resources.limits.memory")
+            return (
+                step,
+                f"{prefix}OOMKilled",
+                (
+                    f"step {step} was OOMKilled (memory limit {memory_limit(pod, step)}); "
+                    f"raise {kind.spec_field}.resources.limits.memory"
+                ),
+            )
         detail = tail(terminated.get("message", ""))
         message = f"step {step} failed with exit code {terminated.get('exitCode')}"
         return step, f"{prefix}Failed", message + (f": {detail}" if detail else "")
@@ -94,9 +98,12 @@ def _current_step(pod: dict[str, Any]) -> str | None:
     return next((c.get("name") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])), None)
 
 
-
-def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
-                   pod_creation_failure: str | None = None, kind: JobKind = BUILD) -> BuildState:
+def evaluate_build(
+    job: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    pod_creation_failure: str | None = None,
+    kind: JobKind = BUILD,
+) -> BuildState:
     """The phase of an EngineBuild (or, with kind FETCH, a ModelCache), from its Job, the Job's pods,
     and the message of the Job controller's latest FailedCreate Event (the only place a pod the API
     server refuses shows up)."""
@@ -109,49 +116,69 @@ def evaluate_build(job: dict[str, Any] | None, pods: list[dict[str, Any]],
         if kind is FETCH and any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
             # Our pod watch lags the Job controller's: the pod's termination message (the checkpoint's
             # facts, which admission waits for) is not here yet. Fetched without them would let builds start.
-            return BuildState("Fetching", "Fetching", "the fetch finished; waiting for its pod's report",
-                              attempts=attempts)
+            return BuildState(
+                "Fetching", "Fetching", "the fetch finished; waiting for its pod's report", attempts=attempts
+            )
         return BuildState(*kind.done, attempts=attempts)
     failures = [f for f in (step_failure(p, kind) for p in by_age(pods)) if f]
     if condition_true(job, "Failed"):
         job_failed = condition(job, "Failed") or {}
         if job_failed.get("reason") == "DeadlineExceeded":
-            return BuildState("Failed", f"{kind.prefix}DeadlineExceeded",
-                              f"the {noun} Job exceeded {kind.spec_field}.activeDeadlineSeconds: "
-                              f"{job_failed.get('message', '')}",
-                              failed_step=failures[-1][0] if failures else None, attempts=attempts)
+            return BuildState(
+                "Failed",
+                f"{kind.prefix}DeadlineExceeded",
+                f"the {noun} Job exceeded {kind.spec_field}.activeDeadlineSeconds: {job_failed.get('message', '')}",
+                failed_step=failures[-1][0] if failures else None,
+                attempts=attempts,
+            )
         if failures:
             step, reason, message = failures[-1]
-            return BuildState("Failed", reason, f"{message} (after {status.get('failed', 1)} attempt(s))",
-                              failed_step=step, attempts=attempts)
-        return BuildState("Failed", f"{kind.prefix}Failed", job_failed.get("message") or f"the {noun} Job failed",
-                          attempts=attempts)
+            return BuildState(
+                "Failed",
+                reason,
+                f"{message} (after {status.get('failed', 1)} attempt(s))",
+                failed_step=step,
+                attempts=attempts,
+            )
+        return BuildState(
+            "Failed", f"{kind.prefix}Failed", job_failed.get("message") or f"the {noun} Job failed", attempts=attempts
+        )
     retry_note = ""
     if failures:
         retry_note = f"; retrying after: {failures[-1][2]}"
     live = [p for p in by_age(pods) if (p.get("status") or {}).get("phase") in ("Pending", "Running", "Succeeded")]
     if not live:
         if pod_creation_failure:
-            return BuildState("Pending", "PodCreationFailed",
-                              f"the Job controller cannot create the {noun} pod: {pod_creation_failure}",
-                              attempts=attempts)
+            return BuildState(
+                "Pending",
+                "PodCreationFailed",
+                f"the Job controller cannot create the {noun} pod: {pod_creation_failure}",
+                attempts=attempts,
+            )
         return BuildState("Pending", "JobPending", f"waiting for the {noun} pod" + retry_note, attempts=attempts)
     pod = live[-1]
     scheduled = condition(pod, "PodScheduled")
     if scheduled and scheduled.get("status") == "False":
-        return BuildState("Pending", "Unschedulable",
-                          f"{noun} pod cannot be scheduled: {scheduled.get('message', '')}" + retry_note,
-                          attempts=attempts)
+        return BuildState(
+            "Pending",
+            "Unschedulable",
+            f"{noun} pod cannot be scheduled: {scheduled.get('message', '')}" + retry_note,
+            attempts=attempts,
+        )
     stuck = stuck_container(pod, kind.spec_field)
     if stuck:  # e.g. an image that runs as root: the pods run as the image's user, which must not be root
-        return BuildState("Pending", stuck.reason,
-                          f"{noun} pod {pod['metadata']['name']}: {stuck.message}"
-                          + retry_note, attempts=attempts)
+        return BuildState(
+            "Pending",
+            stuck.reason,
+            f"{noun} pod {pod['metadata']['name']}: {stuck.message}" + retry_note,
+            attempts=attempts,
+        )
     step = _current_step(pod) or noun
     phase = STEP_PHASES.get(step, "Building")
     doing = "done" if pod["status"]["phase"] == "Succeeded" else "running"
-    return BuildState(phase, phase, f"step {step} {doing} in pod {pod['metadata']['name']}" + retry_note,
-                      attempts=attempts)
+    return BuildState(
+        phase, phase, f"step {step} {doing} in pod {pod['metadata']['name']}" + retry_note, attempts=attempts
+    )
 
 
 def _fetch_report(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -177,8 +204,9 @@ def fetched_status(pods: list[dict[str, Any]], status: dict[str, Any], model: st
         return {"sizeBytes": status.get("sizeBytes"), "facts": status.get("facts")}
     size = report.get("sizeBytes")
     try:
-        facts = ModelFacts.from_config(model, report["config"], parameters=report["parameters"],
-                                       tokenizer=report["tokenizer"], source="").to_status()
+        facts = ModelFacts.from_config(
+            model, report["config"], parameters=report["parameters"], tokenizer=report["tokenizer"], source=""
+        ).to_status()
     except (KeyError, IndexError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
         facts = None
     return {"sizeBytes": size if isinstance(size, int) and size >= 0 else None, "facts": facts}
@@ -189,10 +217,13 @@ def build_state_from_status(engine_build: dict[str, Any]) -> BuildState:
     shared objects)."""
     status = engine_build.get("status") or {}
     ready = condition(engine_build, "Ready") or {}
-    return BuildState(status.get("phase") or "Pending", ready.get("reason") or "JobPending",
-                      ready.get("message") or status.get("message") or "", status.get("failedStep"),
-                      status.get("attempts") or 0)
-
+    return BuildState(
+        status.get("phase") or "Pending",
+        ready.get("reason") or "JobPending",
+        ready.get("message") or status.get("message") or "",
+        status.get("failedStep"),
+        status.get("attempts") or 0,
+    )
 
 
 def users_view(state: BuildState) -> tuple:

@@ -22,9 +22,13 @@ if __name__ == "__main__":
     buffer = torch.arange(64 * HIDDEN * (LAYERS + 1), dtype=torch.bfloat16).reshape(64, HIDDEN * (LAYERS + 1))
     saved = []
     for number, tokens in enumerate(TOKENS, start=1):
-        saved.append({"id": number,
-                      "input_ids": torch.tensor(list(range(100, 100 + tokens)), dtype=torch.long, device="cpu"),
-                      "hidden_state": buffer[:tokens, -HIDDEN:].cpu().clone(),
-                      "hidden_state_features": buffer[:tokens, :-HIDDEN].cpu().clone()})
+        saved.append(
+            {
+                "id": number,
+                "input_ids": torch.tensor(list(range(100, 100 + tokens)), dtype=torch.long, device="cpu"),
+                "hidden_state": buffer[:tokens, -HIDDEN:].cpu().clone(),
+                "hidden_state_features": buffer[:tokens, :-HIDDEN].cpu().clone(),
+            }
+        )
     torch.save(saved, out / f"cap_{len(TOKENS)}.pt")
     print(out / f"cap_{len(TOKENS)}.pt")
