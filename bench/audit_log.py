@@ -87,7 +87,7 @@ def apply_chain(
             job_out - sd_in,
             job_out - sent_at[sd],
         )
-        for key, value in zip(parts, values):
+        for key, value in zip(parts, values, strict=True):
             parts[key].append(value)
     return {key: summary(values) for key, values in parts.items()}
 

@@ -204,7 +204,7 @@ def table(on: list[dict], stopped_off: list[dict], leg: dict[str, list[dict]], t
     with the operator stopped, beside the off measured now: the machine's drift between the two phases."""
     at = {r["clients"]: i for i, r in enumerate(on)}
     rows = compare([on[at[r["clients"]]] for r in leg["auto"]], leg["off"], leg["auto"], tolerance)
-    for row, auto in zip(rows, leg["auto"]):
+    for row, auto in zip(rows, leg["auto"], strict=True):
         row["offOperatorStopped"] = round(stopped_off[at[row["clients"]]]["goodput"], 1)
         row["configMap"] = auto["configMap"]
     drift = [abs(r["off"] / r["offOperatorStopped"] - 1) for r in rows]

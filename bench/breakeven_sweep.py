@@ -128,7 +128,7 @@ def compare(on: list[dict], off: list[dict], auto: list[dict], tolerance: float)
         f"{'clients':>7} {'on tok/s':>9} {'off tok/s':>9} {'auto tok/s':>10} {'auto/max':>8}  ok  "
         f"{'drafted':>7} {'undrafted':>9}"
     )
-    for a, b, c in zip(on, off, auto):
+    for a, b, c in zip(on, off, auto, strict=True):
         best = max(a["goodput"], b["goodput"])
         ok = c["goodput"] >= best * (1 - tolerance)
         drafted, undrafted = c["counters"].get(DRAFTED, 0.0), c["counters"].get(UNDRAFTED_LOAD, 0.0)

@@ -25,8 +25,9 @@ are counted in what the client received (the stand-in's token " sim"); tokens/s 
 own time, summed; TTFT is the time to the first received token (the whole answer when not streamed);
 tokens/s and TTFT p50 are reported as ratios to direct. The front's "own TTFT" is the mean of its
 time-to-first-token histogram over the cell (streamed cells: from the request's arrival to the first token it
-relays), the part of the client's TTFT spent inside the front. CPU per 1000 tokens is the utime+stime (/proc/<pid>/stat) the front process, or
-nginx's master and worker, spent during the cell, over the tokens the clients received.
+relays), the part of the client's TTFT spent inside the front. CPU per 1000 tokens is the utime+stime
+(/proc/<pid>/stat) the front process, or nginx's master and worker, spent during the cell, over the tokens the
+clients received.
 
 Pinning (when the machine has 2 cores or more): the front and nginx (one worker) on CPU 0, the backends
 and this load generator on CPU 1, so the proxy measured does not compete with the load it is measured
@@ -389,7 +390,8 @@ async def run_route(route: str, args, tmp: Path) -> list[dict]:
                     if pids:
                         result["cpu_ms_per_1000_tokens"] = (cpu_seconds(pids) - before) * 1e6 / result["tokens"]
                     if ttft_before is not None:
-                        seconds, count = (a - b for a, b in zip(await front_ttft(stack.url(path)), ttft_before))
+                        ttft_after = await front_ttft(stack.url(path))
+                        seconds, count = (a - b for a, b in zip(ttft_after, ttft_before, strict=True))
                         result["own_ttft_mean"] = seconds / count if count else None
                     row[path] = result
                 # Below 80 % of what the pacing allows, the backend and this load generator (one core) are the

@@ -96,7 +96,7 @@ def plot_ready_vs_n(runs: list[dict], path: Path) -> None:
         color="#d62728",
         fontsize=8,
     )
-    for n, seconds in zip(ns, ready):
+    for n, seconds in zip(ns, ready, strict=True):
         run = points[n][0]
         ax.annotate(
             f"{seconds:.0f} s\n{run['commit']}, {run['date'][:10]}",
@@ -145,7 +145,7 @@ def plot_ratios(runs: list[dict], path: Path) -> None:
             bars.append((f"one deployment: {label}\n/ sequential floor, p50", latency[key]["ratio_p50"], 3.0))
     fig, ax = plt.subplots(figsize=(6.4, 0.55 * len(bars) + 1.2))
     ys = list(range(len(bars)))[::-1]
-    for y, (label, value, target) in zip(ys, bars):
+    for y, (_label, value, target) in zip(ys, bars, strict=True):
         ax.barh(y, value, color="#1f77b4" if value <= target else "#ff7f0e", height=0.6)
         ax.plot([target, target], [y - 0.4, y + 0.4], color="#d62728", linewidth=1.5)
         ax.annotate(

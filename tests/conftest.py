@@ -100,7 +100,7 @@ def crds(kube: Kube) -> list[str]:
         names.append(name)
     for name in names:
         wait_for(
-            lambda: any(
+            lambda name=name: any(
                 c.type == "Established" and c.status == "True"
                 for c in kube.apiext.read_custom_resource_definition(name).status.conditions or []
             ),

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
+from itertools import pairwise
 
 from specdec.speculation import tokens_per_step
 
@@ -204,7 +205,7 @@ def parse_schedule(text: str) -> list[tuple[int, int]] | None:
         entries
         and entries[0][0] == 1
         and all(k >= 0 for _, k in entries)
-        and all(a[0] < b[0] for a, b in zip(entries, entries[1:]))
+        and all(a[0] < b[0] for a, b in pairwise(entries))
     )
     return entries if ok else None
 
@@ -241,4 +242,4 @@ def schedule_moved(before: list[tuple[int, int]] | None, after: list[tuple[int, 
     breakeven.md), and around a change point the lengths either side pay about the same."""
     if before is None or [k for _, k in before] != [k for _, k in after]:
         return True
-    return any(abs(a - b) >= max(1.0, b / 5) for (a, _), (b, _) in zip(after, before))
+    return any(abs(a - b) >= max(1.0, b / 5) for (a, _), (b, _) in zip(after, before, strict=True))

@@ -259,6 +259,7 @@ class SpeculationMonitor:
             zip(
                 (uid for uid, _, _ in urls),
                 self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls]),
+                strict=True,
             )
         )
         # A pod that failed is tried again after 1, 2, 4 ... 16 passes: pods without our metrics (an image

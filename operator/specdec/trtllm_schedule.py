@@ -11,6 +11,8 @@ there the lengths are floored at 1 and the last tier runs to LAST_BATCH, so no b
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from specdec import load_model
 
 LAST_BATCH = 65536  # the largest key of a schedule that never drafts 0: above any batch a server runs
@@ -28,7 +30,7 @@ def from_load_schedule(entries: list[tuple[int, int]], draft_len: int, floor: in
         tiers.append((n, k))
     if tiers == [(1, draft_len)]:
         return None
-    schedule = {later[0] - 1: k for (_, k), later in zip(tiers, tiers[1:])}
+    schedule = {later[0] - 1: k for (_, k), later in pairwise(tiers)}
     if tiers[-1][1] > 0:
         schedule[LAST_BATCH] = tiers[-1][1]
     return {n: k for n, k in schedule.items() if k > 0}
@@ -63,7 +65,7 @@ def clamped(schedule: Schedule | None, draft_len: int) -> Schedule | None:
     if not schedule:
         return None
     items = sorted(schedule.items())
-    entries = [(1, items[0][1])] + [(largest + 1, k) for (largest, _), (_, k) in zip(items, items[1:])]
+    entries = [(1, items[0][1])] + [(largest + 1, k) for (largest, _), (_, k) in pairwise(items)]
     if items[-1][0] != LAST_BATCH:  # above the largest key, nothing is drafted
         entries.append((items[-1][0] + 1, 0))
     return from_load_schedule(entries, draft_len, floor=0)

@@ -97,7 +97,7 @@ def assert_crds_match_the_repository(kube: Kube, release: str, namespace: str) -
         assert annotations["helm.sh/resource-policy"] == "keep"
         assert annotations["meta.helm.sh/release-name"] == release
         assert annotations["meta.helm.sh/release-namespace"] == namespace
-        for version, served in zip(want["spec"]["versions"], crd["spec"]["versions"]):
+        for version, served in zip(want["spec"]["versions"], crd["spec"]["versions"], strict=True):
             assert served["additionalPrinterColumns"] == version["additionalPrinterColumns"]
             assert (
                 served["schema"]["openAPIV3Schema"]["properties"]["spec"]

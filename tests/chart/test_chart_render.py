@@ -270,7 +270,7 @@ def test_namespaced_mode_has_roles_per_namespace_and_no_cluster_rights():
     bindings = sorted((d for d in docs if d["kind"] == "RoleBinding"), key=lambda d: d["metadata"]["namespace"])
     assert [r["metadata"]["namespace"] for r in roles] == ["team-a", "team-b"]
     assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
-    for role, binding in zip(roles, bindings):
+    for role, binding in zip(roles, bindings, strict=True):
         assert flatten(role["rules"]) == OPERATOR_RULES
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",

@@ -66,7 +66,7 @@ def test_impossible_deployments_are_refused_before_any_gpu_work(kube: Kube, name
     refused = {name: SD(kube, namespace, body) for name, (body, _, _) in REFUSED.items()}
     for name, sd in refused.items():
         cond = wait_for(
-            lambda: (c := sd.condition("SpecValid")).get("status") == "False" and c, f"{name}: SpecValid=False"
+            lambda sd=sd: (c := sd.condition("SpecValid")).get("status") == "False" and c, f"{name}: SpecValid=False"
         )
         _, reason, numbers = REFUSED[name]
         assert cond["reason"] == reason, cond

@@ -4,7 +4,8 @@ through the Service fails meanwhile.
 
 The requests go where the Service sends them: to a random ready endpoint, re-read every 0.2 s (what
 kube-proxy does). The local cluster runs no EndpointSlice controller (the API server refuses the loopback
-addresses of its pods there), so the endpoints are derived from the pods as that controller does. kwok marks a pod Ready the moment it runs, before the local pod runner
+addresses of its pods there), so the endpoints are derived from the pods as that controller does. kwok marks a
+pod Ready the moment it runs, before the local pod runner
 serves it (a kubelet would wait for the readiness probe): an endpoint that refuses a connection before it
 ever answered is skipped, not counted. Any other failure counts, among them a refused connection from an
 endpoint that had answered (an old pod stopping too early).

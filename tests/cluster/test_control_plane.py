@@ -99,7 +99,9 @@ def test_gpu_pod_without_toleration_or_with_too_many_gpus_stays_pending(kube: Ku
     )
     for name, why in (("too-many", f"Insufficient {GPU_RESOURCE}"), ("untolerated", "untolerated taint")):
         event = wait_for(
-            lambda: next((e for e in kube.events_for(namespace, name) if e.reason == "FailedScheduling"), None),
+            lambda name=name: next(
+                (e for e in kube.events_for(namespace, name) if e.reason == "FailedScheduling"), None
+            ),
             f"FailedScheduling event for pod {name}",
         )
         assert why in event.message, event.message

@@ -4,6 +4,7 @@ of their steps, one after another, as in a real cluster."""
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_fetch_and_build_phases_follow_the_simulated_steps(kube: Kube, namespace
         assert pod.metadata.creation_timestamp >= fetched[model].finished_at, (pod.metadata.name, fetched[model])
         steps_run = pod.status.init_container_statuses + pod.status.container_statuses
         assert steps_run[-1].name == "build"
-        for earlier, later in zip(steps_run, steps_run[1:]):  # one step after another, each for its seconds
+        for earlier, later in pairwise(steps_run):  # one step after another, each for its seconds
             assert earlier.state.terminated.finished_at <= later.state.terminated.started_at, steps_run
         for step in steps_run:
             ran = step.state.terminated.finished_at - step.state.terminated.started_at

@@ -106,7 +106,7 @@ def test_runtime_alerts_fire_and_resolve_with_the_simulated_backend(
                 a
                 for a, labels in server.firing().items()
                 if a in RUNTIME_ALERTS
-                and any(f"{l.get('namespace')}/{l.get('deployment')}" == deployment for l in labels)
+                and any(f"{s.get('namespace')}/{s.get('deployment')}" == deployment for s in labels)
             }
 
         def simulate(**values):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.dev import cluster, images, real_node
+from tests.chart.conftest import helm_home, releases, restricted_namespace  # noqa: F401 - the chart's fixtures
 from tests.conftest import TEST_CLUSTER_NAME, _unavailable
 
 

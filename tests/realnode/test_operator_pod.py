@@ -11,7 +11,6 @@ from kubernetes import client
 
 from specdec.dev import images, node_config, real_node
 from tests.chart.cluster_helpers import SD
-from tests.chart.conftest import helm_home, releases, restricted_namespace  # noqa: F401 - fixtures
 from tests.chart.tools import RESTRICTED
 from tests.kube_helpers import Kube, wait_for
 from tests.realnode.conftest import pod_exec

@@ -58,7 +58,7 @@ def test_the_front_stops_drafting_above_the_break_even_and_resumes_below_with_hy
                 for _ in range(count):
                     seen = len(state.requests)
                     tasks.append(asyncio.create_task(send()))
-                    await eventually(lambda: len(state.requests) == seen + 1, "the request at Triton")
+                    await eventually(lambda seen=seen: len(state.requests) == seen + 1, "the request at Triton")
                 return tasks
 
             async def finish(count: int) -> None:
@@ -166,7 +166,7 @@ def test_below_the_break_even_the_front_sends_the_scheduled_draft_length(tmp_pat
             for _ in range(9):
                 seen = len(state.requests)
                 tasks.append(asyncio.create_task(send()))
-                await eventually(lambda: len(state.requests) == seen + 1, "the request at Triton")
+                await eventually(lambda seen=seen: len(state.requests) == seen + 1, "the request at Triton")
             for released in state.held:
                 released.set()
             await asyncio.gather(*tasks)

@@ -27,7 +27,10 @@ GRACEFUL = textwrap.dedent("""
     while True:
         time.sleep(0.05)
 """)
-STUBBORN = "import signal, time, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(sys.argv[1], 'w').write('ok'); time.sleep(60)"
+STUBBORN = (
+    "import signal, time, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open(sys.argv[1], 'w').write('ok'); time.sleep(60)"
+)
 
 
 def run(coro):

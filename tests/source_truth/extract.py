@@ -328,7 +328,7 @@ def _from_dict_map(fn: ast.FunctionDef) -> dict[str, str]:
     found: dict[str, str] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values):
+            for k, v in zip(node.keys, node.values, strict=True):
                 if (
                     isinstance(k, ast.Constant)
                     and isinstance(k.value, str)

@@ -56,7 +56,7 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("negative-replicas", spec(runtime={"replicas": -1}), "replicas"),
     ("empty-model", spec(target={"model": ""}), "model"),
     ("model-bad-scheme", spec(target={"model": "s3://x/y"}), "model"),
-    # --- cross-field rules (CEL, evaluated by the API server and offline) -------------------------------------------------
+    # --- cross-field rules (CEL, evaluated by the API server and offline) ---------------------------------------------
     ("devices-longer-than-tp", spec(target={"model": TARGET, "tensorParallelSize": 1, "devices": [0, 1]}), "devices"),
     # the block of the chosen mode, for every mode that has one (generated from the registry)
     *((f"{m.name}-without-block", spec(speculation={"mode": m.name}), m.name) for m in MODES.values() if m.block),

@@ -450,9 +450,9 @@ def test_every_trtllm_build_flag_and_value_is_one_trtllm_build_defines(raw):
 # NVIDIA's blog (the seed /work/shared/seeds/003_8996979c7002a9a7.txt, lines 79-96): the two
 # trtllm-build lines of "Steps to build 70B target and draft models in FP8 precision on 1 H200",
 # restated verbatim minus the line continuations.
-BLOG_70B_DRAFT = """trtllm-build --checkpoint_dir ./ckpt-draft --output_dir=./draft-engine --gpt_attention_plugin float16
---workers 1 --gemm_plugin=fp8 --reduce_fusion disable --use_paged_context_fmha=enable --use_fused_mlp enable
---multiple_profiles enable --max_batch_size=32 --max_num_tokens=8192 --max_seq_len=131072"""
+BLOG_70B_DRAFT = """trtllm-build --checkpoint_dir ./ckpt-draft --output_dir=./draft-engine
+--gpt_attention_plugin float16 --workers 1 --gemm_plugin=fp8 --reduce_fusion disable --use_paged_context_fmha=enable
+--use_fused_mlp enable --multiple_profiles enable --max_batch_size=32 --max_num_tokens=8192 --max_seq_len=131072"""
 BLOG_70B_TARGET = """trtllm-build --checkpoint_dir=./ckpt-target-70b --output_dir=./target-engine
 --gpt_attention_plugin float16 --workers 1 --gemm_plugin=fp8 --use_paged_context_fmha=enable --use_fused_mlp enable
 --multiple_profiles enable --max_batch_size=32 --max_num_tokens=8192 --max_seq_len=131072

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_without_a_load_slope_the_model_is_the_single_sequence_one():
 def test_speedup_falls_with_load_and_crosses_one_at_the_break_even():
     for k in (1, 2, 4):
         values = [lm.speedup(T, n, k, 0.7, 0.05) for n in range(1, 300)]
-        assert all(a > b for a, b in zip(values, values[1:]))
+        assert all(a > b for a, b in pairwise(values))
         n_k = lm.crossing(T, k, 0.7, 0.05)
         assert lm.speedup(T, n_k, k, 0.7, 0.05) == pytest.approx(1.0)
     assert lm.break_even(T, 0.7, 0.05, 4, 4) == math.ceil(lm.crossing(T, 4, 0.7, 0.05)) == 17

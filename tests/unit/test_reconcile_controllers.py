@@ -105,7 +105,9 @@ def test_a_converged_deployment_makes_no_write_on_a_further_reconcile():
 
 
 def shared_controller(cluster: Cluster, queues: Queues, users: Users) -> SharedController:
-    later = lambda seconds, *key, urgent=False: None
+    def later(seconds, *key, urgent=False):
+        return None
+
     plans = PlanMemo(
         SETTINGS,
         GpuNodeInventory(lambda selector: [], False),
@@ -163,7 +165,9 @@ def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetc
 
 
 def deployment_controller(cluster: Cluster, queues: Queues, reconciled_shared: list) -> DeploymentController:
-    later = lambda seconds, *key, urgent=False: None
+    def later(seconds, *key, urgent=False):
+        return None
+
     plans = PlanMemo(
         SETTINGS,
         GpuNodeInventory(lambda selector: [], False),

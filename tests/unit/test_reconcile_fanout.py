@@ -244,7 +244,7 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
         obj["metadata"]["name"] = "shared"
         deployments.keys.clear(), deployments.urgent.clear()
         reconciler.shared_seen(done[phase], obj)
-        heard[phase] = dict(zip((k[2] for k in deployments.keys), deployments.urgent))
+        heard[phase] = dict(zip((k[2] for k in deployments.keys), deployments.urgent, strict=True))
     # A fetched checkpoint: the EngineBuild starts its own Job; only the runtime that reads it (pytorch)
     # and a deployment not planned yet have work. A built engine: every user applies its runtime.
     assert heard["Fetched"] == {"engines": False, "torch": True, "unplanned": True}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -141,7 +142,7 @@ def test_autopilot_converges_to_the_optimum_and_does_not_flap(alpha):
             k = choice
     assert abs(k - optimum) <= 1, changes
     assert len(changes) <= 2, changes  # reaches it, then stays, under noisy windows
-    assert all(b - a > s.AutoPolicy().cooldown for (a, *_), (b, *_) in zip(changes, changes[1:]))
+    assert all(b - a > s.AutoPolicy().cooldown for (a, *_), (b, *_) in pairwise(changes))
 
 
 def test_autopilot_needs_confirmation_and_a_real_gain():

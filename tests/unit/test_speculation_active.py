@@ -98,7 +98,10 @@ def test_not_drafting_is_written_once_and_a_steady_fleet_writes_nothing_more(ser
 def test_rearm_restarts_the_runtime_once_per_cooldown_when_drafting_stopped(serving):
     endpoint, start = serving
     cluster, operator, name = start(rearm={"enabled": True, "cooldownSeconds": 60})
-    runtime = lambda: cluster.store.list("Deployment", "ns", f"{LABEL_INSTANCE}={name}")[0]
+
+    def runtime():
+        return cluster.store.list("Deployment", "ns", f"{LABEL_INSTANCE}={name}")[0]
+
     assert ANNOTATION_REARMED_AT not in runtime()["spec"]["template"]["metadata"]["annotations"]
     events = len(cluster.events)
     for n in range(2, 7):  # NotDrafting from window 3 (45 s); its cool-down ends at 105 s (window 7)

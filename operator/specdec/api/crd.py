@@ -155,7 +155,8 @@ def crds() -> dict[str, dict]:
             ["sd", "specdeploy"],
             models.SpeculativeDeploymentSpec,
             models.SpeculativeDeploymentStatus,
-            "A TensorRT-LLM model served with speculative decoding: engines are built, cached and rolled out by the operator.",
+            "A TensorRT-LLM model served with speculative decoding: engines are built, cached and rolled out by the "
+            "operator.",
             [
                 {"name": "Mode", "type": "string", "jsonPath": ".spec.speculation.mode"},
                 _condition_column("Ready", "status"),

@@ -66,14 +66,16 @@ class EngineTuning(ApiModel):
 
     gpt_attention_plugin: Literal["float16", "bfloat16", "float32"] | None = Field(
         None,
-        description="--gpt_attention_plugin dtype. Default: each engine's dtype (the blog's float16 on float16 checkpoints).",
+        description="--gpt_attention_plugin dtype. Default: each engine's dtype (the blog's float16 on float16 "
+        "checkpoints).",
     )
     use_fused_mlp: bool | None = Field(
         None, description="--use_fused_mlp: one GEMM for the gate and up projections of the gated MLP. Default: true."
     )
     multiple_profiles: bool | None = Field(
         None,
-        description="--multiple_profiles: several TensorRT optimization profiles (longer build, faster kernels). Default: true.",
+        description="--multiple_profiles: several TensorRT optimization profiles (longer build, faster kernels). "
+        "Default: true.",
     )
     low_latency_gemm_plugin: bool | None = Field(
         None,
@@ -83,7 +85,8 @@ class EngineTuning(ApiModel):
     )
     reduce_fusion: ReduceFusion | None = Field(
         None,
-        description="--reduce_fusion (AllReduce + residual add + norm in one kernel; acts with tensor parallelism) per engine.",
+        description="--reduce_fusion (AllReduce + residual add + norm in one kernel; acts with tensor parallelism) per "
+        "engine.",
     )
 
     def recipe_fields(self, role: str, source: ModelSource) -> dict[str, Any]:
@@ -209,7 +212,8 @@ class KvCacheSpec(ApiModel):
         None,
         gt=0,
         le=1,
-        description="Share of free GPU memory for the KV cache (per model). Default: 0.35 with a draft on the target's GPU, else 0.9.",
+        description="Share of free GPU memory for the KV cache (per model). Default: 0.35 with a draft on the target's "
+        "GPU, else 0.9.",
     )
     enable_block_reuse: bool = Field(True, description="KV-cache block reuse; draftTarget requires it.")
 
@@ -370,14 +374,16 @@ class SpeculationStatus(ApiModel):
         None,
         description=(
             "Measured (from the route's draft and target times), ParameterCounts (draft/target parameters stated in "
-            "the model names), DraftHead (1/32: one decoder layer), NoDraftModel (a lookup, as NGram's) or Assumed (0.1)."
+            "the model names), DraftHead (1/32: one decoder layer), NoDraftModel (a lookup, as NGram's) or Assumed "
+            "(0.1)."
         ),
     )
     recommended_draft_len: int | None = Field(None, description="The draft length with the best estimated speedup.")
     break_even: int | None = Field(
         None,
         description=(
-            "Requests in flight per pod from which no draft length up to draftLen pays (measured step time under load). "
+            "Requests in flight per pod from which no draft length up to draftLen pays (measured step time under "
+            "load). "
             "Triton route: from there no draft tokens are sent, below it the best length for the load. trtllm-serve: "
             "with draftLen: auto the lengths by load are rolled out as a draft_len_schedule when that pays."
         ),

@@ -1,6 +1,7 @@
 """The steps of an engine build, as the TensorRT-LLM docs give them: convert or quantize, the mode's own
 steps (Mode.build_steps: ReDrafter's drafter conversion), trtllm-build. One container per step, so a
-failure names its step. hf:// checkpoints are already in the cache: a ModelCache's fetch Job (builders/model_cache.py) put them there on a CPU node.
+failure names its step. hf:// checkpoints are already in the cache: a ModelCache's fetch Job
+(builders/model_cache.py) put them there on a CPU node.
 
 Flags were checked against the TensorRT-LLM sources (examples/models/core/llama/convert_checkpoint.py,
 examples/quantization/quantize.py, examples/redrafter/convert_checkpoint.py,

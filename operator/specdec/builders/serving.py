@@ -102,8 +102,9 @@ def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_sched
 def build_config_map(
     plan: Plan, owner_uid: str, chosen_draft_len: int | None = None, load_keys: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """The draft length (live_draft_len) and the load model's keys (specdec.load_schedules.LoadSchedules.config_map_keys: the
-    break-even and the draft lengths by load) are outside the rollout hash: changing them restarts nothing."""
+    """The draft length (live_draft_len) and the load model's keys
+    (specdec.load_schedules.LoadSchedules.config_map_keys: the break-even and the draft lengths by load) are outside
+    the rollout hash: changing them restarts nothing."""
     data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
     draft_len = live_draft_len(plan, chosen_draft_len)
     if draft_len is not None:

@@ -76,7 +76,9 @@ class InferenceError(Exception):
 
 # Help texts of Triton's counters, as Triton writes them.
 TRITON_COUNTERS = {
-    "nv_inference_compute_infer_duration_us": "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    "nv_inference_compute_infer_duration_us": (
+        "Cumulative compute inference duration in microseconds (does not include cached requests)"
+    ),
     "nv_inference_exec_count": "Number of model executions performed (does not include cached requests)",
 }
 # Help texts of the TensorRT-LLM backend's gauges (inflight_batcher_llm/src/custom_metrics_reporter), of the

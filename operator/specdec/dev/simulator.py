@@ -18,7 +18,8 @@ The acceptance model (per request, a `simulation_profile.Profile`):
 
 k is the request's `num_draft_tokens` on Triton (the front sends the draft length in effect), and the
 configured max_draft_len (default 4) on trtllm-serve, by the step's batch size under a draft_len_schedule or
-max_concurrency, where NGram's drafts cost nothing (a lookup, no model) and mode none drafts nothing. `profile` may be replaced while serving; the next request uses it.
+max_concurrency, where NGram's drafts cost nothing (a lookup, no model) and mode none drafts nothing. `profile`
+may be replaced while serving; the next request uses it.
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ class _Batching(_Simulated):
             verify = p.target_step_seconds + p.step_seconds_per_token * sum(k + 1 for k in drafts)
             draft_seconds = self._draft_seconds(drafts, at_batch)
             await asyncio.sleep(draft_seconds + verify)
-            accepted = [accepted_prefix(k, s.acceptance, self.rng) for s, k in zip(batch, drafts)]
+            accepted = [accepted_prefix(k, s.acceptance, self.rng) for s, k in zip(batch, drafts, strict=True)]
             self._stepped(batch, drafts, accepted, draft_seconds, verify, at_batch)
-            for s, k, prefix in zip(batch, drafts, accepted):
+            for s, k, prefix in zip(batch, drafts, accepted, strict=True):
                 self.tokens_out += min(prefix + 1, s.remaining)
                 s.remaining -= prefix + 1
                 s.steps += 1

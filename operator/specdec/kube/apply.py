@@ -19,7 +19,7 @@ def contains(actual: Any, desired: Any) -> bool:
         return (
             isinstance(actual, list)
             and len(actual) == len(desired)
-            and all(contains(a, d) for a, d in zip(actual, desired))
+            and all(contains(a, d) for a, d in zip(actual, desired, strict=True))
         )
     return actual == desired
 

@@ -7,7 +7,7 @@ Adding a mode = one module with a `MODE`, one line in `MODES` below, its example
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, create_model
 
@@ -62,7 +62,7 @@ def speculation_spec(**fields: Any) -> type[ApiModel]:
         mode=(Literal[tuple(MODES)], Field("none", description=summary + ".")),
         **{
             m.field: (
-                Optional[m.block],
+                m.block | None,
                 Field(None, description=f"Settings for mode {m.name} (backend {' or '.join(m.backends)})."),
             )
             for m in with_block
@@ -94,7 +94,7 @@ def decoding_modes() -> tuple[str, ...]:
 
 def engine_recipe_fields() -> dict[str, Any]:
     """EngineRecipe's field of each mode with a part of its own in the target's recipe."""
-    return {m.field: (Optional[m.engine_recipe], None) for m in MODES.values() if m.engine_recipe}
+    return {m.field: (m.engine_recipe | None, None) for m in MODES.values() if m.engine_recipe}
 
 
 def engine_mode(recipe) -> Mode | None:

@@ -9,7 +9,7 @@ config.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -23,7 +23,7 @@ AUTO = "auto"
 AUTO_START = 4  # where draftLen: auto starts (capped by maxDraftLen), then moves to what the traffic says
 _IS_AUTO = "type(self.draftLen) == string"
 
-DraftLen = Union[Annotated[int, Field(ge=1, le=64)], Annotated[str, Field(pattern=f"^{AUTO}$")]]
+DraftLen = Annotated[int, Field(ge=1, le=64)] | Annotated[str, Field(pattern=f"^{AUTO}$")]
 
 
 class DraftTargetSpec(ApiModel):
@@ -61,7 +61,8 @@ class DraftTargetSpec(ApiModel):
     )
     acceptance: Literal["tokens", "logits"] = Field(
         "tokens",
-        description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds both engines with --gather_generation_logits).",
+        description="tokens: accept by comparing tokens; logits: rejection sampling on draft/target logits (builds "
+        "both engines with --gather_generation_logits).",
     )
 
     @property

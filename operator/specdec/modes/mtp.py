@@ -39,7 +39,8 @@ class RelaxedAcceptance(ApiModel):
         128798,
         ge=0,
         le=THINKING_TOKEN_MAX,
-        description="Token id that opens the thinking phase, where relaxed acceptance applies (begin_thinking_phase_token).",
+        description="Token id that opens the thinking phase, where relaxed acceptance applies "
+        "(begin_thinking_phase_token).",
     )
     end_thinking_phase_token: int = Field(
         128799,

@@ -103,7 +103,8 @@ class DynamicSpeculation(ApiModel):
         None,
         ge=0,
         le=1,
-        description="Speculation turns off for good when the average acceptance rate over the window drops below this (acceptance_rate_threshold).",
+        description="Speculation turns off for good when the average acceptance rate over the window drops below this "
+        "(acceptance_rate_threshold).",
     )
 
     @model_validator(mode="after")
@@ -190,7 +191,8 @@ DYNAMIC_TREE_RULES = (
         ".useDynamicTree",
     ),
     cel(
-        "!has(self.maxTotalDraftTokens) || (self.useDynamicTree && has(self.maxDraftLen) && has(self.dynamicTreeMaxTopK) && "
+        "!has(self.maxTotalDraftTokens) || (self.useDynamicTree && has(self.maxDraftLen) && "
+        "has(self.dynamicTreeMaxTopK) && "
         "self.maxTotalDraftTokens >= self.maxDraftLen && self.maxTotalDraftTokens <= "
         "self.dynamicTreeMaxTopK * self.maxDraftLen)",
         "maxTotalDraftTokens sizes a dynamic tree: from maxDraftLen to dynamicTreeMaxTopK x maxDraftLen",

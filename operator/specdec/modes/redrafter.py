@@ -25,11 +25,13 @@ class ReDrafterSpec(ApiModel):
         5,
         ge=1,
         le=32,
-        description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft length.",
+        description="Tokens drafted per beam (--redrafter_draft_len_per_beam); at most the drafter's training draft "
+        "length.",
     )
     greedy: bool = Field(
         True,
-        description="Greedy token selection in the drafter's beam search; false builds with --redrafter_no_greedy_search.",
+        description="Greedy token selection in the drafter's beam search; false builds with "
+        "--redrafter_no_greedy_search.",
     )
     temperature: float | None = Field(
         None, gt=0, le=10, description="Default sampling temperature; only when greedy is false."

@@ -4,9 +4,9 @@ requests and token ids in them (specdec.runtime.capture_file).
 The directory is scanned when the front's /metrics is read, at most once per `min_interval` seconds, in a
 thread (a claim on network storage may answer slowly) that concurrent reads share and a read that gives up does
 not cancel; each file is opened once per size and modification time, so a scan of an unchanged directory costs
-one listing. A directory that cannot be listed keeps the last totals (and is logged). A file that cannot be read (one TensorRT-LLM is
-still writing, whose time then moves on, or one of another format) counts in files and bytes, not in tokens,
-and is logged once.
+one listing. A directory that cannot be listed keeps the last totals (and is logged). A file that cannot be read
+(one TensorRT-LLM is still writing, whose time then moves on, or one of another format) counts in files and bytes,
+not in tokens, and is logged once.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Under load speculation stops paying (specdec.load_model). The operator writes th
 does, the break-even, beside draft_len (`speculation_break_even`); with this many requests in flight at Triton
 (and a hysteresis band) the front sends `num_draft_tokens` 0, and the draft length again once the load is
 below. Below the break-even the best length falls with the load too: the operator's schedule
-(`speculation_draft_lens`) gives it for the requests in flight, capped by draft_len. A request with the header `X-Specdec-Speculation: off` is sent without draft tokens whatever the load.
+(`speculation_draft_lens`) gives it for the requests in flight, capped by draft_len. A request with the header
+`X-Specdec-Speculation: off` is sent without draft tokens whatever the load.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ class ModelSource(ApiModel):
     dtype: Literal["float16", "bfloat16"] = Field("float16", description="Activation and weight dtype.")
     quantization: Literal["none", "fp8"] = Field(
         "none",
-        description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless kvCacheDtype says otherwise).",
+        description="Weight quantization; fp8 runs quantize.py --qformat fp8 (and quantizes the KV cache unless "
+        "kvCacheDtype says otherwise).",
     )
     kv_cache_dtype: Literal["auto", "fp8"] | None = Field(
         None,
@@ -114,7 +115,8 @@ class ModelSource(ApiModel):
         None,
         max_length=64,
         json_schema_extra={"x-kubernetes-list-type": "set"},
-        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. Default: 0..tensorParallelSize-1.",
+        description="GPU indices (within the runtime pod) this model runs on, each once; length = tensorParallelSize. "
+        "Default: 0..tensorParallelSize-1.",
     )
 
     @model_validator(mode="after")
