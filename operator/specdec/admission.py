@@ -285,7 +285,11 @@ def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]
                     "trained on, or leave the field unset to read them from the draft's config"
                 ),
             )
-    if mode is dspark.MODE and block.draft_model == spec.target.model and target.architecture != dspark.EMBEDDED:
+    if (
+        mode is dspark.MODE
+        and block.draft_model == spec.target.model  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
+        and target.architecture != dspark.EMBEDDED
+    ):
         return Problem(
             "InvalidSpec",
             (

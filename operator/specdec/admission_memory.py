@@ -53,6 +53,13 @@ class Served:
         return self.label or self.role
 
     @property
+    def known_facts(self) -> ModelFacts:
+        """Its facts, for the memory check, which sees only the models whose facts are known."""
+        if self.facts is None:
+            raise ValueError(f"the {self.name}'s facts are unknown: the memory check cannot count it")
+        return self.facts
+
+    @property
     def owner(self) -> str:
         return f"the {self.name}'" + ("" if self.name.endswith("s") else "s")
 
@@ -60,14 +67,14 @@ class Served:
 def _weight_precision(m: Served) -> str:
     if m.source.quantization == "fp8":
         return "fp8"
-    return m.facts.weight_quantization or m.source.dtype
+    return m.known_facts.weight_quantization or m.source.dtype
 
 
 def weight_bytes_per_gpu(m: Served) -> float:
     """Quantized weights at their precision, embeddings and LM head at the model dtype, split over TP."""
     if not m.own_weights:
         return 0.0
-    f, precision = m.facts, _weight_precision(m)
+    f, precision = m.known_facts, _weight_precision(m)
     embedding = f.embedding_parameters if precision != m.source.dtype else 0
     quantized = (f.parameters - embedding) * BYTES_PER_PARAMETER[precision]
     return (quantized + embedding * BYTES_PER_PARAMETER[m.source.dtype]) / m.tensor_parallel_size
@@ -78,20 +85,20 @@ def _kv_element_bytes(m: Served) -> float:
 
 
 def _kv_layers(m: Served) -> int:
-    return m.facts.layers if m.kv_layers is None else m.kv_layers
+    return m.known_facts.layers if m.kv_layers is None else m.kv_layers
 
 
 def kv_bytes_per_token(m: Served) -> float:
     """On one GPU of the model: keys and values of its share of KV heads (at least one) in every cached
     layer, or, with latent attention, the latent of every layer (not split by TP)."""
-    f, layers = m.facts, _kv_layers(m)
+    f, layers = m.known_facts, _kv_layers(m)
     if f.kv_latent_dim:
         return layers * f.kv_latent_dim * _kv_element_bytes(m)
     return layers * 2 * math.ceil(f.kv_heads / m.tensor_parallel_size) * f.head_dim * _kv_element_bytes(m)
 
 
 def _kv_formula(m: Served) -> str:
-    f, size = m.facts, _kv_element_bytes(m)
+    f, size = m.known_facts, _kv_element_bytes(m)
     per_token = (
         f"{kv_bytes_per_token(m):g} bytes per token: {_kv_layers(m)} layer{'s' if _kv_layers(m) != 1 else ''} × "
     )
@@ -103,7 +110,7 @@ def _kv_formula(m: Served) -> str:
 
 
 def _weights_text(m: Served) -> str:
-    f, precision = m.facts, _weight_precision(m)
+    f, precision = m.known_facts, _weight_precision(m)
     detail = precision if precision == m.source.dtype else f"{precision}, embeddings {m.source.dtype}"
     size = BYTES_PER_PARAMETER[precision]
     estimated = "estimated " if f.source == HEAD_ESTIMATE else ""
@@ -115,7 +122,7 @@ def _weights_text(m: Served) -> str:
 
 
 def _minimal_tokens(m: Served, max_seq_len: int | None) -> int:
-    return min(MINIMAL_KV_TOKENS, max_seq_len or m.facts.max_position_embeddings or MINIMAL_KV_TOKENS)
+    return min(MINIMAL_KV_TOKENS, max_seq_len or m.known_facts.max_position_embeddings or MINIMAL_KV_TOKENS)
 
 
 def _pools(here: list[Served]) -> list[list[Served]]:

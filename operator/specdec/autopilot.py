@@ -82,6 +82,7 @@ class Autopilot:
             self._draft_lens[key] = choice
         if restarts:
             self._rolled_at[key] = now
+        assert state.alpha is not None  # a choice is made from a measured acceptance
         before = speculation.speedup(state.alpha, m.draft_len, m.cost_ratio)
         after = speculation.speedup(state.alpha, choice, m.cost_ratio)
         self.post_event(

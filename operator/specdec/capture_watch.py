@@ -57,7 +57,7 @@ def capture_facts_of(sd: dict[str, Any], spec: Any) -> CaptureFacts | None:
     mode, block = modes.mode_of(spec.speculation)
     if mode is not save_state.MODE:
         return None
-    claim, path = save_state.capture_place(block, sd["metadata"]["name"], cache_claim_name(spec))
+    claim, path = save_state.capture_place(block, sd["metadata"]["name"], cache_claim_name(spec))  # type: ignore[arg-type]  # the Mode's callables and the registry's models are untyped
     return CaptureFacts(sd["metadata"].get("generation"), CapturePlace(claim, path), spec.runtime.port)
 
 

@@ -29,8 +29,8 @@ def _render(args: argparse.Namespace) -> int:
         return 2
     stream, errors = render_stream(documents, Settings.from_env())
     sys.stdout.write(stream)
-    for error in errors:
-        print(f"specdec render: {error}", file=sys.stderr)
+    for problem in errors:
+        print(f"specdec render: {problem}", file=sys.stderr)
     return 1 if errors else 0
 
 
@@ -76,7 +76,7 @@ def _operator(args: argparse.Namespace) -> int:
             memo=kopf.Memo(namespaces=namespaces, metrics_port=args.metrics_port),
         )
     except Exception as error:
-        cause = error
+        cause: BaseException | None = error
         while cause is not None and not isinstance(cause, kopf.PermanentError):
             cause = cause.__cause__
         if cause is None:

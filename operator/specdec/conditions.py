@@ -26,7 +26,7 @@ class Cond:
 
     def as_dict(self, generation: int | None) -> dict[str, Any]:
         status = "Unknown" if self.status is None else "True" if self.status else "False"
-        out = {"type": self.type, "status": status, "reason": self.reason, "message": self.message}
+        out: dict[str, Any] = {"type": self.type, "status": status, "reason": self.reason, "message": self.message}
         if generation is not None:
             out["observedGeneration"] = generation
         return out
@@ -46,7 +46,7 @@ def merge(
         item = cond.as_dict(generation)
         before = previous.get(cond.type)
         keep = before and before.get("status") == item["status"] and before.get("lastTransitionTime")
-        item["lastTransitionTime"] = before["lastTransitionTime"] if keep else timestamp
+        item["lastTransitionTime"] = before["lastTransitionTime"] if keep and before else timestamp
         merged.append(item)
     return merged
 

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypedDict
 
 import kopf
 import yaml
@@ -68,13 +68,21 @@ WATCHED = (
 )
 
 
-_state: dict[str, object] = {}
+class _Running(TypedDict, total=False):
+    """What the operator's start left running, for the probes and the stop."""
+
+    reconciler: Reconciler
+    resync: threading.Thread
+    leadership: Leadership
+
+
+_state: _Running = {}
 _STOP = threading.Event()
 _WAKE = threading.Event()  # a resync pass now, not at the next interval
 
 
 def reconciler() -> Reconciler:
-    return _state["reconciler"]  # type: ignore[return-value]
+    return _state["reconciler"]
 
 
 def _observe(kind: str, event) -> bool:

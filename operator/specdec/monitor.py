@@ -97,7 +97,7 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
     mode, block = modes.mode_of(spec.speculation)
     if not mode.speculates:
         return capture_facts_of(sd, spec)
-    rearm = spec.speculation.rearm
+    rearm = spec.speculation.rearm  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
     draft = mode.draft(block)
     draft_len = mode.draft_len(block)
     return Facts(
@@ -123,7 +123,7 @@ def parse_sample(text: str) -> speculation.Sample | None:
         return None
     draft_len = values.get(speculation.DRAFT_LEN_GAUGE)
     plausible = draft_len is not None and 1 <= draft_len <= MAX_DRAFT_LEN  # a pod's word bounds our loops
-    return speculation.Sample(counters, int(draft_len) if plausible else None)
+    return speculation.Sample(counters, int(draft_len) if draft_len is not None and plausible else None)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -270,7 +270,7 @@ class SpeculationMonitor:
                 self._failing[uid] = (failures, self._pass + min(2 ** (failures - 1), MAX_SKIPPED_PASSES))
             else:
                 self._failing.pop(uid, None)
-        live = set()
+        live: set[str] = set()
         for sd, facts, pods in work:
             live.update(p["metadata"]["uid"] for p in pods)
             if isinstance(facts, CaptureFacts):
@@ -403,6 +403,7 @@ class SpeculationMonitor:
         with self._guard:
             before = self._published.get(key)
             current = before if before is not None and before.generation == facts.generation else None
+            status: dict[str, Any] | None
             if m is not None:
                 status = with_break_even(speculation_status(m, conditions.now(), window_seconds), break_even)
                 condition = speculation_condition(m, facts.auto)
@@ -416,7 +417,8 @@ class SpeculationMonitor:
                 due = changed or any(
                     _state(a) != _state(b) for a, b in ((current.condition, condition), (current.active, active))
                 )
-                due |= m is not None and (now - current.at >= self.refresh_seconds or _moved(current.status, status))
+                if m is not None and status is not None:  # a measurement gives a status
+                    due |= now - current.at >= self.refresh_seconds or _moved(current.status, status)
             if not due:
                 return
             at = now if m is not None or current is None else current.at

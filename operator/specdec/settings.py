@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 
 from specdec import versions
 
@@ -40,7 +41,7 @@ class Settings:
     read_gpu_nodes: bool = True
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         base = cls()
         tolerations = env.get("SPECDEC_GPU_TOLERATIONS")

@@ -38,7 +38,7 @@ ASSUMED_COST_RATIO = 0.1  # a draft model whose size cannot be read from its nam
 _PARAMS = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
 
 
-def tokens_per_step(alpha: float, k: int) -> float:
+def tokens_per_step(alpha: float, k: float) -> float:
     """E(k): mean tokens one target step produces, the bonus token included."""
     if alpha >= 1.0:
         return k + 1.0

@@ -92,14 +92,15 @@ def evidence(state: GuardState, w: Window, policy: GuardPolicy) -> str | None:
         if traffic and not drafted:
             return NOT_DRAFTING
         return DRAFTING if w.draft > 0 and traffic else None
+    baseline = state.baseline
     judged = (
-        state.baseline is not None
-        and state.baseline_windows >= policy.warmup
-        and state.baseline_draft_len == w.draft_len
+        baseline is not None and state.baseline_windows >= policy.warmup and state.baseline_draft_len == w.draft_len
     )
-    if judged and w.acceptance <= policy.collapse_ratio * state.baseline:
+    if not judged or baseline is None:
+        return DRAFTING
+    if w.acceptance <= policy.collapse_ratio * baseline:
         return COLLAPSED
-    if judged and state.verdict == COLLAPSED and w.acceptance < policy.recover_ratio * state.baseline:
+    if state.verdict == COLLAPSED and w.acceptance < policy.recover_ratio * baseline:
         return COLLAPSED  # between the two thresholds: still collapsed
     return DRAFTING
 

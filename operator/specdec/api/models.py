@@ -323,7 +323,9 @@ class SpeculativeDeploymentSpec(ApiModel):
         description="tensorrt: engines built by trtllm-build Jobs; pytorch: trtllm-serve's PyTorch backend, no build.",
     )
     target: ModelSource = Field(description="The model being served.")
-    speculation: SpeculationSpec = Field(default_factory=SpeculationSpec, description="Speculative decoding.")
+    speculation: SpeculationSpec = Field(  # type: ignore[valid-type]  # built at run time from the modes' registry
+        default_factory=SpeculationSpec, description="Speculative decoding."
+    )
     engine: EngineSpec = Field(default_factory=EngineSpec, description="Engine limits and trtllm-build tuning.")
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Serving pods.")
     build: BuildSpec = Field(default_factory=BuildSpec, description="Build Jobs.")
@@ -417,7 +419,7 @@ class _RecipeModel(ApiModel):
     quantization: str
     kv_cache_dtype: str
     tensor_parallel_size: int
-    speculative_decoding_mode: Literal[modes.decoding_modes()] = "none"
+    speculative_decoding_mode: Literal[modes.decoding_modes()] = "none"  # type: ignore[valid-type]  # the registry's
     max_draft_len: int | None = None
     gather_generation_logits: bool = False
 

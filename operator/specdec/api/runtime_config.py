@@ -61,7 +61,7 @@ def _tag(value: Any) -> str:
 
 
 # A union of members computed from the registry: `X | Y` has no spelling for a tuple of them.
-RuntimeSpeculation = Annotated[
+RuntimeSpeculation = Annotated[  # type: ignore[valid-type]  # members known at run time only
     Union[  # noqa: UP007
         tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
         + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)
@@ -77,11 +77,13 @@ class RuntimeConfig(ApiModel):
     port: int = 8000
     target: ServedModel
     kv_cache: RuntimeKvCache
-    speculation: RuntimeSpeculation = Field(default_factory=RuntimeNone, description="The mode and what it needs.")
+    speculation: RuntimeSpeculation = Field(  # type: ignore[valid-type]  # members known at run time only
+        default_factory=RuntimeNone, description="The mode and what it needs."
+    )
 
     @property
     def mode(self) -> str:
-        return self.speculation.mode
+        return self.speculation.mode  # type: ignore[attr-defined]  # every member has a mode
 
     @property
     def draft_target(self) -> RuntimeDraftTarget | None:

@@ -65,7 +65,7 @@ def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> 
     tp = recipe.tensor_parallel_size
     if recipe.quantization == "fp8":
         kv = ["--kv_cache_dtype", "fp8"] if recipe.kv_cache_dtype == "fp8" else []
-        argv = [
+        argv: list[str | int] = [
             "python3",
             f"{EXAMPLES}/quantization/quantize.py",
             "--model_dir",

@@ -74,8 +74,8 @@ def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
     mode, block = modes.mode_of(plan.spec.speculation)
     if not mode.auto_draft_len(block):
         return None
-    lo, hi = mode.draft_len_range(block)
-    return min(max(chosen or mode.draft_len(block), lo), hi)
+    lo, hi = mode.draft_len_range(block)  # type: ignore[misc]  # the Mode's callables and the registry's models are untyped
+    return min(max(chosen or mode.draft_len(block), lo), hi)  # type: ignore[type-var]  # the Mode's callables and the registry's models are untyped
 
 
 def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_schedule.Schedule | None = None) -> Plan:
@@ -93,9 +93,9 @@ def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_sched
     if schedule:
         speculative["draft_len_schedule"] = schedule
     update: dict[str, Any] = {"speculative_config": speculative}
-    if "draft_len" in type(runtime.speculation).model_fields:
+    if "draft_len" in type(runtime.speculation).model_fields:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
         update["draft_len"] = draft_len
-    speculation = runtime.speculation.model_copy(update=update)
+    speculation = runtime.speculation.model_copy(update=update)  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
     return dataclasses.replace(plan, runtime=runtime.model_copy(update={"speculation": speculation}))
 
 

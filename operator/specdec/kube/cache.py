@@ -10,6 +10,7 @@ API server, so a reconcile that changes nothing makes no request at all.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -175,7 +176,7 @@ class Store:
                 if not names:
                     del self._by_label[(kind, namespace, label, value)]
 
-    def _matching(self, kind: str, namespace: str | None, label_selector: str | None) -> list[dict[str, Any]]:
+    def _matching(self, kind: str, namespace: str | None, label_selector: str | None) -> builtins.list[dict[str, Any]]:
         if namespace is None:
             candidates = [o for (k, _), scope in self._scopes.items() if k == kind for o in scope.values()]
         else:

@@ -16,6 +16,7 @@ idle operator writes nothing.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import logging
 import random
@@ -129,7 +130,7 @@ class Kube:
                 if error.status == 500:  # the same 500 twice is a verdict, not an outage
                     message = body_message(error)
                     if message == previous_500:
-                        error.permanent = True
+                        error.permanent = True  # type: ignore[attr-defined]  # read by kube.errors.permanent
                         raise
                     previous_500 = message
                 if error.status not in TRANSIENT_STATUSES or attempt == RETRIES - 1:
@@ -200,7 +201,7 @@ class Kube:
 
     def list_live(
         self, kind: str, namespace: str | None, label_selector: str | None = None, field_selector: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         return self._list(kind, namespace, label_selector, field_selector)[0]
 
     def _list(
@@ -210,7 +211,7 @@ class Kube:
         label_selector: str | None = None,
         field_selector: str | None = None,
         keep: Callable[[dict[str, Any]], dict[str, Any]] = slim,
-    ) -> tuple[list[dict[str, Any]], str]:
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
         """(items, the list's resourceVersion), in pages of LIST_PAGE_SIZE as client-go's pager reads
         them: a fleet's pods in one answer would be one ~10 MB body and its parse at once, the operator's
         peak memory. What is kept of each item (`keep`: by default cache.slim) is chosen page by page.
@@ -239,8 +240,9 @@ class Kube:
         def cached_or_listed(item: dict[str, Any]) -> dict[str, Any]:
             meta = item["metadata"]
             held = self.store.get(kind, meta.get("namespace"), meta["name"])
-            unchanged = held is not None and held["metadata"].get("resourceVersion") == meta.get("resourceVersion")
-            return held if unchanged else slim(item)
+            if held is not None and held["metadata"].get("resourceVersion") == meta.get("resourceVersion"):
+                return held
+            return slim(item)
 
         items, version = self._list(kind, namespace, label_selector, keep=cached_or_listed)
         self.store.replace(kind, namespace, label_selector, items, version)
@@ -304,7 +306,7 @@ class Kube:
         for attempt in range(ADOPT_ATTEMPTS):
             live = self.get_live(kind, namespace, name)
             entries = adopted((live or {}).get("metadata", {}).get("managedFields") or [], FIELD_MANAGER)
-            if entries is None:
+            if entries is None or live is None:  # no live object: no managedFields, so entries is None
                 return
             try:
                 self._call(

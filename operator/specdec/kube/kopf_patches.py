@@ -78,7 +78,7 @@ def install_watch_resilience() -> None:
 def install_json() -> None:
     module = types.ModuleType("json")
     module.__dict__.update(json.__dict__)
-    module.loads = jsonio.loads
+    module.loads = jsonio.loads  # type: ignore[attr-defined]  # a fresh module: mypy knows no attributes of it
     api.json = module
 
 

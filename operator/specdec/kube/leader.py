@@ -43,7 +43,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def validate(lease_seconds: float, renew_deadline: float, retry_period: float) -
         raise ValueError(f"lease duration must be a whole number of seconds (got {lease_seconds})")
 
 
-def default_identity(env: dict[str, str] | None = None) -> str:
+def default_identity(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     name = env.get("POD_NAME") or env.get("HOSTNAME") or socket.gethostname()
     return f"{name}_{uuid.uuid4().hex[:8]}"
@@ -112,7 +112,7 @@ class _Lock(LeaseLock):
     def __init__(self, api: client.ApiClient, name: str, namespace: str, identity: str, timeout: float):
         super().__init__(name, namespace, identity)
         # The library builds client.CoordinationV1Api() on the global default client.
-        self.api_instance = _TimedApi(client.CoordinationV1Api(api), timeout)
+        self.api_instance = _TimedApi(client.CoordinationV1Api(api), timeout)  # type: ignore[assignment]  # a proxy with its methods
 
     # The library catches only ApiException; a refused connection or a timeout would end its loop.
     def get(self, name, namespace):
@@ -228,7 +228,7 @@ class Leadership:
         api: client.ApiClient,
         on_started: Callable[[], None] = lambda: None,
         on_stopped: Callable[[], None] = lambda: None,
-        env: dict[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Leadership | None:
         """The Leadership the environment asks for, or None when leader election is off."""
         settings = ElectionSettings.from_env(env)
@@ -357,7 +357,7 @@ class ElectionSettings:
     retry_period: float = 2
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> ElectionSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ElectionSettings:
         """Read the SPECDEC_LEADER_ELECTION* variables (see the module docstring); ValueError says which
         one is wrong."""
         env = os.environ if env is None else env

@@ -26,6 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class DelayQueue:
 class WorkQueue:
     def __init__(
         self,
-        handle: Callable[[Hashable], None],
+        handle: Callable[[Any], object],  # called with this queue's keys
         workers: int,
         waited: Callable[[float], None] = lambda seconds: None,
         delays: DelayQueue | None = None,

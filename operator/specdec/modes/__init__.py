@@ -55,14 +55,14 @@ def speculation_spec(**fields: Any) -> type[ApiModel]:
         },
     )
     summary = "; ".join(f"{m.name}: {m.summary}" for m in MODES.values())
-    return create_model(
+    return create_model(  # type: ignore[call-overload]  # fields computed from the registry
         "SpeculationSpec",
         __base__=base,
         __doc__="Which speculative decoding method to use; exactly the chosen mode's block is set.",
         mode=(Literal[tuple(MODES)], Field("none", description=summary + ".")),
         **{
             m.field: (
-                m.block | None,
+                m.block | None,  # type: ignore[operator]  # with_block: the modes that have one
                 Field(None, description=f"Settings for mode {m.name} (backend {' or '.join(m.backends)})."),
             )
             for m in with_block

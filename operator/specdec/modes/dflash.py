@@ -25,7 +25,7 @@ from pydantic import Field
 
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
 DECODING_TYPE = "DFlash"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 MAX_LAYER = 1023  # a layer index bound, far above any served model's layer count
@@ -61,6 +61,7 @@ class TargetLayerDrafter(DynamicSpeculation):
     )
 
     def drafter_config(self, checkpoint: Callable[[str], str]) -> dict[str, Any]:
+        assert self.draft_model is not None  # required by the block's rule
         config: dict[str, Any] = {
             "max_draft_len": self.max_draft_len,
             "speculative_model": checkpoint(self.draft_model),
@@ -84,7 +85,7 @@ class DFlashSpec(TargetLayerDrafter):
     """DFlash speculation: the draft proposes maxDraftLen tokens in one forward over the target's hidden states."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         needs_draft_model("dflash", "hf://z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat for Llama 3.1 8B Instruct"),
     )
 

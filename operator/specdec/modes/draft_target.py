@@ -71,12 +71,12 @@ class DraftTargetSpec(ApiModel):
 
     @property
     def effective_max_draft_len(self) -> int:
-        return self.max_draft_len or self.draft_len  # auto has a maxDraftLen (the rule above)
+        return self.max_draft_len or int(self.draft_len)  # auto has a maxDraftLen (the rule above)
 
     @property
     def start_draft_len(self) -> int:
         """The configured draft length, or where auto starts."""
-        return min(AUTO_START, self.effective_max_draft_len) if self.auto else self.draft_len
+        return min(AUTO_START, self.effective_max_draft_len) if self.auto else int(self.draft_len)
 
 
 class RuntimeDraftTarget(ApiModel):

@@ -25,7 +25,7 @@ from pydantic import Field
 from specdec.modes.dflash import TargetLayerDrafter, draft_checkpoint, needs_draft_model
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation
-from specdec.schema.base import cel, validations
+from specdec.schema.base import cel, rules_of, validations
 
 DECODING_TYPE = "DSpark"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 # The architecture whose checkpoint embeds a DSpark draft (its mtp.* weights; TensorRT-LLM also accepts
@@ -38,7 +38,7 @@ class DSparkSpec(TargetLayerDrafter):
     """DSpark speculation: the draft proposes a block of maxDraftLen tokens per step."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         needs_draft_model(
             "dspark", "hf://deepseek-ai/dspark_qwen3_4b_block7 for Qwen3 4B, or the DeepSeek-V4 target itself"
         ),

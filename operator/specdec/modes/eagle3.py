@@ -20,7 +20,7 @@ from pydantic import Field
 
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
 DECODING_TYPE = "Eagle3"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
@@ -31,7 +31,7 @@ class Eagle3Spec(DynamicTree, DynamicSpeculation):
     """EAGLE-3 speculation: the draft head proposes maxDraftLen tokens per step (a chain, or a dynamic tree)."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         *DYNAMIC_TREE_RULES,
         cel(
             "!has(self.eagle3LayersToCapture) || self.eagle3LayersToCapture.all(l, "

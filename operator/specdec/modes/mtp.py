@@ -20,7 +20,7 @@ from pydantic import Field
 
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
-from specdec.schema.base import ApiModel, cel, validations
+from specdec.schema.base import ApiModel, cel, rules_of, validations
 
 DECODING_TYPE = "MTP"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 THINKING_TOKEN_MAX = 10_000_000
@@ -54,7 +54,7 @@ class MtpSpec(DynamicTree, DynamicSpeculation):
     """MTP speculation with the target checkpoint's own MTP layers."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         *DYNAMIC_TREE_RULES,
         cel("!self.useDynamicTree || has(self.maxDraftLen)", "useDynamicTree needs maxDraftLen", ".maxDraftLen"),
     )

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from specdec.modes.mode import EngineDrafter, Mode
 from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
-from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, validations
+from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
 DECODING_TYPE = "PARD"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
@@ -31,7 +31,7 @@ class PardSpec(DynamicSpeculation):
     """PARD speculation: the parallel draft model proposes maxDraftLen tokens per step in one forward."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         cel(
             "has(self.draftModel)",
             "pard needs its parallel draft checkpoint: set draftModel (e.g. hf://amd/PARD-Llama-3.2-1B for "
@@ -61,6 +61,7 @@ class PardSpec(DynamicSpeculation):
 
 
 def _speculative_config(block: PardSpec, checkpoint: Callable[[str], str]) -> dict[str, Any]:
+    assert block.draft_model is not None  # required by the block's rule
     config: dict[str, Any] = {
         "decoding_type": DECODING_TYPE,
         "max_draft_len": block.max_draft_len,

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from specdec.modes.mode import Mode
 from specdec.modes.pytorch import DynamicSpeculation
-from specdec.schema.base import cel, validations
+from specdec.schema.base import cel, rules_of, validations
 
 DECODING_TYPE = "SA"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 LONGEST_MATCH = -1  # max_matching_ngram_size: the longest match the automaton finds
@@ -33,7 +33,7 @@ class SASpec(DynamicSpeculation):
     maxDraftLen tokens per step."""
 
     model_config = validations(
-        *DynamicSpeculation.model_config["json_schema_extra"]["x-kubernetes-validations"],
+        *rules_of(DynamicSpeculation),
         cel(
             "self.maxMatchingNgramSize != 0",
             "maxMatchingNgramSize is -1 (the longest match) or a fixed n-gram size of 1 or more",

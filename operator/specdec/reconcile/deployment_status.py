@@ -86,10 +86,10 @@ class DeploymentStatusWriter:
                 rearm=None,
                 capture=None,
             )
-            if modes.MODES[result.spec.speculation.mode].speculates:
+            if modes.MODES[result.spec.speculation.mode].speculates:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
-            if result.spec.speculation.mode == save_state.MODE.name:
+            if result.spec.speculation.mode == save_state.MODE.name:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
                 desired["capture"], space = self._capture_status(sd, status)
                 conds = [*conds, space] if space else conds
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
@@ -108,7 +108,7 @@ class DeploymentStatusWriter:
                 return
             raise
         ready = next(c for c in conds if c.type == "Ready")
-        old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        old_ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if worth_an_event(old_ready, ready, status.get("phase"), phase):
             self.kube.event(sd, ready.reason, ready.message or phase, warning=phase in FAILED_PHASES)
 

@@ -124,7 +124,7 @@ class Reconciler:
             kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active
         )
         self.collector = GarbageCollector(kube, settings, self.plans)
-        handlers = {
+        handlers: dict[str, Callable[[Any], object]] = {
             "SpeculativeDeployment": lambda key: self.reconcile_deployment(key[1], key[2]),
             "Service": self.services.reconcile,
         }
@@ -193,7 +193,7 @@ class Reconciler:
                 with self.locks(*key):
                     sd = self.kube.get("SpeculativeDeployment", namespace, name)
                     result = self.plans.plan(sd) if sd and not sd["metadata"].get("deletionTimestamp") else None
-                    if isinstance(result, Plan):
+                    if sd is not None and isinstance(result, Plan):
                         self.inputs.ensure(sd, result, fetch_now=True)
         except Exception as error:  # noqa: BLE001 — the reconcile below meets it again and reports it
             log.debug("starting %s/%s: %s", namespace, name, error)

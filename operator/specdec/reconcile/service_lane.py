@@ -46,7 +46,7 @@ class ServiceLane:
             return
         sd = self.kube.get("SpeculativeDeployment", namespace, name)
         result = self.plans.plan(sd) if sd and not sd["metadata"].get("deletionTimestamp") else None
-        if not isinstance(result, Plan):
+        if sd is None or not isinstance(result, Plan):
             return
         uid = sd["metadata"]["uid"]
         try:

@@ -108,7 +108,9 @@ class SharedController:
                 return state, look_again
             self.fanout.tell(self.kube.patch(kind, namespace, name, {"status": desired}, subresource="status"))
             self.pacing.written(key)
-            old_ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            old_ready: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+            )
             if status.get("phase") != state.phase or old_ready.get("reason") != state.reason:
                 self.kube.event(obj, state.reason, state.message, warning=state.failed or state.reason in STUCK_REASONS)
         return state, look_again

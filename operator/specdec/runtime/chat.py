@@ -59,7 +59,7 @@ class Tokenizer:
         try:
             from tokenizers import Tokenizer as HfTokenizer  # optional: installed in the runtime image
         except ImportError:
-            HfTokenizer = None
+            HfTokenizer = None  # type: ignore[assignment,misc]  # the optional package is absent
         tokenizer_json = self.directory / "tokenizer.json"
         if HfTokenizer is not None and tokenizer_json.is_file():
             try:

@@ -75,7 +75,12 @@ class FrontServer:
         await self.runner.setup()  # the app's start-up hooks, and aiohttp's server
         protocol = (lambda: FrontConnection(self)) if self.front.exchanges else self.runner.server
         try:
-            self._server = await asyncio.get_running_loop().create_server(protocol, host, port, backlog=backlog)
+            self._server = await asyncio.get_running_loop().create_server(
+                protocol,  # type: ignore[arg-type]  # setup() above made runner.server
+                host,
+                port,
+                backlog=backlog,
+            )
         except OSError:
             await self.runner.cleanup()
             raise

@@ -49,6 +49,7 @@ def plan_launch(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_e
         repo = triton.render_repository(config, max_batch)
         argv, env = triton.command(config, repo_dir)
         dt = config.draft_target
+        assert dt is not None  # the Triton route serves draftTarget
         backend = Backend(
             "triton",
             f"http://127.0.0.1:{cfg.TRITON_HTTP_PORT}",
@@ -112,6 +113,7 @@ def describe(config: RuntimeConfig, launch: LaunchPlan, source: str) -> str:
     ]
     b = launch.backend
     if b.kind == "triton":
+        assert config.draft_target is not None  # the Triton route serves draftTarget
         lines.append(
             f"backend: {b.url}/v2/models/{triton.BLS_MODEL}/generate with num_draft_tokens={b.draft_len} "
             f"use_draft_logits={str(b.use_draft_logits).lower()} return_perf_metrics=true, "

@@ -64,7 +64,8 @@ class OpenAIRelay(Route):
         if rd is not None and rd.temperature is not None and body.get("temperature") is None:
             body["temperature"] = rd.temperature
         stream = bool(body.get("stream"))
-        options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        asked = body.get("stream_options")
+        options: dict[str, Any] = asked if isinstance(asked, dict) else {}
         client_usage = bool(options.get("include_usage"))
         if stream and not client_usage:
             body["stream_options"] = {**options, "include_usage": True}  # for the token counters

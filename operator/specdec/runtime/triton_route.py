@@ -294,7 +294,7 @@ class TritonRoute(Route):
         if usage:
             self.metrics.tokens(usage["prompt_tokens"], usage["completion_tokens"])
         # The answer comes whole (no streaming while speculating): time per token over all of it.
-        self.metrics.token_time(seconds, usage and usage["completion_tokens"])
+        self.metrics.token_time(seconds, usage["completion_tokens"] if usage else None)
         finish = "length" if usage and usage["completion_tokens"] >= max_tokens else "stop"
         speculation = {"acceptance_rate": rate, "accepted_draft_tokens": accepted, "draft_tokens": draft}
         return {"text": text, "usage": usage, "finish_reason": finish, "speculation": speculation}
@@ -414,9 +414,10 @@ def _opted_out(request: web.Request) -> bool:
 
 
 def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
-    if not usages or any(u is None for u in usages):
+    known = [u for u in usages if u is not None]
+    if not usages or len(known) < len(usages):
         return None
-    return {k: sum(u[k] for u in usages) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    return {k: sum(u[k] for u in known) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
 
 
 def _sum_speculation(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class ApiModel(BaseModel):
 
     @model_validator(mode="after")
     def _cel_rules(self):
-        if (self.model_config.get("json_schema_extra") or {}).get("x-kubernetes-validations"):
+        if rules_of(type(self)):
             wire = self.model_dump(mode="json", by_alias=True, exclude_none=True)
             broken = _broken(type(self), json.dumps(wire, sort_keys=True))
             if broken:
@@ -65,12 +65,17 @@ def _broken(model: type[ApiModel], wire: str) -> tuple[tuple[str, str], ...]:
     """The rules of `model` its wire form breaks, by value: a fleet's deployments derive the same
     EngineBuild and ModelCache recipes again and again, and converting each to CEL values was half of
     plan()'s CPU (cProfile, 200 deployments of bench/run.py's fleet)."""
-    rules = model.model_config["json_schema_extra"]["x-kubernetes-validations"]
-    return tuple(cel_rules.violations(rules, json.loads(wire)))
+    return tuple(cel_rules.violations(rules_of(model), json.loads(wire)))
+
+
+def rules_of(model: type[BaseModel]) -> list[dict[str, str]]:
+    """The CEL rules `validations` gave the model (x-kubernetes-validations); [] without."""
+    extra = model.model_config.get("json_schema_extra")
+    return extra.get("x-kubernetes-validations", []) if isinstance(extra, dict) else []  # type: ignore[return-value]  # what validations() wrote
 
 
 def validations(*rules: dict[str, str]) -> ConfigDict:
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})  # type: ignore[arg-type]  # str values are JSON values
 
 
 # A checkpoint's address: the target's, a draft's, a drafter's or a draft head's.

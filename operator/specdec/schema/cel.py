@@ -9,6 +9,7 @@ as CEL, and cannot drift from its offline twin.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import celpy
@@ -42,7 +43,7 @@ def _index_of(text: celtypes.StringType, sub: celtypes.StringType) -> celtypes.I
 
 # The Kubernetes CEL library functions our rules call (k8s.io/apiserver/pkg/cel/library: quantity;
 # cel-go's strings extension: indexOf). A rule calling another one fails its unit tests.
-KUBERNETES_FUNCTIONS = {
+KUBERNETES_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "quantity": _quantity,
     "isGreaterThan": _is_greater_than,
     "isLessThan": _is_less_than,
@@ -69,6 +70,7 @@ def violations(rules: list[dict[str, str]], obj: dict[str, Any]) -> list[tuple[s
     for rule in rules:
         if transition_rule(rule["rule"]):
             continue
+        result: object
         try:
             result = _program(rule["rule"]).evaluate(activation)
         except celpy.CELEvalError:  # as at the API server, an evaluation error fails the rule

@@ -186,10 +186,11 @@ def object_schema(model: type[BaseModel]) -> dict[str, Any]:
     fields and descriptions as the client (generated from Kubernetes' OpenAPI) has them. Objects
     have no x-kubernetes-preserve-unknown-fields, so the API server prunes unknown fields."""
     properties, required = {}, []
+    wire_names: dict[str, str] = model.attribute_map  # type: ignore[attr-defined]  # the client's models have it
     for name, field in model.model_fields.items():
-        if name not in model.attribute_map:
+        if name not in wire_names:
             continue
-        wire = model.attribute_map[name]
+        wire = wire_names[name]
         properties[wire] = {
             **({"description": field.description} if field.description else {}),
             **_type_schema(field.annotation),
