@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,7 @@ class TritonContract:
     async def generate(self, body: dict[str, Any]) -> Generation:
         raise NotImplementedError
 
-    def counters(self) -> dict[str, dict[str, float]]:
+    def counters(self) -> dict[str, Mapping[str, float]]:
         """Triton's counters (names of TRITON_COUNTERS) by model, all of version 1."""
         raise NotImplementedError
 

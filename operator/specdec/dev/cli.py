@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from specdec.dev import (
     cluster,
@@ -61,8 +62,8 @@ def _simulate(local: cluster.LocalCluster, args: argparse.Namespace) -> None:
         return
     if not args.deployment:
         raise simulation_profile.ProfileError("name a SpeculativeDeployment (or --show the profiles)")
-    values = {
-        PROFILE_FIELDS[name].alias: getattr(args, option)
+    values: dict[str, Any] = {
+        PROFILE_FIELDS[name].alias or name: getattr(args, option)
         for option, name in SIMULATE_OPTIONS.items()
         if getattr(args, option) is not None
     }
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             found = real_node.problems() if args.real_node else []
             if found:
                 raise cluster.ClusterError("--real-node: " + "; ".join(found))
+            step_seconds: dict[str, float] | None
             if args.step_seconds is not None:
                 step_seconds = simulated_steps.parse(args.step_seconds)
             else:  # a cluster keeps the step seconds it was created with

@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -180,7 +181,7 @@ def kwokctl_config(
     `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise;
     `real_node`: the API server also listens beyond 127.0.0.1, for the pods of a real node (specdec.dev.real_node).
     `pki`: the cluster's certificates (kwokctl writes them; the API server shows its client one to kubelets)."""
-    config = {
+    config: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
         "options": {
@@ -248,8 +249,8 @@ def kwokctl_config(
     for stage in sorted(stages.iterdir(), key=lambda p: p.name):
         document = yaml.safe_load(stage.read_text())
         if document.get("kind") == "Stage":
-            stage = simulated_fetch.with_reports(simulated_steps.with_step_delays(document, step_seconds or {}))
-            documents.append(yaml.safe_dump(stage))
+            delayed = simulated_steps.with_step_delays(document, step_seconds or {})
+            documents.append(yaml.safe_dump(simulated_fetch.with_reports(delayed)))
     return "---\n".join(documents)
 
 

@@ -181,5 +181,5 @@ def captured_into(config: RuntimeConfig, directory: Path) -> RuntimeConfig:
     the claim keeps the capture."""
     speculative = {**(config.speculative_config or {}), "output_directory": str(directory)}
     return config.model_copy(
-        update={"speculation": config.speculation.model_copy(update={"speculative_config": speculative})}
+        update={"speculation": config.speculation.model_copy(update={"speculative_config": speculative})}  # type: ignore[attr-defined]  # the registry's models are untyped
     )

@@ -147,6 +147,8 @@ class PodRunner:
         api = config.new_client_from_config(config_file=str(self.kubeconfig))
         core = client.CoreV1Api(api)
         loop = asyncio.get_running_loop()
+        list_pods: Callable[..., Any]
+        list_config_maps: Callable[..., Any]
         if self.namespace:
             list_pods = functools.partial(core.list_namespaced_pod, self.namespace)
             list_config_maps = functools.partial(core.list_namespaced_config_map, self.namespace)
@@ -227,7 +229,7 @@ class PodRunner:
 
     def _project(self, key: Key, pod: dict[str, Any]) -> Path | None:
         """The kubelet's ConfigMap volume "config": its files, or None until the ConfigMap exists."""
-        volume = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == CONFIG_VOLUME), {})
+        volume: dict[str, Any] = next((v for v in pod["spec"].get("volumes") or [] if v["name"] == CONFIG_VOLUME), {})
         name = (volume.get("configMap") or {}).get("name")
         if not name:
             self._problem(key, f"has no ConfigMap volume {CONFIG_VOLUME!r}")
@@ -292,9 +294,11 @@ class PodRunner:
         mount_path = speculative.get("output_directory")
         container = pod["spec"]["containers"][0]
         mount = next((m for m in container.get("volumeMounts") or [] if m["mountPath"] == mount_path), None)
-        volume = next((v for v in pod["spec"].get("volumes") or [] if mount and v["name"] == mount["name"]), {})
+        volume: dict[str, Any] = next(
+            (v for v in pod["spec"].get("volumes") or [] if mount and v["name"] == mount["name"]), {}
+        )
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-        if not claim:
+        if not claim or mount is None:  # a claim's volume is found through its mount
             return config
         return captured_into(config, self.claims_dir / key[0] / claim / mount.get("subPath", ""))
 

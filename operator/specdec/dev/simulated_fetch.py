@@ -25,6 +25,8 @@ REPORT_ANNOTATION = "simulation.specdec.io/fetch-report"
 
 def simulated_report(hub_id: str) -> dict[str, Any]:
     facts = model_catalog.catalog_facts(hub_id)
+    if facts is None:
+        raise ValueError(f"{hub_id} is not in the model catalog: the simulated fetch reports only its models")
     precision = facts.weight_quantization or facts.dtype
     return {
         "sizeBytes": int(facts.parameters * BYTES_PER_PARAMETER[precision]),

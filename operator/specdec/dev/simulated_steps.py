@@ -12,8 +12,6 @@ The delay is an absolute time, not a duration: kwok recomputes a stage's delay o
 the pod, and a duration would restart each time.
 """
 
-from __future__ import annotations
-
 import copy
 import json
 from collections.abc import Mapping

@@ -29,7 +29,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +202,7 @@ class SimulatedTriton(_Batching, TritonContract):
                 self.compute_us[triton.DRAFT_MODEL] += k * p.cost_ratio * at_batch * 1e6
                 self.executions[triton.DRAFT_MODEL] += 1
 
-    def counters(self) -> dict[str, dict[str, float]]:
+    def counters(self) -> dict[str, Mapping[str, float]]:
         return {"nv_inference_compute_infer_duration_us": self.compute_us, "nv_inference_exec_count": self.executions}
 
     def gauges(self) -> list[tuple[str, dict[str, str], float]]:
