@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up down test unit install runtime-312
+.PHONY: up down test unit install lint tools runtime-312
 
 $(BIN)/specdec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,15 +35,32 @@ up: install
 down: install
 	$(BIN)/specdec dev down
 
-## test: every test, unit and cluster (starts its own local cluster unless SPECDEC_TEST_KUBECONFIG is set)
-test: install
+## test: the checkers and every test, unit and cluster (starts its own local cluster unless
+## SPECDEC_TEST_KUBECONFIG is set); each phase's elapsed time is printed
+test:
+	@$(call timed,install,$(MAKE) --no-print-directory install)
+	@$(call timed,tool builds,$(MAKE) --no-print-directory tools)
+	@$(call timed,checkers,$(MAKE) --no-print-directory lint)
+	@$(call timed,pytest,$(BIN)/python -m pytest)
+	@$(call timed,runtime-312,$(MAKE) --no-print-directory runtime-312)
+
+# $(call timed,PHASE,COMMAND): COMMAND, then how long it took; its exit status is kept.
+timed = start=$$(date +%s); $(2); status=$$?; echo "make test: $(1) took $$(( $$(date +%s) - start )) s"; exit $$status
+
+## lint: ruff (lint and format) over the tree, mypy over operator/specdec, the import contracts (pyproject.toml)
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
+
+## tools: what the cluster tests need built (Prometheus, its web UI and Chromium, a real node's tools and images)
+tools: install
 	$(BIN)/specdec dev tools --prometheus >/dev/null
 	@# Prometheus' web UI and Chromium (Debian's, as root) for the UI screenshot test, which says why where they are missing.
 	$(BIN)/specdec dev tools --screenshot >/dev/null || echo "make: no Prometheus web UI or Chromium here; the screenshot test says why"
 	@# A real node's tools and images (Debian packages too, as root); where none can run, its tests say why.
 	$(BIN)/specdec dev tools --real-node >/dev/null || echo "make: no real node's tools here; tests/realnode says why"
-	$(BIN)/python -m pytest
-	$(MAKE) runtime-312
 
 ## runtime-312: the runtime's tests on Python 3.12, the runtime images' Python
 runtime-312:
