@@ -4,7 +4,7 @@
 # For byte-for-byte rebuilds, also pin the base by digest (docker buildx imagetools inspect python:3.12.11-slim-bookworm).
 # Optional, for an offline build from a local wheelhouse (pip reads them from the environment; unset by default):
 #   --build-arg PIP_FIND_LINKS=/wheels --build-arg PIP_NO_INDEX=1, the wheelhouse mounted at /wheels
-#   (podman build --volume DIR:/wheels:ro); specdec.dev.images builds this way.
+#   (podman build --volume DIR:/wheels:ro); specdec_dev.images builds this way.
 ARG PYTHON_IMAGE=python:3.12.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

@@ -7,10 +7,11 @@ BIN := $(VENV)/bin
 
 .PHONY: up down test unit install lint tools runtime-312
 
-$(BIN)/specdec: pyproject.toml
+# The operator with its test extra, and the development tools (dev/, the specdec-dev distribution).
+$(BIN)/specdec: pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./dev
 	touch $@
 
 # The runtime images run Python 3.12 (NVIDIA's bases): the runtime's tests run on it too, where there is one.
@@ -18,10 +19,10 @@ PYTHON312 ?= $(shell for p in $(HOME)/.pyenv/versions/3.12*/bin/python3.12 $$(co
 	"$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo "$$p" && break; done)
 VENV312 ?= .venv312
 
-$(VENV312)/bin/specdec: pyproject.toml
+$(VENV312)/bin/specdec: pyproject.toml dev/pyproject.toml
 	$(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/pip install --quiet --upgrade pip
-	$(VENV312)/bin/pip install --quiet -e '.[test]'
+	$(VENV312)/bin/pip install --quiet -e '.[test]' -e ./dev
 	touch $@
 
 install: $(BIN)/specdec
@@ -47,7 +48,8 @@ test:
 # $(call timed,PHASE,COMMAND): COMMAND, then how long it took; its exit status is kept.
 timed = start=$$(date +%s); $(2); status=$$?; echo "make test: $(1) took $$(( $$(date +%s) - start )) s"; exit $$status
 
-## lint: ruff (lint and format) over the tree, mypy over operator/specdec, the import contracts (pyproject.toml)
+## lint: ruff (lint and format) over the tree, mypy over operator/specdec and dev/specdec_dev, the import
+## contracts (pyproject.toml)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

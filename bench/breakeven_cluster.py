@@ -9,7 +9,7 @@ Brings up the local cluster the cluster tests use (`specdec-test`, as tests/conf
 do not run the cluster tests at the same time), installs the CRDs, and in a fresh namespace (deleted after)
 runs the operator as a process watching it and applies bench/breakeven_sweep.py's deployment (the Triton route,
 draftTarget, draft length 4). Its runtime pod is served by the pod runner in this process
-(specdec.dev.pod_runner_thread: the production front before the simulated Triton, on the pod's IP, the
+(specdec_dev.pod_runner_thread: the production front before the simulated Triton, on the pod's IP, the
 ConfigMap's keys as files), with the sweep's profile and no simulated clients of its own; the sweep's
 closed-loop clients run on the pod runner's event loop and send to the pod's front. Policies:
 - on: the operator stopped (the pod keeps serving), so no break-even and no draft lengths by load are fitted or
@@ -57,11 +57,11 @@ from tests.runtime.helpers import parse_prometheus
 from specdec import load_model
 from specdec.api.models import GROUP, VERSION
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
-from specdec.dev import cluster, real_node, simulation_profile
-from specdec.dev.cluster import DEV_OPERATOR_ENV
-from specdec.dev.pod_runner_thread import Threaded, in_thread
-from specdec.dev.podrunner import POD_SELECTOR
-from specdec.dev.simulation_profile import Profile
+from specdec_dev import cluster, real_node, simulation_profile
+from specdec_dev.cluster import DEV_OPERATOR_ENV
+from specdec_dev.pod_runner_thread import Threaded, in_thread
+from specdec_dev.podrunner import POD_SELECTOR
+from specdec_dev.simulation_profile import Profile
 
 # Loads whose windows span the batch sizes a fit needs (load_model.MIN_SPREAD). The front counts the target's
 # iterations between its polls of Triton (every 5 s) only where Triton never idled, which a few closed-loop clients

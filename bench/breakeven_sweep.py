@@ -4,10 +4,10 @@ concurrency sweep.
     PYTHONPATH=operator:. .venv/bin/python bench/breakeven_sweep.py                  # 1..256 in flight
     PYTHONPATH=operator:. .venv/bin/python bench/breakeven_sweep.py --levels 1,16,64 --seconds 2
 
-In one process: the simulated Triton (specdec.dev.simulator.SimulatedTriton: requests in flight are batched,
+In one process: the simulated Triton (specdec_dev.simulator.SimulatedTriton: requests in flight are batched,
 a step of T tokens costs targetStepSeconds + stepSecondsPerToken * T) behind the runtime's front
 (specdec.runtime.front, the Triton route), and N closed-loop clients per level (each sends its next request
-when its last is answered: specdec.dev.simulated_clients.closed_loop). Policies:
+when its last is answered: specdec_dev.simulated_clients.closed_loop). Policies:
 - on: draft length 4 at every load (no break-even file);
 - off: every request opts out (header X-Specdec-Speculation: off), so the front sends no draft tokens;
 - auto: the break-even and the draft lengths by load computed as the operator does, from measured figures
@@ -38,13 +38,13 @@ from tests.runtime.helpers import parse_prometheus, serving
 
 from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
-from specdec.dev.simulated_clients import closed_loop
-from specdec.dev.simulation_profile import Profile
-from specdec.dev.simulator import SimulatedTriton
 from specdec.plan import Settings, plan
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
+from specdec_dev.simulated_clients import closed_loop
+from specdec_dev.simulation_profile import Profile
+from specdec_dev.simulator import SimulatedTriton
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

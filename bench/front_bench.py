@@ -5,7 +5,7 @@
     PYTHONPATH=operator:. .venv/bin/python bench/front_bench.py --quick         # 1 and 16 streams, 32 tokens
     PYTHONPATH=operator:. .venv/bin/python bench/front_bench.py --streams 64,256 --routes openai
 
-Backends are the project's stand-ins (specdec.dev.standin_servers, the real servers' HTTP contracts):
+Backends are the project's stand-ins (specdec_dev.standin_servers, the real servers' HTTP contracts):
 - openai: the trtllm-serve stand-in with SPECDEC_STANDIN_PACED=1, streaming one token per step of
   --token-ms (acceptance 0: one token a step; the first token after one step, the prefill's stand-in),
   slower for the N streams that would ask more than --max-rate tokens/s at that pace (256 streams at 4 ms a
@@ -60,7 +60,7 @@ from specdec.runtime.upstream import Upstream
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-TOKEN = b" sim"  # what the stand-ins generate, one token each (specdec.dev.simulator.TOKEN)
+TOKEN = b" sim"  # what the stand-ins generate, one token each (specdec_dev.simulator.TOKEN)
 EXAMPLES = {"openai": "llama-3.1-8b-draft-1b-pytorch.yaml", "triton": "llama-2-13b-draft-7b-logits.yaml"}
 PROMPT = "Tell me a story"
 PROXY_CPU, LOAD_CPU = 0, 1
@@ -216,7 +216,7 @@ class Stack:
                 f"--metrics-port={self.ports['metrics']}",
             ]
             health = "/v2/health/ready"
-        self._start([py, "-m", "specdec.dev.standin_servers", *argv], env)
+        self._start([py, "-m", "specdec_dev.standin_servers", *argv], env)
         self.direct = f"http://127.0.0.1:{d}"
         await wait_up(self.direct + health)
         self.front_proc = self._start(

@@ -33,7 +33,7 @@ from specdec.api.models import GROUP  # noqa: E402
 def default_kubeconfig() -> Path:
     if os.environ.get("SPECDEC_TEST_KUBECONFIG"):
         return Path(os.environ["SPECDEC_TEST_KUBECONFIG"])
-    from specdec.dev.cluster import LocalCluster
+    from specdec_dev.cluster import LocalCluster
 
     return LocalCluster().kubeconfig
 

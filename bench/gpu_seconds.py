@@ -30,7 +30,7 @@ from tests.conftest import free_port
 from tests.operator_runner import OperatorProcess
 
 from specdec.api.models import GROUP, VERSION
-from specdec.dev import simulated_steps, toolchain
+from specdec_dev import simulated_steps, toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("llama-2-13b-draft-7b-logits.yaml", "llama-3.1-70b-fp8-draft-1b.yaml")

@@ -11,7 +11,7 @@ from bench.metrics import METRICS_PORT, delta, scrape
 from bench.processes import process_stats
 from bench.timing import now
 
-from specdec.dev import cluster as dev
+from specdec_dev import cluster as dev
 
 RESYNC_POLL_SECONDS = 0.5
 

@@ -36,8 +36,8 @@ from bench.timing import percentile  # noqa: E402
 from kubernetes import config  # noqa: E402
 
 from specdec.api.crd import render_crds  # noqa: E402
-from specdec.dev import cluster as dev  # noqa: E402
 from specdec.settings import Settings  # noqa: E402
+from specdec_dev import cluster as dev  # noqa: E402
 
 
 def delete_namespaces(local: dev.LocalCluster, names: list[str]) -> None:

@@ -56,7 +56,7 @@ def kubeconfig(request) -> Path:
         kind.create()
         request.addfinalizer(kind.delete)
         return Path(kind.kubeconfig_path)
-    from specdec.dev import cluster, real_node, toolchain
+    from specdec_dev import cluster, real_node, toolchain
 
     local = cluster.LocalCluster(name=TEST_CLUSTER_NAME)
     try:  # with a real node's settings where one can run (tests/realnode starts the node itself)

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
 
-# The simulated backends' profile of the cluster tests that measure speculation (specdec.dev.simulation_profile):
+# The simulated backends' profile of the cluster tests that measure speculation (specdec_dev.simulation_profile):
 # many short requests, fast steps, and a step time that does not grow with the batch, so the figures the
 # tests check are those of speculative sampling at any load and no break-even stops the drafting.
 FAST_PROFILE = {"requestsPerSecond": 20, "maxTokens": 32, "targetStepSeconds": 0.002, "stepSecondsPerToken": 0}

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec.dev.cluster import wait_healthy
+from specdec_dev.cluster import wait_healthy
 
 
 class OperatorProcess:

@@ -86,12 +86,19 @@ def _operator(args: argparse.Namespace) -> int:
     return 0
 
 
+DEV_MISSING = (
+    "the development tools are not installed: they are the specdec-dev distribution, dev/ in the repository "
+    "(pip install -e ./dev; make install does)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    # `specdec dev ...` has its own parser (specdec.dev.cli), which main() hands the rest of the line to: the
-    # operator's start-up path must not load development code. Listed here for `specdec --help`.
+    # `specdec dev ...` has its own parser (specdec_dev.cli, the specdec-dev distribution), which main() hands the
+    # rest of the line to: the operator's start-up path must not load development code. Listed here for
+    # `specdec --help`.
     commands.add_parser("dev", help="a local cluster with simulated GPU nodes (specdec dev --help)", add_help=False)
 
     render = commands.add_parser("render", help="print every object the operator would create (offline)")
@@ -123,8 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["dev"]:
-        from specdec.dev.cli import main as dev_main
-
+        try:
+            from specdec_dev.cli import main as dev_main
+        except ModuleNotFoundError as error:
+            if error.name not in ("specdec_dev", "specdec_dev.cli"):
+                raise
+            print(f"specdec dev: {DEV_MISSING}", file=sys.stderr)
+            return 2
         return dev_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

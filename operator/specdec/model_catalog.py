@@ -2,7 +2,7 @@
 each was copied from, in `model_catalog.yaml` (package data, read once).
 
 SIMULATED FETCH DATA: admission uses it for the models it lists until their fetch has read their own files,
-and the local cluster's simulated fetch reports it as what it read (specdec.dev.simulated_fetch).
+and the local cluster's simulated fetch reports it as what it read (specdec_dev.simulated_fetch).
 """
 
 from __future__ import annotations

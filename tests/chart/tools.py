@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specdec.dev import toolchain
+from specdec_dev import toolchain
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdec-operator"

@@ -1,5 +1,5 @@
 """Admission against a real API server: the operator reads the simulated GPU nodes (H100 80 GB, see
-specdec.dev.nodes) and refuses what cannot work before any EngineBuild, Job or Deployment exists."""
+specdec_dev.nodes) and refuses what cannot work before any EngineBuild, Job or Deployment exists."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specdec.dev.simulated_fetch import REPORT_ANNOTATION, simulated_report
+from specdec_dev.simulated_fetch import REPORT_ANNOTATION, simulated_report
 from tests.cluster.test_model_cache import model_caches
 from tests.cluster.test_operator import BUILD_DELAY, SD, engine_builds, example, jobs
 from tests.kube_helpers import Kube, wait_for

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from specdec import speculation
-from specdec.dev import simulation_profile
-from specdec.dev.pod_runner_thread import in_thread as pod_runner
+from specdec_dev import simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, scrape, scrape_if_served, wait_for
 

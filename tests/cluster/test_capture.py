@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import simulation_profile
-from specdec.dev.pod_runner_thread import in_thread as pod_runner
-from specdec.dev.simulated_clients import PROMPT
 from specdec.runtime.capture_file import captured_tokens
+from specdec_dev import simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
+from specdec_dev.simulated_clients import PROMPT
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 

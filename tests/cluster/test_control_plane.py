@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from specdec.dev.nodes import GPU_RESOURCE, GPUS_PER_NODE
+from specdec_dev.nodes import GPU_RESOURCE, GPUS_PER_NODE
 from tests.kube_helpers import Kube, condition, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -9,8 +9,8 @@ from itertools import pairwise
 import pytest
 
 from specdec.builders.common import LABEL_MANAGED_BY, MANAGED_BY
-from specdec.dev import simulated_steps
 from specdec.reconcile import PROGRESS_WRITE_SECONDS
+from specdec_dev import simulated_steps
 from tests.cluster.test_model_cache import SAMPLE, model_caches
 from tests.cluster.test_operator import DRAFT_TARGET, SD, engine_builds, example
 from tests.kube_helpers import Kube

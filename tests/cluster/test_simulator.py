@@ -11,9 +11,9 @@ import pytest
 
 from specdec import speculation
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
-from specdec.dev import simulation_profile
-from specdec.dev.pod_runner_thread import in_thread as pod_runner
-from specdec.dev.podrunner import POD_SELECTOR
+from specdec_dev import simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
+from specdec_dev.podrunner import POD_SELECTOR
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, scrape, scrape_if_served, wait_for
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from specdec.builders.common import LABEL_INSTANCE
-from specdec.dev import simulation_profile
-from specdec.dev.pod_runner_thread import in_thread as pod_runner
 from specdec.reconcile.serving import ANNOTATION_REARMED_AT
 from specdec.speculation_guard import GuardPolicy
+from specdec_dev import simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import prometheus
+from specdec_dev import prometheus
 
 
 def _pinned(name: str) -> Path:

@@ -8,8 +8,8 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from specdec.dev.prometheus import OPERATOR_JOB, Prometheus
 from specdec.observability import alerts
+from specdec_dev.prometheus import OPERATOR_JOB, Prometheus
 from tests.conftest import free_port, stop_and_report
 from tests.kube_helpers import wait_for
 from tests.operator_runner import OperatorProcess

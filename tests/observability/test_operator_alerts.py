@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from kubernetes import config
 
-from specdec.dev import simulated_steps
-from specdec.dev.prometheus import OPERATOR_JOB
 from specdec.kube.leader import Leadership
+from specdec_dev import simulated_steps
+from specdec_dev.prometheus import OPERATOR_JOB
 from tests.cluster.test_operator import SD, example
 from tests.faults.proxy import FaultPlan
 from tests.kube_helpers import wait_for

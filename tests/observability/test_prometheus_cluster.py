@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import simulation_profile
-from specdec.dev.pod_runner_thread import in_thread as pod_runner
-from specdec.dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
 from specdec.observability import dashboard
+from specdec_dev import simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
+from specdec_dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, PrometheusError
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import FAST_PROFILE, wait_for
 from tests.observability.monitoring import fires_then_resolves, scraped_operator, up_jobs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from specdec.dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, Prometheus, scrape_config
+from specdec_dev.prometheus import OPERATOR_JOB, RUNTIME_JOB, Prometheus, scrape_config
 
 
 def test_runtime_pods_are_found_like_a_pod_monitor_finds_them(tmp_path: Path):

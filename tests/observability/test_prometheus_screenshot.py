@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import prometheus, simulation_profile, toolchain
 from specdec.observability import alerts
+from specdec_dev import prometheus, simulation_profile, toolchain
 from tests.observability.test_prometheus_cluster import monitored
 
 pytestmark = pytest.mark.cluster

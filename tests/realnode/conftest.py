@@ -1,4 +1,4 @@
-"""The real node (specdec.dev.real_node) of the session's local cluster: a kubelet with containerd and runc,
+"""The real node (specdec_dev.real_node) of the session's local cluster: a kubelet with containerd and runc,
 running the project's images built from its Dockerfiles. Started once for the session; the session cluster's
 teardown stops it and undoes what it changed on the host."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import cluster, images, real_node
+from specdec_dev import cluster, images, real_node
 from tests.chart.conftest import helm_home, releases, restricted_namespace  # noqa: F401 - the chart's fixtures
 from tests.conftest import TEST_CLUSTER_NAME, _unavailable
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from specdec.dev import images, node_config, real_node
+from specdec_dev import images, node_config, real_node
 from tests.chart.cluster_helpers import SD
 from tests.chart.tools import RESTRICTED
 from tests.kube_helpers import Kube, wait_for

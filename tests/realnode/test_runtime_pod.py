@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from specdec import speculation
-from specdec.dev import images, node_config, real_node
+from specdec_dev import images, node_config, real_node
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import Kube, wait_for
 from tests.realnode.conftest import pod_exec

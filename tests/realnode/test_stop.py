@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import host_changes, node_config, real_node, toolchain
+from specdec_dev import host_changes, node_config, real_node, toolchain
 
 pytestmark = pytest.mark.cluster
 

@@ -1,4 +1,4 @@
-"""Local stand-ins for the two backends, on their HTTP contracts (specdec.dev.backend_contracts), with
+"""Local stand-ins for the two backends, on their HTTP contracts (specdec_dev.backend_contracts), with
 knobs a test turns: readiness, failures, delays, broken streams; and what they received.
 
 Run as a script (`python -m tests.runtime.standins openai --port N`), it is the server process that
@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from specdec.dev.backend_contracts import (
+from specdec_dev.backend_contracts import (
     Completion,
     Generation,
     InferenceError,

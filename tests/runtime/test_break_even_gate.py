@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
-from specdec.dev.backend_contracts import Generation
-from specdec.dev.simulation_profile import Profile
-from specdec.dev.simulator import SimulatedTriton
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
+from specdec_dev.backend_contracts import Generation
+from specdec_dev.simulation_profile import Profile
+from specdec_dev.simulator import SimulatedTriton
 from tests.runtime.helpers import eventually, metric, serving, serving_front
 from tests.runtime.standins import TritonState
 from tests.runtime.test_front_triton import CONFIG, bls_inputs, run, stack

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev.hidden_state_writer import HiddenStateCapture, torch_save
 from specdec.runtime import capture as capture_module
 from specdec.runtime.capture import CaptureDirectory, CaptureTotals
 from specdec.runtime.capture_file import UnreadableCapture, captured_tokens
 from specdec.runtime.metrics import RuntimeMetrics
+from specdec_dev.hidden_state_writer import HiddenStateCapture, torch_save
 from tests.runtime.helpers import parse_prometheus
 
 

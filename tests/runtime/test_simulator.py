@@ -15,13 +15,13 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec import speculation
-from specdec.dev import simulated_clients, simulation_profile
-from specdec.dev.podrunner import write_volume
-from specdec.dev.simulation_profile import Profile, ProfileError
-from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, serve_drafts, speculate
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
 from specdec.trtllm_schedule import draft_len_at
+from specdec_dev import simulated_clients, simulation_profile
+from specdec_dev.podrunner import write_volume
+from specdec_dev.simulation_profile import Profile, ProfileError
+from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, draft_len_schedule, serve_drafts, speculate
 from tests.runtime.helpers import eventually, metric, scenario_configs, serving, serving_front
 
 CONFIGS = scenario_configs()
@@ -393,7 +393,7 @@ def test_config_volume_files_follow_the_config_map(tmp_path):
 
 
 def test_specdec_dev_simulate_turns_drafting_off_and_on():
-    from specdec.dev.cli import build_parser
+    from specdec_dev.cli import build_parser
 
     parse = build_parser().parse_args
     assert parse(["simulate", "llama", "--no-drafting"]).drafting is False

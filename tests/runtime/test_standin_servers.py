@@ -1,4 +1,4 @@
-"""The stand-in servers (specdec.dev.standin_servers) run the exact command line specdec-runtime launches for
+"""The stand-in servers (specdec_dev.standin_servers) run the exact command line specdec-runtime launches for
 every example (launch.plan_launch's argv, only the ports swapped for free ones): each answers its health path and
 a completion sent through the front, speculates as its configuration says, refuses an option the real
 server does not have, and stops with status 0 on SIGTERM.
@@ -24,14 +24,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specdec.dev.hidden_state_writer import captured_into
 from specdec.runtime import launch, triton
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
+from specdec_dev.hidden_state_writer import captured_into
 from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving, serving_front
 
 CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
-STANDINS = [sys.executable, "-m", "specdec.dev.standin_servers"]
+STANDINS = [sys.executable, "-m", "specdec_dev.standin_servers"]
 # Every draft accepted, and fast steps: the counts below are exact.
 PROFILE = {"acceptance": 1.0, "targetStepSeconds": 0.001}
 ENV = {
@@ -270,8 +270,8 @@ def test_a_bad_profile_is_refused(tmp_path):
 def test_the_paced_trtllm_serve_stand_in_keeps_its_schedule_when_writing_a_piece_is_slow(monkeypatch):
     """bench/front_bench.py's backend: piece k of a stream at (k + 1) steps from the request's arrival, whatever
     the server's own time to write each one (here 15 ms of a 20 ms step, blocking its loop)."""
-    from specdec.dev.simulation_profile import Profile
-    from specdec.dev.standin_servers import paced_trtllm_serve
+    from specdec_dev.simulation_profile import Profile
+    from specdec_dev.standin_servers import paced_trtllm_serve
 
     paced = paced_trtllm_serve()
     slow = paced.chunk_sent

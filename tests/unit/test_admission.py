@@ -1,7 +1,7 @@
 """Admission from the models' facts: vocabulary, tensor parallelism and GPU memory, with the numbers.
 
 Model facts come from the catalog (simulated fetch data); GPU nodes are simulated nodes as the local
-cluster has them (specdec.dev.nodes: H100 80 GB), and a few others built the same way.
+cluster has them (specdec_dev.nodes: H100 80 GB), and a few others built the same way.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import yaml
 
 from specdec.admission import Observed, served_models
 from specdec.admission_memory import Served, kv_bytes_per_token, weight_bytes_per_gpu
-from specdec.dev import nodes as dev_nodes
 from specdec.gpu_nodes import GpuNodes, gpu_node
 from specdec.model_catalog import CATALOG_SOURCE, catalog_facts
 from specdec.model_facts import ModelFacts
 from specdec.plan import Plan, Problem, parse_spec, plan
 from specdec.status.deployment import DeploymentInput, deployment_conditions
+from specdec_dev import nodes as dev_nodes
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example
 
 GIB = 1024**3

@@ -1,5 +1,5 @@
 """The operator's start-up path (`specdec operator`: specdec.cli, then specdec.handlers and all they import)
-loads no development code (specdec.dev, the local Prometheus included)."""
+loads no development code (specdec_dev, the local Prometheus included)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ OPERATOR_IMPORTS = """
 import sys
 import specdec.cli
 import specdec.handlers
-loaded = sorted(m for m in sys.modules if m.startswith("specdec.dev"))
+loaded = sorted(m for m in sys.modules if m.startswith("specdec_dev"))
 assert not loaded, loaded
 assert "specdec.handlers" in sys.modules and "specdec.kube.client" in sys.modules
 """

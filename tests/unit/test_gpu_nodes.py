@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from kubernetes.client.rest import ApiException
 
-from specdec.dev import nodes as dev_nodes
 from specdec.gpu_nodes import LABEL_MEMORY, GpuNodeInventory, candidates, gpu_node
 from specdec.settings import Settings
+from specdec_dev import nodes as dev_nodes
 
 
 def test_simulated_gpu_nodes_read_as_h100s_and_cpu_nodes_are_skipped():

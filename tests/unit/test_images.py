@@ -1,4 +1,4 @@
-"""specdec.dev.images without building anything: what an image's key covers, and that each recipe's inputs
+"""specdec_dev.images without building anything: what an image's key covers, and that each recipe's inputs
 are what its Dockerfile copies."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.dev import base_image, images, podman
+from specdec_dev import base_image, images, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 

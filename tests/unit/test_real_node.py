@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 
-from specdec.dev import cluster, node_config, nodes, pause_image, real_node
+from specdec_dev import cluster, node_config, nodes, pause_image, real_node
 
 
 def test_the_pause_image_is_an_oci_archive_containerd_names_by_its_reference():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specdec.dev import cluster, simulated_steps
+from specdec_dev import cluster, simulated_steps
 
 STARTED = "2026-01-01T00:00:00Z"
 

@@ -1,15 +1,15 @@
 """Build the project's container images on this machine, without any registry, cached by their inputs.
 
 No container registry is reachable from our machines (only the package registries), so no base image can be
-pulled. Instead, on the base from Debian's packages (specdec.dev.base_image):
+pulled. Instead, on the base from Debian's packages (specdec_dev.base_image):
 
 - the operator image (OPERATOR_IMAGE) from the repository's own Dockerfile, only its base swapped
   (`--build-arg PYTHON_IMAGE=<base>`);
 - the runtime test image (RUNTIME_TEST_IMAGE) from runtime_image/Dockerfile.test: the runtime images'
   install script, user and entrypoint on the base, with stand-ins for trtllm-serve and tritonserver
-  (specdec.dev.standin_servers), since NVIDIA's base cannot be pulled here.
+  (specdec_dev.standin_servers), since NVIDIA's base cannot be pulled here.
 
-Each image is saved as an OCI archive in `~/.cache/specdec/images/` (specdec.dev.podman), for
+Each image is saved as an OCI archive in `~/.cache/specdec/images/` (specdec_dev.podman), for
 `ctr -n k8s.io images import`. An image is rebuilt only when its inputs change: a hash of the files that go
 into it (Dockerfile, pyproject.toml, constraints.txt, README.md, operator/**, runtime_image/**), of its base
 and of its recipe here; otherwise its archive is reused, without calling podman at all.
@@ -39,9 +39,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.dev import toolchain
-from specdec.dev.base_image import BASE_IMAGE, base_key, build_base
-from specdec.dev.podman import (
+from specdec_dev import toolchain
+from specdec_dev.base_image import BASE_IMAGE, base_key, build_base
+from specdec_dev.podman import (
     ImageBuildError,
     archive_path,
     cached,
@@ -75,8 +75,8 @@ WHEELS_MOUNT = "/wheels"
 
 
 def repo_root() -> Path:
-    """The checkout this package runs from (operator/specdec/dev/images.py)."""
-    return Path(__file__).resolve().parents[3]
+    """The checkout this package runs from (dev/specdec_dev/images.py)."""
+    return Path(__file__).resolve().parents[2]
 
 
 def _ignored(path: Path) -> bool:
@@ -142,8 +142,8 @@ class Recipe:
 
 
 OPERATOR = Recipe(OPERATOR_IMAGE, "Dockerfile", ("Dockerfile", *SOURCE_INPUTS), "PYTHON_IMAGE")
-RUNTIME_TEST = Recipe(
-    RUNTIME_TEST_IMAGE, "runtime_image/Dockerfile.test", ("runtime_image", *SOURCE_INPUTS), "BASE_IMAGE"
+RUNTIME_TEST = Recipe(  # with the stand-ins of this distribution (dev/)
+    RUNTIME_TEST_IMAGE, "runtime_image/Dockerfile.test", ("runtime_image", "dev", *SOURCE_INPUTS), "BASE_IMAGE"
 )
 RECIPES = (OPERATOR, RUNTIME_TEST)
 
@@ -300,7 +300,7 @@ def build_images(*, force: bool = False) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec.dev.images", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specdec_dev.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--force", action="store_true", help="rebuild every image, even those up to date")
     args = parser.parse_args(argv)
     try:

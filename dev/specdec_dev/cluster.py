@@ -3,7 +3,7 @@
 kwokctl's binary runtime runs our own etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok (which plays every kubelet) as local processes, bound to 127.0.0.1, with
 RBAC and the default admission plugins (Pod Security included) switched on. Beside them run the operator
-and the pod runner (specdec.dev.podrunner: the runtime pods' servers, with simulated backends), each a
+and the pod runner (specdec_dev.podrunner: the runtime pods' servers, with simulated backends), each a
 process with its pid file and log in the cluster's directory.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from specdec.api.crd import render_crds
-from specdec.dev import nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
-from specdec.dev.processes import running_pid, start_process, stop_process
+from specdec_dev import nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
+from specdec_dev.processes import running_pid, start_process, stop_process
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
@@ -134,12 +134,12 @@ class LocalCluster:
 
     @property
     def real_node_dir(self) -> Path:
-        """The files of the cluster's real node (specdec.dev.real_node), when it has one."""
+        """The files of the cluster's real node (specdec_dev.real_node), when it has one."""
         return self.directory / "real-node"
 
     @property
     def prometheus_dir(self) -> Path:
-        """The files of `dev up --prometheus`'s server (specdec.dev.prometheus)."""
+        """The files of `dev up --prometheus`'s server (specdec_dev.prometheus)."""
         return self.directory / "prometheus"
 
     def options(self) -> dict:
@@ -179,7 +179,7 @@ def kwokctl_config(
 ) -> str:
     """The kwokctl configuration plus the kwok stages (kwok uses only ours once we give any);
     `step_seconds`: the Job pods' simulated step durations unless a pod's annotations say otherwise;
-    `real_node`: the API server also listens beyond 127.0.0.1, for the pods of a real node (specdec.dev.real_node).
+    `real_node`: the API server also listens beyond 127.0.0.1, for the pods of a real node (specdec_dev.real_node).
     `pki`: the cluster's certificates (kwokctl writes them; the API server shows its client one to kubelets)."""
     config: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -207,7 +207,7 @@ def kwokctl_config(
     # The controller manager's clients default to 20 requests/s (and 5 Deployment/ReplicaSet workers):
     # a fleet of a thousand Deployments would wait minutes on that throttle, not on the API server or
     # on us; clusters that run fleets raise it the same way.
-    # No Endpoints/EndpointSlice controllers: our pods' IPs are loopback addresses (specdec.dev.nodes), which
+    # No Endpoints/EndpointSlice controllers: our pods' IPs are loopback addresses (specdec_dev.nodes), which
     # the API server refuses in both; the controllers retried every Service's refused write and posted a
     # warning Event each time (the controller-manager's writes for a fleet of 1000: 20,799 with them, 13,171
     # without; none of those a real cluster makes). Nothing here reads them: no kube-proxy; pods by their IPs.
@@ -244,7 +244,7 @@ def kwokctl_config(
     ]
     if audit_policy:  # the API server then logs to <cluster dir>/logs/audit.log
         config["options"]["kubeAuditPolicy"] = str(audit_policy)
-    stages = resources.files("specdec.dev").joinpath("stages")
+    stages = resources.files("specdec_dev").joinpath("stages")
     documents = [yaml.safe_dump(config)]
     for stage in sorted(stages.iterdir(), key=lambda p: p.name):
         document = yaml.safe_load(stage.read_text())
@@ -256,7 +256,7 @@ def kwokctl_config(
 
 def cluster_objects(cpu_nodes: int, gpu_nodes: int) -> list[dict]:
     """What a real GPU cluster offers that kwok does not create by itself."""
-    storage_class = yaml.safe_load(resources.files("specdec.dev").joinpath("stages", "storage-class.yaml").read_text())
+    storage_class = yaml.safe_load(resources.files("specdec_dev").joinpath("stages", "storage-class.yaml").read_text())
     return [storage_class, *nodes.dev_nodes(cpu_nodes, gpu_nodes)]
 
 
@@ -385,7 +385,7 @@ def start_pod_runner(cluster: LocalCluster) -> None:
         [
             sys.executable,
             "-m",
-            "specdec.dev.podrunner",
+            "specdec_dev.podrunner",
             "--kubeconfig",
             str(cluster.kubeconfig),
             "--cluster-dir",
@@ -430,7 +430,7 @@ def wait_nodes_ready(cluster: LocalCluster, names: list[str]) -> None:
 
 
 def down(cluster: LocalCluster) -> None:
-    """Stop the cluster's processes and delete it; a real node must be stopped first (specdec.dev.real_node)."""
+    """Stop the cluster's processes and delete it; a real node must be stopped first (specdec_dev.real_node)."""
     if any(running_pid(cluster.real_node_dir / f"{p}.pid") for p in ("kubelet", "containerd")):
         raise ClusterError(f"cluster {cluster.name!r} has a real node running: `specdec dev down` stops it first")
     stop_process(cluster.pod_runner_pid_file, "pod runner")

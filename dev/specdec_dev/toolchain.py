@@ -25,7 +25,7 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
-# A real node (specdec.dev.real_node): containerd 2.x (the kubelet of 1.36 refuses 1.x), the CNI plugins and
+# A real node (specdec_dev.real_node): containerd 2.x (the kubelet of 1.36 refuses 1.x), the CNI plugins and
 # crictl, each a Go module the proxy serves. runc is Debian's (building it needs cgo and libseccomp).
 CONTAINERD_VERSION = "v2.4.2"
 CNI_PLUGINS_VERSION = "v1.10.0"

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from specdec.dev import toolchain
+from specdec_dev import toolchain
 
 # The kubelet sets these at start (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
 SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")

@@ -15,7 +15,7 @@ probes, restarts and the pod network. What stays simulated, and why:
 
 It needs root, cgroups, iptables and runc (Debian packages: DEBIAN_PACKAGES), and one per machine: the
 kubelet's device-plugin directory is a fixed host path. Everything it changes on the host is recorded
-first and undone by `stop` (specdec.dev.host_changes).
+first and undone by `stop` (specdec_dev.host_changes).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from specdec.dev import cluster as local_cluster
-from specdec.dev import host_changes, images, nodes, toolchain
-from specdec.dev.cluster import KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, wait_nodes_ready
-from specdec.dev.node_config import (
+from specdec_dev import cluster as local_cluster
+from specdec_dev import host_changes, images, nodes, toolchain
+from specdec_dev.cluster import KUBERNETES_SERVICE_IP, ClusterError, LocalCluster, wait_nodes_ready
+from specdec_dev.node_config import (
     BRIDGE,
     GATEWAY,
     PAUSE_IMAGE,
@@ -45,8 +45,8 @@ from specdec.dev.node_config import (
     containerd_config,
     kubelet_config,
 )
-from specdec.dev.pause_image import build_pause, pause_image_archive
-from specdec.dev.processes import running_pid, start_process, stop_process
+from specdec_dev.pause_image import build_pause, pause_image_archive
+from specdec_dev.processes import running_pid, start_process, stop_process
 
 NODE_NAME = "real-0"
 GPU_STAND_INS = 4

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from specdec.dev import (
+from specdec_dev import (
     cluster,
     images,
     prometheus,
@@ -39,7 +39,7 @@ The real node ({real_node.NODE_NAME}: a kubelet with containerd; GPUs and Tensor
 """
 
 
-# `specdec dev simulate` options -> fields of specdec.dev.simulation_profile.Profile.
+# `specdec dev simulate` options -> fields of specdec_dev.simulation_profile.Profile.
 SIMULATE_OPTIONS = {
     "acceptance": "acceptance",
     "cost_ratio": "cost_ratio",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from specdec.dev.podman import (
+from specdec_dev.podman import (
     archive_path,
     cached,
     command_env,

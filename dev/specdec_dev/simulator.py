@@ -1,6 +1,6 @@
 """Simulated backends for the local cluster, where no GPU runs a model: a simulated Triton (the BLS generate
 endpoint, and Triton's Prometheus metrics on a port of their own) and a simulated trtllm-serve, speaking the
-real servers' HTTP contracts (specdec.dev.backend_contracts) with numbers from an acceptance model.
+real servers' HTTP contracts (specdec_dev.backend_contracts) with numbers from an acceptance model.
 
 The acceptance model (per request, a `simulation_profile.Profile`):
 - each step, the draft proposes k tokens and each is accepted independently with probability
@@ -34,11 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.api.runtime_config import RuntimeConfig
-from specdec.dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
-from specdec.dev.simulation_profile import Profile
 from specdec.modes import MODES
 from specdec.runtime import triton
 from specdec.trtllm_schedule import draft_len_at
+from specdec_dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
+from specdec_dev.simulation_profile import Profile
 
 DEFAULT_DRAFT_LEN = 4
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # trtllm-serve's default, as OpenAI's
@@ -266,7 +266,7 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
         self.draft_len, self.draft_costs, self.schedule = draft_len, draft_costs, schedule
         self.stats: deque[dict[str, Any]] = deque(maxlen=ITERATION_STATS_KEPT)
         self.iterations = 0
-        # SaveState (specdec.dev.hidden_state_writer): each request's prefill is captured, and TensorRT-LLM's
+        # SaveState (specdec_dev.hidden_state_writer): each request's prefill is captured, and TensorRT-LLM's
         # SaveHiddenStatesDrafter sets every new request's max new tokens to 1 (prepare_draft_tokens).
         self.capture: Callable[[int], Any] | None = None
 

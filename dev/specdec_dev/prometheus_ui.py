@@ -2,7 +2,7 @@
 upstream's `make assets` does, and cached next to the binaries (prometheus.ui_assets_dir). Prometheus.start
 serves it when it is there; the screenshot test (tests/observability/test_prometheus_screenshot.py) needs it.
 
-    python -m specdec.dev.prometheus_ui      # build once (a minute or two; needs node, npm and the npm registry)
+    python -m specdec_dev.prometheus_ui      # build once (a minute or two; needs node, npm and the npm registry)
 
 pnpm comes from the npm registry at a pinned version, into the build's own directory.
 """
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specdec.dev import toolchain
-from specdec.dev.prometheus import GROUP, MODULE, PrometheusError, ui_assets_dir
+from specdec_dev import toolchain
+from specdec_dev.prometheus import GROUP, MODULE, PrometheusError, ui_assets_dir
 
 PNPM = "pnpm@10.34.9"
 # The lock file's @mantine/code-highlight 9.7.2 answers 404 on the npm registry; 9.6.2 is the newest it has

@@ -9,8 +9,8 @@ import json
 import subprocess
 import tarfile
 
-from specdec.dev import toolchain
-from specdec.dev.node_config import PAUSE_IMAGE
+from specdec_dev import toolchain
+from specdec_dev.node_config import PAUSE_IMAGE
 
 
 def pause_image_archive(pause_binary: bytes, reference: str = PAUSE_IMAGE) -> bytes:

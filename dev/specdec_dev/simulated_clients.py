@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from specdec.dev.simulation_profile import Profile
+from specdec_dev.simulation_profile import Profile
 
 MAX_IN_FLIGHT = 64
 MAX_WAIT_SECONDS = 1.0  # how soon a new rate applies

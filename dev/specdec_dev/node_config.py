@@ -1,10 +1,10 @@
-"""What the real node's containerd, CNI bridge and kubelet are configured with (specdec.dev.real_node). Pure."""
+"""What the real node's containerd, CNI bridge and kubelet are configured with (specdec_dev.real_node). Pure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.dev import nodes, toolchain
+from specdec_dev import nodes, toolchain
 
 # A taint only pods meant for the real node tolerate: simulated GPU work (engine builds) stays on kwok's nodes.
 TAINT_KEY = "specdec.io/real-node"

@@ -1,5 +1,5 @@
 """A kind's objects kept current by list and watch on a thread of its own (the kubernetes client blocks), for
-the local pod runner's asyncio loop (specdec.dev.podrunner). The client has no informer of its own; kopf's
+the local pod runner's asyncio loop (specdec_dev.podrunner). The client has no informer of its own; kopf's
 watching is tied to its handlers."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import urllib3
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-log = logging.getLogger("specdec.dev.podrunner")
+log = logging.getLogger("specdec_dev.podrunner")
 
 RETRY_SECONDS = 2.0
 WATCH_SECONDS = 30  # watches end and start again this often, so the threads of a stopped runner end too

@@ -6,7 +6,7 @@ send on create, so capacity and allocatable are set here. GPU nodes carry what t
 operator would put on them: the extended resource, its labels and the NoSchedule taint.
 
 kwok gives each pod an IP from its node's podCIDR. Ours are loopback ranges (all of 127.0.0.0/8 is
-loopback on Linux), so the pod runner (specdec.dev.podrunner) can serve on a pod's IP and whatever
+loopback on Linux), so the pod runner (specdec_dev.podrunner) can serve on a pod's IP and whatever
 scrapes or calls the pod from this machine reaches it there, as it would in a cluster.
 """
 

@@ -1,23 +1,23 @@
 """The local cluster's pod runner: for every runtime pod kwok runs (it runs no containers), what the pod
-would run, as servers in this process on the pod's IP (a loopback address: specdec.dev.nodes).
+would run, as servers in this process on the pod's IP (a loopback address: specdec_dev.nodes).
 
 - the kubelet's part: the pod's ConfigMap volume ("config") as files under <cluster dir>/pods/<namespace>/
   <pod>/config/, rewritten when the ConfigMap changes, so a key changed live (draft_len) shows up in place;
   a claim it writes (saveState's capture directory, TensorRT-LLM's output_directory) as the directory
   <cluster dir>/claims/<namespace>/<claim>/<subPath>, which outlives the pod as the claim's files do;
 - the container's: the production front (specdec.runtime.front.Front, as `specdec-runtime` builds it from
-  the same runtime.json) on podIP:<runtime port>, before a simulated backend (specdec.dev.simulator) on the
+  the same runtime.json) on podIP:<runtime port>, before a simulated backend (specdec_dev.simulator) on the
   ports the real one uses;
-- its clients': simulated load (specdec.dev.simulated_clients);
+- its clients': simulated load (specdec_dev.simulated_clients);
 - the kubelet's stop: a pod being deleted keeps serving for its preStop sleep (the Service has dropped it
   by then), then its front lets the requests in flight finish.
 
 So whatever scrapes http://<podIP>:<port "http">/metrics gets the front's own metrics, from simulated
-speculation. The acceptance profile (<cluster dir>/simulator.json, specdec.dev.simulation_profile) is
+speculation. The acceptance profile (<cluster dir>/simulator.json, specdec_dev.simulation_profile) is
 re-read when it changes and applies to running pods at once. One asyncio loop serves every pod; two
-threads watch Pods and ConfigMaps (specdec.dev.informer).
+threads watch Pods and ConfigMaps (specdec_dev.informer).
 
-    python -m specdec.dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
+    python -m specdec_dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
 """
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ from kubernetes import client, config
 from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
-from specdec.dev import simulated_clients, simulation_profile
-from specdec.dev.hidden_state_writer import capture_hook, captured_into
-from specdec.dev.informer import Informer, Key
-from specdec.dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
 from specdec.runtime.front_server import FrontServer
 from specdec.runtime.launch import LaunchPlan
+from specdec_dev import simulated_clients, simulation_profile
+from specdec_dev.hidden_state_writer import capture_hook, captured_into
+from specdec_dev.informer import Informer, Key
+from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
 
-log = logging.getLogger("specdec.dev.podrunner")
+log = logging.getLogger("specdec_dev.podrunner")
 
 POD_SELECTOR = f"{common.LABEL_COMPONENT}=runtime,{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_MAP_SELECTOR = f"{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
@@ -274,7 +274,7 @@ class PodRunner:
             self._problem(
                 key,
                 f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
-                "pod networks of specdec.dev.nodes, or one still in use)",
+                "pod networks of specdec_dev.nodes, or one still in use)",
             )
             return
         url = f"http://{ip}:{config.port}/v1/completions"
@@ -348,7 +348,7 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdec.dev.podrunner", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specdec_dev.podrunner", description=__doc__.split("\n\n")[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--cluster-dir", required=True, help="pods/ and simulator.json are here")
     parser.add_argument("--namespace", help="serve this namespace's pods only (default: every namespace)")

@@ -1,4 +1,4 @@
-"""The local cluster's pod runner (specdec.dev.podrunner) on an event loop of its own, in a thread of the calling
+"""The local cluster's pod runner (specdec_dev.podrunner) on an event loop of its own, in a thread of the calling
 process: for callers that drive the pods themselves (the cluster tests, bench/breakeven_cluster.py), whose
 coroutines run on the same loop as the pods' servers, as one process runs them (no second loop contends with
 them for the GIL)."""
@@ -11,7 +11,7 @@ import dataclasses
 import threading
 from pathlib import Path
 
-from specdec.dev.podrunner import PodRunner
+from specdec_dev.podrunner import PodRunner
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """A real Prometheus for the local cluster (`specdec dev up --prometheus`) and for tests.
 
 Pinned: Prometheus 3.16.0, built from the Go module github.com/prometheus/prometheus v0.316.0 (Prometheus'
-Go module versions are 0.<major><minor>.<patch>) through the Go module proxy, the way specdec.dev.toolchain
+Go module versions are 0.<major><minor>.<patch>) through the Go module proxy, the way specdec_dev.toolchain
 builds the control plane (a wrapper module pinning it, CGO off, cached under ~/.cache/specdec/tools;
 `ensure()`). Not Debian 12's `prometheus` package (2.42.0+ds): Debian builds it without the Kubernetes
 service discovery (its promtool rejects `kubernetes_sd_configs`), which is what a PodMonitor is. The build
 has no embedded web UI assets (they need npm); the HTTP API, which is all the tests and promtool use, is
-complete, and the web UI is served from files when specdec.dev.prometheus_ui has built them (`ui_dir`).
+complete, and the web UI is served from files when specdec_dev.prometheus_ui has built them (`ui_dir`).
 promtool comes from the same build.
 
 It scrapes what a prometheus-operator installation with the chart's ServiceMonitor and PodMonitor would:
@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from specdec.dev import toolchain
-from specdec.dev.cluster import ClusterError, LocalCluster
-from specdec.dev.processes import running_pid, start_process
 from specdec.observability import alerts
+from specdec_dev import toolchain
+from specdec_dev.cluster import ClusterError, LocalCluster
+from specdec_dev.processes import running_pid, start_process
 
 PINNED_VERSION = "3.16.0"
 MODULE = "github.com/prometheus/prometheus"
@@ -68,7 +68,7 @@ def ensure() -> Path:
 
 
 def ui_assets_dir() -> Path:
-    """Where specdec.dev.prometheus_ui puts the web UI of the pinned version (static/mantine-ui, ...)."""
+    """Where specdec_dev.prometheus_ui puts the web UI of the pinned version (static/mantine-ui, ...)."""
     return toolchain.group_dir(GROUP).with_name(f"prometheus-ui-{GROUP.version}") / "static"
 
 

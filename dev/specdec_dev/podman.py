@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from specdec.dev import toolchain
+from specdec_dev import toolchain
 
 # Podman 4.3 itself runs with RLIMIT_NPROC 32768 here, and runc cannot give a container more than that.
 NPROC_LIMIT = 32768

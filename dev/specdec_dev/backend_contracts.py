@@ -10,7 +10,7 @@
   /v1/completions, /v1/chat/completions (SSE with `data: ` chunks and `data: [DONE]`, a usage-only chunk when
   stream_options.include_usage), and GET /metrics with iteration statistics (drained on read).
 
-Subclasses say what the model answers; the simulators (specdec.dev.simulator) and the tests' stand-ins
+Subclasses say what the model answers; the simulators (specdec_dev.simulator) and the tests' stand-ins
 (tests/runtime/standins.py) are such subclasses.
 """
 

@@ -1,5 +1,5 @@
 """Stand-in for TensorRT-LLM's hidden-state capture (decoding_type SaveState), for the trtllm-serve stand-in
-(specdec.dev.standin_servers): files named, numbered and laid out as the real ones, with zeros for the states.
+(specdec_dev.standin_servers): files named, numbered and laid out as the real ones, with zeros for the states.
 
 As SaveHiddenStatesDrafter (tensorrt_llm/_torch/speculative/save_hidden_state.py): it creates output_directory,
 numbers requests from 1 on every start, keeps one record per request ({"id", "input_ids", "hidden_state", and

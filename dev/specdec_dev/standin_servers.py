@@ -1,9 +1,9 @@
 """Stand-ins for the servers specdec-runtime launches, for machines without a GPU or NVIDIA's images: the
 command lines of the real `trtllm-serve`, `tritonserver` and `mpirun` (which launches tritonserver), served by
-the project's simulator (specdec.dev.simulator) instead of a model.
+the project's simulator (specdec_dev.simulator) instead of a model.
 
-    python -m specdec.dev.standin_servers trtllm-serve MODEL --backend pytorch --port 18000 ...
-    python -m specdec.dev.standin_servers mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver ...
+    python -m specdec_dev.standin_servers trtllm-serve MODEL --backend pytorch --port 18000 ...
+    python -m specdec_dev.standin_servers mpirun --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver ...
 
 The runtime test image (runtime_image/Dockerfile.test) puts them on PATH under the real names, so the
 runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each stand-in takes and does:
@@ -15,7 +15,7 @@ runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each sta
   `--backend tensorrt` there is no speculative_config: an engine's draft length is build_config.max_draft_len
   of MODEL/config.json, when there is one. Serves SimulatedTrtllmServe on --host:--port, the model named
   after MODEL's directory, as trtllm-serve names it. With decoding_type SaveState it answers one token per
-  request and writes the capture files as TensorRT-LLM does (specdec.dev.hidden_state_writer).
+  request and writes the capture files as TensorRT-LLM does (specdec_dev.hidden_state_writer).
 - tritonserver: Triton's options (src/command_line_parser.cc, and launch_triton_server.py's
   --enable-peer-access). The --model-repository must hold every model of the runtime's repository
   (specdec.runtime.triton.MODELS) with its config.pbtxt and version 1, else it exits as Triton does when a
@@ -25,7 +25,7 @@ runtime's own launch plan (specdec.runtime.launch) runs unchanged. What each sta
 - mpirun: `--allow-run-as-root` (needed as root, as Open MPI wants it), `-n`/`-np` 1 (one rank only), then
   the program: a stand-in above when its name is one of theirs, else executed as it is.
 
-The simulation profile is the default one (specdec.dev.simulation_profile.Profile), or the JSON object of
+The simulation profile is the default one (specdec_dev.simulation_profile.Profile), or the JSON object of
 SPECDEC_SIMULATION_PROFILE (its keys, camelCase: acceptance, costRatio, targetStepSeconds, noise, ...).
 With SPECDEC_STANDIN_PACED=1 the trtllm-serve stand-in streams as a server generates: the first piece after
 its share of the request's simulated time, and each next one after another share (without it, every piece
@@ -46,10 +46,10 @@ from typing import Any
 
 PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
 PACED_ENV = "SPECDEC_STANDIN_PACED"
-DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec.dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
+DEFAULT_DRAFT_LEN = 4  # the simulator's (specdec_dev.simulator.DEFAULT_DRAFT_LEN), without importing it here
 # Drafts that cost no draft-model time: the modes whose drafter is a lookup (specdec.modes; AUTO becomes NGram).
 LOOKUP_DECODING_TYPES = {"NGram", "SA", "AUTO"}
-SAVE_STATE = "SaveState"  # captures hidden states (specdec.dev.hidden_state_writer), proposes no token
+SAVE_STATE = "SaveState"  # captures hidden states (specdec_dev.hidden_state_writer), proposes no token
 NO_DRAFT_DECODING_TYPES = {SAVE_STATE}
 
 # trtllm-serve's `serve` options (tests/runtime/data/trtllm_serve.json keeps where they were read): name -> type;
@@ -156,7 +156,7 @@ def profile_from_env():
     """The simulation profile: the default one, or SPECDEC_SIMULATION_PROFILE's JSON object over it."""
     from pydantic import ValidationError
 
-    from specdec.dev.simulation_profile import Profile
+    from specdec_dev.simulation_profile import Profile
 
     text = os.environ.get(PROFILE_ENV, "").strip()
     if not text:
@@ -249,7 +249,7 @@ def engine_draft_len(engine_dir: str) -> int:
 
 def trtllm_drafts(backend: str, model: str, options: dict[str, Any]) -> tuple[int, bool, dict[int, int] | None]:
     """Draft tokens per step, whether they cost draft-model time, and the draft length by batch size."""
-    from specdec.dev.simulator import draft_len_schedule
+    from specdec_dev.simulator import draft_len_schedule
 
     speculative = options.get("speculative_config")
     if speculative and speculative.get("decoding_type") in NO_DRAFT_DECODING_TYPES:
@@ -278,12 +278,12 @@ def trtllm_serve(argv: list[str]) -> int:
     draft_len, draft_costs, schedule = trtllm_drafts(backend, args.model, options)
     profile = profile_from_env()
 
-    from specdec.dev.simulator import SimulatedTrtllmServe
     from specdec.runtime import event_loop  # uvloop when installed, as trtllm-serve's uvicorn picks it
+    from specdec_dev.simulator import SimulatedTrtllmServe
 
     kind = paced_trtllm_serve() if os.environ.get(PACED_ENV) == "1" else SimulatedTrtllmServe
     server = kind(profile, served_name(args.model), draft_len, draft_costs, schedule)
-    from specdec.dev.hidden_state_writer import capture_hook
+    from specdec_dev.hidden_state_writer import capture_hook
 
     server.capture = capture_hook(options.get("speculative_config") or {})
     host = args.host or "localhost"
@@ -303,7 +303,7 @@ def paced_trtllm_serve():
     import asyncio
     from contextvars import ContextVar
 
-    from specdec.dev.simulator import SimulatedTrtllmServe, speculate
+    from specdec_dev.simulator import SimulatedTrtllmServe, speculate
 
     streaming: ContextVar[bool] = ContextVar("streaming", default=False)
     piece_seconds: ContextVar[float] = ContextVar("piece_seconds", default=0.0)
@@ -398,8 +398,8 @@ def tritonserver(argv: list[str]) -> int:
     repo = check_repository(args.model_repository + args.model_store)
     profile = profile_from_env()
 
-    from specdec.dev.simulator import SimulatedTriton
     from specdec.runtime import event_loop, triton
+    from specdec_dev.simulator import SimulatedTriton
 
     server = SimulatedTriton(profile)
     server.declared_inputs = declared_inputs((repo / triton.BLS_MODEL / "config.pbtxt").read_text()) or None
@@ -455,7 +455,7 @@ STANDINS: dict[str, Callable[[list[str]], int]] = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in STANDINS:
-        print(f"usage: python -m specdec.dev.standin_servers {{{','.join(STANDINS)}}} [ARGS...]", file=sys.stderr)
+        print(f"usage: python -m specdec_dev.standin_servers {{{','.join(STANDINS)}}} [ARGS...]", file=sys.stderr)
         return 2
     name = argv[0]
     try:
