@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
+import json
 import os
 import resource
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +139,31 @@ def locked() -> Iterator[None]:
 def cached(archive: Path, key: str) -> bool:
     recorded = key_file(archive)
     return archive.is_file() and recorded.is_file() and recorded.read_text().strip() == key
+
+
+def image_files(archive: Path) -> set[str]:
+    """The paths (without a leading /) of the files and links in an OCI archive's image: every layer of its
+    first manifest, read without podman (a layer's deletions are not applied: a path any layer holds is listed)."""
+    with tarfile.open(archive) as outer:
+
+        def blob(digest: str) -> bytes:
+            member = outer.extractfile("blobs/" + digest.replace(":", "/", 1))
+            if member is None:
+                raise ImageBuildError(f"{archive}: no blob {digest}")
+            return member.read()
+
+        def read_json(name: str) -> dict:
+            member = outer.extractfile(name)
+            if member is None:
+                raise ImageBuildError(f"{archive}: no {name}")
+            return json.loads(member.read())
+
+        manifest = json.loads(blob(read_json("index.json")["manifests"][0]["digest"]))
+        files: set[str] = set()
+        for layer in manifest["layers"]:
+            with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"])), mode="r:*") as tar:
+                files.update(m.name.removeprefix("./") for m in tar.getmembers() if not m.isdir())
+        return files
 
 
 def save(reference: str, archive: Path, key: str, log: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from specdec_dev import images, node_config, real_node
+from specdec_dev import images, node_config, podman, real_node
 from tests.chart.cluster_helpers import SD
 from tests.chart.tools import RESTRICTED
 from tests.kube_helpers import Kube, wait_for
@@ -57,3 +57,11 @@ def test_the_chart_runs_the_operator_image_on_the_real_node(kube: Kube, node, re
         lambda: kube.core.read_namespaced_pod(pod.metadata.name, namespace).status.container_statuses[0].ready,
         "the operator pod still Ready",
     )
+
+
+def test_the_operator_image_holds_the_operator_and_no_development_code(node):
+    """The operator image the chart runs, as built (its OCI archive): specdec installed, specdec_dev nowhere."""
+    files = podman.image_files(podman.archive_path(images.OPERATOR_IMAGE))
+    installed = [f for f in files if "/site-packages/" in f]
+    assert any(f.endswith("/site-packages/specdec/cli.py") for f in installed)
+    assert not [f for f in files if "specdec_dev" in f or "/site-packages/specdec/dev/" in f]

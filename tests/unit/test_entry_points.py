@@ -1,5 +1,6 @@
 """The operator's start-up path (`specdec operator`: specdec.cli, then specdec.handlers and all they import)
-loads no development code (specdec_dev, the local Prometheus included)."""
+loads no development code (specdec_dev, the local Prometheus included); `specdec dev` hands over to it, and
+says how to install it where it is missing."""
 
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ def test_specdec_dev_is_handed_to_its_own_parser_and_listed_in_specdec_s_help(ca
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "dev                 a local cluster with simulated GPU nodes" in capsys.readouterr().out
+
+
+def test_specdec_dev_says_how_to_install_the_development_tools_where_they_are_missing(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "specdec_dev", None)  # an import of it fails as if it were not installed
+    monkeypatch.delitem(sys.modules, "specdec_dev.cli", raising=False)
+    assert cli.main(["dev", "up"]) == 2
+    assert capsys.readouterr().err == f"specdec dev: {cli.DEV_MISSING}\n"
+    assert "pip install -e ./dev" in cli.DEV_MISSING

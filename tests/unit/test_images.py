@@ -3,8 +3,13 @@ are what its Dockerfile copies."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
 import re
 import resource
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -147,3 +152,42 @@ def test_the_staged_context_has_the_checkouts_key(tmp_path):
         context = tmp_path / recipe.name
         images._stage(ROOT, recipe.files(ROOT), context)
         assert recipe.files(context) == recipe.files(ROOT) and recipe.key(context) == recipe.key(ROOT)
+
+
+def _oci_archive(path: Path, layers: list[dict[str, bytes]]) -> Path:
+    """An OCI archive as `podman save --format oci-archive` writes one: index.json -> manifest -> layer blobs
+    (the first gzipped, the others plain tars)."""
+    blobs: dict[str, bytes] = {}
+
+    def add(data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return digest
+
+    def tar_of(files: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+    digests = [add(gzip.compress(tar_of(files)) if i == 0 else tar_of(files)) for i, files in enumerate(layers)]
+    manifest = add(json.dumps({"layers": [{"digest": d} for d in digests]}).encode())
+    index = json.dumps({"manifests": [{"digest": manifest}]}).encode()
+    contents = {"index.json": index, **{f"blobs/{d.replace(':', '/')}": b for d, b in blobs.items()}}
+    path.write_bytes(tar_of(contents))
+    return path
+
+
+def test_image_files_lists_every_layer_s_files_of_an_oci_archive(tmp_path):
+    archive = _oci_archive(
+        tmp_path / "image.oci.tar",
+        [{"etc/os-release": b"debian"}, {"./venv/lib/python3.12/site-packages/specdec/cli.py": b"", "tmp/x": b"1"}],
+    )
+    assert podman.image_files(archive) == {
+        "etc/os-release",
+        "venv/lib/python3.12/site-packages/specdec/cli.py",
+        "tmp/x",
+    }
