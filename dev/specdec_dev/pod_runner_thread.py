@@ -9,9 +9,13 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 from specdec_dev.podrunner import PodRunner
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,13 +25,13 @@ class Threaded:
     runner: PodRunner
     loop: asyncio.AbstractEventLoop
 
-    def run(self, coroutine, timeout: float | None = None):
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the runner's loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
 
 @contextlib.contextmanager
-def in_thread(kubeconfig: Path, cluster_dir: Path, namespace: str | None = None):
+def in_thread(kubeconfig: Path, cluster_dir: Path, namespace: str | None = None) -> Iterator[Threaded]:
     """Serve the runtime pods (of `namespace`) from a thread until the block ends; yields a Threaded."""
     runner = PodRunner(kubeconfig, cluster_dir, namespace)
     loop = asyncio.new_event_loop()

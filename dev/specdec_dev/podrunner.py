@@ -94,7 +94,9 @@ def _front(config: RuntimeConfig, launch_plan: LaunchPlan, pod_ip: str, config_d
     )
 
 
-def _simulated_backend(config: RuntimeConfig, launch_plan: LaunchPlan, profile: simulation_profile.Profile):
+def _simulated_backend(
+    config: RuntimeConfig, launch_plan: LaunchPlan, profile: simulation_profile.Profile
+) -> tuple[SimulatedTriton | SimulatedTrtllmServe, list[tuple[web.Application, int]]]:
     """The simulated server the front talks to, and its apps with the ports the real server listens on."""
     if launch_plan.backend.kind == "triton":
         triton = SimulatedTriton(profile)

@@ -188,7 +188,15 @@ class SimulatedTriton(_Batching, TritonContract):
         sequence = await self._join(tokens, int(body.get("num_draft_tokens") or 0))
         return Generation(TOKEN * tokens, sequence.draft_tokens, sequence.accepted_tokens)
 
-    def _stepped(self, batch, drafts, accepted, draft_seconds, verify_seconds, at_batch) -> None:
+    def _stepped(
+        self,
+        batch: list[_Sequence],
+        drafts: list[int],
+        accepted: list[int],
+        draft_seconds: float,
+        verify_seconds: float,
+        at_batch: float,
+    ) -> None:
         self.iterations += 1
         self.iteration_us, self.generation_requests = time.time() * 1e6, len(batch)
         p = self.profile
@@ -289,7 +297,15 @@ class SimulatedTrtllmServe(_Batching, TrtllmServeContract):
     def _draft_seconds(self, drafts: list[int], at_batch: float) -> float:
         return super()._draft_seconds(drafts, at_batch) if self.draft_costs else 0.0
 
-    def _stepped(self, batch, drafts, accepted, draft_seconds, verify_seconds, at_batch) -> None:
+    def _stepped(
+        self,
+        batch: list[_Sequence],
+        drafts: list[int],
+        accepted: list[int],
+        draft_seconds: float,
+        verify_seconds: float,
+        at_batch: float,
+    ) -> None:
         # As TensorRT-LLM's IterationStats: iterLatencyMS the whole step, specDecodingStats.iterLatencyMS the
         # drafter's (0 where no drafter is timed, as NGram's), numRequestsWithDraftTokens the sequences that
         # carried drafts, inflightBatchingStats.numGenRequests the batch.

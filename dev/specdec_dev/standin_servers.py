@@ -42,7 +42,14 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where they are used, so that each stand-in loads only what it runs
+    from aiohttp import web
+
+    from specdec_dev.backend_contracts import Completion
+    from specdec_dev.simulation_profile import Profile
+    from specdec_dev.simulator import SimulatedTrtllmServe
 
 PROFILE_ENV = "SPECDEC_SIMULATION_PROFILE"
 PACED_ENV = "SPECDEC_STANDIN_PACED"
@@ -152,7 +159,7 @@ def _parser(prog: str, usage: str, description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=prog, usage=usage, description=description, allow_abbrev=False)
 
 
-def profile_from_env():
+def profile_from_env() -> Profile:
     """The simulation profile: the default one, or SPECDEC_SIMULATION_PROFILE's JSON object over it."""
     from pydantic import ValidationError
 
@@ -296,7 +303,7 @@ def trtllm_serve(argv: list[str]) -> int:
     return 0
 
 
-def paced_trtllm_serve():
+def paced_trtllm_serve() -> type[SimulatedTrtllmServe]:
     """SimulatedTrtllmServe whose streamed answers come out piece by piece, each at its share of the request's
     simulated time from the request's arrival (the first share stands for the prefill): on a schedule, so that
     the time the server takes to write a piece does not slow its pace."""
@@ -315,20 +322,20 @@ def paced_trtllm_serve():
         await asyncio.sleep(max(0.0, next_piece.get() - loop.time()))
 
     class PacedTrtllmServe(SimulatedTrtllmServe):
-        async def complete(self, body, chat):
+        async def complete(self, body: dict[str, Any], chat: bool) -> Completion:
             streaming.set(bool(body.get("stream")))  # the request's own task: chunk_sent runs in it too
             return await super().complete(body, chat)
 
-        async def _run(self, tokens, draft_len, draft_costs=True):
+        async def _run(self, tokens: int, draft_len: int, draft_costs: bool = True) -> None:
             if not streaming.get():
-                return await super()._run(tokens, draft_len, draft_costs)
+                await super()._run(tokens, draft_len, draft_costs)
+                return
             steps = speculate(tokens, draft_len, self.profile, self.rng, draft_costs=draft_costs)
             piece_seconds.set(steps.seconds / tokens)
             next_piece.set(asyncio.get_running_loop().time())
             await until_next_piece()
-            return steps
 
-        async def chunk_sent(self, request):
+        async def chunk_sent(self, request: web.Request) -> bool:
             await until_next_piece()
             return True
 
@@ -442,7 +449,6 @@ def mpirun(argv: list[str]) -> int:
         os.execvp(args.program, [args.program, *args.args])
     except OSError as error:
         raise StandinError(f"cannot run {args.program}: {error.strerror or error}") from None
-    return 127  # not reached
 
 
 STANDINS: dict[str, Callable[[list[str]], int]] = {

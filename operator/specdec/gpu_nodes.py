@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes.client.rest import ApiException
 
@@ -69,7 +71,7 @@ class GpuNodeInventory:
     """What the API server says about GPU nodes, refreshed on demand; `enabled` False: never asks
     (a namespaced install has no right to list Nodes, see the chart's gpu.readNodeLabels)."""
 
-    def __init__(self, list_nodes, enabled: bool):
+    def __init__(self, list_nodes: Callable[[str], list[Any]], enabled: bool) -> None:
         self._list_nodes = list_nodes  # (label_selector) -> list of Node objects
         self._enabled = enabled
         self._lock = threading.Lock()

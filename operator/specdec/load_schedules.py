@@ -30,7 +30,7 @@ class Fit:
 
 
 class LoadSchedules:
-    def __init__(self):
+    def __init__(self) -> None:
         self._windows: dict[Key, deque[load_model.Window]] = {}
         self._schedules: dict[Key, list[tuple[int, int]]] = {}
         self._fits: dict[Key, Fit] = {}

@@ -79,7 +79,7 @@ class PhaseCollector:
     def __init__(self, cached: Callable[[str], Iterable[dict[str, Any]]]):
         self.cached = cached  # a kind's objects in the watch cache, in every namespace
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         for kind, name in (
             ("SpeculativeDeployment", "specdec_speculative_deployments"),
             ("EngineBuild", "specdec_engine_builds"),

@@ -36,6 +36,7 @@ from specdec.autopilot import Autopilot
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.forget import forget_absent
+from specdec.kube.cache import Store
 from specdec.load_schedules import LoadSchedules
 from specdec.metric_text import metric_values
 from specdec.plan import Problem, parse_spec
@@ -147,7 +148,7 @@ def _state(condition: conditions.Cond) -> tuple[bool | None, str]:
 class SpeculationMonitor:
     def __init__(
         self,
-        store,
+        store: Store,
         post_event: Callable[..., None],
         enqueue: Callable[[str, str], None],
         interval: float,

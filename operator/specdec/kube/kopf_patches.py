@@ -27,6 +27,8 @@ import importlib.metadata
 import json
 import logging
 import types
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import kopf
@@ -39,6 +41,7 @@ if importlib.metadata.version("kopf") != KOPF_VERSION:
         f"{importlib.metadata.version('kopf')} is installed: install with `--constraint constraints.txt`, or check "
         f"each patch against the new release and update KOPF_VERSION (and constraints.txt)"
     )
+
 
 from kopf._cogs.clients import api, errors, watching  # noqa: E402 — only once the version is known
 
@@ -55,7 +58,7 @@ def _recoverable(error: BaseException) -> bool:
     return isinstance(error, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError))
 
 
-async def _continuous_watch(**kwargs):
+async def _continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
     try:
         async for item in _original_continuous_watch(**kwargs):
             yield item
@@ -86,13 +89,15 @@ class NoDiffBase(kopf.DiffBaseStorage):
     """No diff base (kopf has no setting to skip it): right only while no handler diffs (on.create, on.update,
     on.field, on.resume, on.delete, daemons, timers)."""
 
-    def build(self, *, body, extra_fields=None):  # noqa: ARG002 — kopf's signature
+    def build(  # type: ignore[override]  # no diff base at all: see the class docstring
+        self, *, body: kopf.Body, extra_fields: Any = None
+    ) -> None:
         return None
 
-    def fetch(self, *, body):  # noqa: ARG002
+    def fetch(self, *, body: kopf.Body) -> None:  # noqa: ARG002
         return None
 
-    def store(self, *, body, patch, essence):  # noqa: ARG002
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:  # noqa: ARG002
         pass
 
 

@@ -115,7 +115,7 @@ class _Lock(LeaseLock):
         self.api_instance = _TimedApi(client.CoordinationV1Api(api), timeout)  # type: ignore[assignment]  # a proxy with its methods
 
     # The library catches only ApiException; a refused connection or a timeout would end its loop.
-    def get(self, name, namespace):
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
         try:
             return super().get(name, namespace)
         except Exception as error:  # noqa: BLE001 - any transport failure is a failed attempt
@@ -124,7 +124,7 @@ class _Lock(LeaseLock):
 
     may_create: Callable[[], bool] = staticmethod(lambda: True)  # set by _Elector
 
-    def create(self, name, namespace, election_record):
+    def create(self, name: str, namespace: str, election_record: Any) -> bool:
         if not self.may_create():
             return False
         try:
@@ -133,7 +133,7 @@ class _Lock(LeaseLock):
             log.info("could not create Lease %s/%s: %s", namespace, name, error)
             return False
 
-    def update(self, name, namespace, updated_record):
+    def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         try:
             return super().update(name, namespace, updated_record)
         except Exception as error:  # noqa: BLE001
@@ -158,12 +158,12 @@ class _Elector(leaderelection.LeaderElection):
             return True
         return self.observed_time_milliseconds + self.owner.lease_seconds * 1000 <= int(time.time() * 1000)
 
-    def acquire(self):
+    def acquire(self) -> bool:
         super().acquire()  # returns once we hold the Lease (or raises _Stopped)
         self.owner._start_term()  # here, not in the library's onstarted thread: on_stopped never runs first
         return True
 
-    def try_acquire_or_renew(self):
+    def try_acquire_or_renew(self) -> bool:
         owner = self.owner
         with owner._attempt:  # stop() waits for an attempt in flight, then releases
             if owner._stopping.is_set():

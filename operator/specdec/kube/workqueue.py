@@ -42,7 +42,7 @@ def backoff(failures: int) -> float:
 class DelayQueue:
     """Calls run in `seconds`, at most one pending per key: the timer behind `WorkQueue.add_after`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._heap: list[tuple[float, int, Hashable]] = []
         self._due: dict[Hashable, tuple[float, Callable[[], None]]] = {}
         self._order = itertools.count()

@@ -6,7 +6,7 @@ every deployment each time was a tenth of the operator's Python CPU at N=300, py
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from specdec.admission import Observed
@@ -37,7 +37,7 @@ class _LookUps(Mapping):
         self.read[checkpoint] = self._facts.get(checkpoint, _ABSENT)
         return self._facts[checkpoint]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[str, str]]:
         raise TypeError("plan() looks the fetched facts up by checkpoint (see PlanMemo.plan)")
 
     def __len__(self) -> int:

@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 
+from specdec.api.runtime_config import RuntimeConfig
 from specdec.runtime import config as cfg
 from specdec.runtime import event_loop, launch
 from specdec.runtime.chat import Tokenizer
@@ -87,7 +88,7 @@ async def _report_progress(front: Front, supervisor: Supervisor, interval: float
         await asyncio.sleep(min(0.25, interval))
 
 
-async def serve(config, plan: LaunchPlan, args: argparse.Namespace) -> int:
+async def serve(config: RuntimeConfig, plan: LaunchPlan, args: argparse.Namespace) -> int:
     backend = plan.backend
     if args.backend_url:
         backend = dataclasses.replace(backend, url=args.backend_url.rstrip("/"))

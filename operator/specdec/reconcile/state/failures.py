@@ -26,7 +26,7 @@ class Backoff:
 class ServiceFailures:
     """By deployment (namespace, name): the generation whose Service the lane could not apply, and why."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._failures: dict[tuple[str, str], tuple[int | None, Exception]] = {}
 
     def record(self, namespace: str, name: str, generation: int | None, error: Exception) -> None:

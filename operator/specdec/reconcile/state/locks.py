@@ -7,7 +7,7 @@ import threading
 
 
 class Locks:
-    def __init__(self):
+    def __init__(self) -> None:
         self._locks: dict[tuple, threading.Lock] = collections.defaultdict(threading.Lock)
         self._guard = threading.Lock()
 

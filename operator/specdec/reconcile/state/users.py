@@ -10,7 +10,7 @@ class Users:
     """By (namespace, shared object): its users, and what they last heard (see fanout.UserFanout). An
     EngineBuild's and a ModelCache's names are content hashes of different inputs: one name space will do."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._users: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
         self._told: dict[tuple[str, str], tuple] = {}
         self._guard = threading.Lock()
