@@ -29,4 +29,4 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def run(main: Awaitable[T]) -> T:
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        return runner.run(main)  # type: ignore[arg-type]
+        return runner.run(main)  # type: ignore[arg-type]  # Runner.run takes a coroutine; callers pass one

@@ -293,7 +293,7 @@ class Response:
                 return
             if out:
                 on_data(out)
-            if self._body.done and not self.ended:  # type: ignore[union-attr]
+            if self._body.done and not self.ended:  # type: ignore[union-attr]  # the body is read after the head, which set it
                 self._end(None)
         elif self._body is None:
             self.nothing_received = False
