@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.faults import fuzz  # noqa: E402
-from tests.kube_helpers import Kube  # noqa: E402
-from tests.operator_runner import OperatorProcess  # noqa: E402
+from tests.faults import fuzz  # noqa: E402 - once sys.path has the checkout
+from tests.kube_helpers import Kube  # noqa: E402 - once sys.path has the checkout
+from tests.operator_runner import OperatorProcess  # noqa: E402 - once sys.path has the checkout
 
-from specdec.api.models import GROUP  # noqa: E402
+from specdec.api.models import GROUP  # noqa: E402 - once sys.path has the checkout
 
 
 def default_kubeconfig() -> Path:

@@ -62,7 +62,10 @@ def test_not_leading_and_down_fire_and_resolve(kube, kubeconfig, namespace, crds
     try:
         with scraped_operator(kubeconfig, namespace, env, tmp_path, request) as (operator, server):
             SD(kube, namespace, deployment("watched"))
-            watch = lambda: firing(server, OPERATOR_ALERTS)  # noqa: E731
+
+            def watch() -> set[str]:
+                return firing(server, OPERATOR_ALERTS)
+
             fires_then_resolves(watch, {"SpecdecOperatorNotLeading"}, lambda: None, holder.stop)
             assert server.query("sum(specdec_reconcile_total)")  # it leads now
             fires_then_resolves(watch, {"SpecdecOperatorDown"}, operator.stop, operator.start)

@@ -86,7 +86,7 @@ async def serving(app: web.Application, *, handler_cancellation: bool = False):
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
+    port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - aiohttp tells the bound port nowhere else
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

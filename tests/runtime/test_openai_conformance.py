@@ -290,7 +290,7 @@ def test_a_bad_request_is_counted_as_400_by_the_front(route):
 
 
 @pytest.mark.parametrize("kind", ["openai", "triton"])
-def test_a_body_that_is_not_json_is_400_in_openais_shape(kind, tokenizer_dir):  # noqa: F811
+def test_a_body_that_is_not_json_is_400_in_openais_shape(kind, tokenizer_dir):  # noqa: F811 - the fixture
     state = OpenAIState() if kind == "openai" else TritonState(declared_inputs=translation.bls_inputs())
     stack = relay.stack(state) if kind == "openai" else translation.stack(state, tokenizer_dir)
 

@@ -54,7 +54,7 @@ class _Woken:
         self.kube.store = Store(["Pod"])
         self.queued: list[tuple[str, str, str]] = []
 
-    def enqueue(self, kind: str, namespace: str, name: str, urgent: bool = False) -> None:  # noqa: ARG002
+    def enqueue(self, kind: str, namespace: str, name: str, urgent: bool = False) -> None:  # noqa: ARG002 - the Reconciler's signature
         self.queued.append((kind, namespace, name))
 
 

@@ -62,7 +62,7 @@ class Endpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):  # noqa: N802 - http.server names its handlers so
                 endpoint.hits += 1
                 body = endpoint.text.encode()
                 self.send_response(200 if self.path == "/metrics" else 404)

@@ -55,7 +55,7 @@ class Pod:
 FITTED = {BREAK_EVEN_KEY: "47", SCHEDULE_KEY: "1:4 3:3 6:2 14:1 47:0"}
 
 
-def windows_at(rig, loads: tuple[int, ...]) -> Pod:  # noqa: F811
+def windows_at(rig, loads: tuple[int, ...]) -> Pod:  # noqa: F811 - rig, the fixture
     """One deployment's pod, its baseline window, then a window at each load, 15 s apart."""
     store, (a, _), monitor, _, _, port = rig
     store.put(sd(draft_len=K, port=port))
@@ -72,7 +72,7 @@ def test_parse_sample_reads_the_iteration_counters():
     assert sample.counters["iterations"] == 100 and sample.counters["batch_sequences"] == 800
 
 
-def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(rig):  # noqa: F811
+def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(rig):  # noqa: F811 - rig, the fixture
     store, (a, _), monitor, events, enqueued, port = rig
     store.put(sd(draft_len=K, port=port))
     store.put(pod("llama-a", "llama", "127.0.0.1"))
@@ -99,7 +99,7 @@ def test_the_break_even_is_fitted_from_windows_at_several_loads_and_published(ri
     assert monitor.load.break_even("ns", "llama") is None  # forgotten with the deployment
 
 
-def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(rig):  # noqa: F811
+def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(rig):  # noqa: F811 - rig, the fixture
     """The route's times price the draft against the target at the window's batch. A window without its own times
     (the monitor falls back on the cost of an earlier window, measured at another batch) or whose batch the front
     did not count (Triton idled, as under light load) must not move the fit."""
@@ -112,7 +112,7 @@ def test_windows_that_cannot_price_the_draft_at_their_batch_keep_the_break_even(
         assert monitor.load.config_map_keys("ns", "llama") == FITTED, (timed, counted_batch)
 
 
-def test_no_break_even_from_a_measured_cost_whose_batch_is_not_known(rig):  # noqa: F811
+def test_no_break_even_from_a_measured_cost_whose_batch_is_not_known(rig):  # noqa: F811 - rig, the fixture
     """Enough windows for a fit, but the latest without its own times: the monitor's cost is that of an earlier
     window, at its batch, before the load model could bring any to the target's batch. Nothing is written until
     a window timed at a counted batch gives the cost."""

@@ -64,7 +64,10 @@ def pod(
 ) -> dict:
     """A build pod; `init` / `main` map container name -> state."""
     init, main = init or {}, main or {"build": waiting()}
-    spec_of = lambda n: {"name": n, "resources": {"limits": limits or {}}}  # noqa: E731
+
+    def spec_of(n: str) -> dict:
+        return {"name": n, "resources": {"limits": limits or {}}}
+
     return {
         "metadata": {"name": name, "creationTimestamp": created},
         "spec": {"initContainers": [spec_of(n) for n in init], "containers": [spec_of(n) for n in main]},

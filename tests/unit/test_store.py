@@ -72,7 +72,10 @@ def test_indexed_labels_answer_selectors_and_follow_relabels_and_deletions():
     store.put(obj("Pod", "p1", "1", {"app": "x", "tier": "web"}))
     store.put(obj("Pod", "p2", "1", {"app": "x"}))
     store.put(obj("Pod", "p3", "1", {"app": "x"}, ns="b"))
-    names = lambda sel, ns="a": sorted(o["metadata"]["name"] for o in store.list("Pod", ns, sel))  # noqa: E731
+
+    def names(sel: str, ns: str = "a") -> list[str]:
+        return sorted(o["metadata"]["name"] for o in store.list("Pod", ns, sel))
+
     assert names("app=x") == ["p1", "p2"] and names("app=x,tier=web") == ["p1"] and names("app=x", "b") == ["p3"]
     store.put(obj("Pod", "p1", "2", {"app": "y"}))  # relabelled: leaves the old index entry
     assert names("app=x") == ["p2"] and names("app=y") == ["p1"]

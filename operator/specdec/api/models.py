@@ -21,7 +21,7 @@ from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
 from specdec.modes.pytorch import PYTORCH_FP8
 from specdec.schema import k8s
-from specdec.schema.base import (  # noqa: F401
+from specdec.schema.base import (  # noqa: F401 - the API's names, read from here
     API_VERSION,
     GROUP,
     MODEL_URI_HELP,

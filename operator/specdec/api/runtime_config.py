@@ -62,7 +62,7 @@ def _tag(value: Any) -> str:
 
 # A union of members computed from the registry: `X | Y` has no spelling for a tuple of them.
 RuntimeSpeculation = Annotated[  # type: ignore[valid-type]  # members known at run time only
-    Union[  # noqa: UP007
+    Union[  # noqa: UP007 - see above
         tuple(Annotated[cls, Tag(name)] for name, cls in _TAGGED.items())
         + (Annotated[RuntimeSpeculativeConfig, Tag("speculativeConfig")],)
     ],

@@ -45,7 +45,7 @@ if importlib.metadata.version("kopf") != KOPF_VERSION:
 
 from kopf._cogs.clients import api, errors, watching  # noqa: E402 — only once the version is known
 
-from specdec.kube import jsonio  # noqa: E402
+from specdec.kube import jsonio  # noqa: E402 — with the imports above
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,10 @@ class NoDiffBase(kopf.DiffBaseStorage):
     ) -> None:
         return None
 
-    def fetch(self, *, body: kopf.Body) -> None:  # noqa: ARG002
+    def fetch(self, *, body: kopf.Body) -> None:  # noqa: ARG002 — kopf's signature
         return None
 
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:  # noqa: ARG002
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:  # noqa: ARG002 — kopf's signature
         pass
 
 

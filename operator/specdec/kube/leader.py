@@ -129,14 +129,14 @@ class _Lock(LeaseLock):
             return False
         try:
             return super().create(name, namespace, election_record)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - as in get()
             log.info("could not create Lease %s/%s: %s", namespace, name, error)
             return False
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         try:
             return super().update(name, namespace, updated_record)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - as in get()
             log.info("could not update Lease %s/%s: %s", namespace, name, error)
             return False
 
