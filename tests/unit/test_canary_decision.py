@@ -119,7 +119,7 @@ def test_failed_pods_and_an_error_rate_rise_roll_back():
     assert failed is not None and failed.reason == PODS_FAILED and not failed.promote
     _, errors = run([(arm(0.02, errors=0), arm(0.015, errors=3))])  # 6 % against 0 %
     assert errors is not None and errors.reason == ERROR_RATE_ROSE and "3/50" in errors.message
-    _, tolerated = run([(arm(0.02, errors=1), arm(0.015, errors=2))])  # 4 % against 2 %: within 0.02
+    _, tolerated = run([(arm(0.02, errors=2), arm(0.015, errors=3))])  # 6 % against 4 %: within 0.02
     assert tolerated is None
 
 
@@ -169,3 +169,16 @@ def test_bad_windows_are_refused_by_name(change):
 def test_bad_policies_are_refused(change):
     with pytest.raises(ValueError):
         CanaryPolicy(**change)
+
+
+def test_one_unlucky_error_is_not_an_error_rate_rise():
+    _, one = run([(arm(0.02, requests=20), arm(0.02, requests=20, errors=1))])  # 5 %, but one error
+    assert one is None
+    _, three = run([(arm(0.02, requests=20), arm(0.02, requests=20, errors=3))])
+    assert three is not None and three.reason == ERROR_RATE_ROSE
+
+
+def test_acceptances_on_too_few_draft_tokens_are_not_compared():
+    few = dataclasses.replace(arm(0.02, acceptance=0.1), draft_tokens=100.0, accepted_tokens=10.0)
+    _, decision = run([(arm(0.02, acceptance=0.5), few)])
+    assert decision is None

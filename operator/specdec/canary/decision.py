@@ -46,8 +46,10 @@ The budget: once the arm with fewer requests (the canary, when it has fewer repl
 
 Safety comes before the test, on every window: the canary is rolled back (Rejected) at once when its pods
 failed, when its acceptance is at most `collapse_ratio` of the current arm's in the same window, or when its
-error rate exceeds the current arm's by more than `max_error_rate_rise`. One window suffices: a rollback
-costs a canary, a collapsed draft costs every request it serves.
+error rate exceeds the current arm's by more than `max_error_rate_rise` (on at least `min_errors` errors). One
+window suffices: a rollback costs a canary, a collapsed draft costs every request it serves. So that one window
+of equal drafts is not taken for a collapse, both arms' acceptances are compared only on `min_draft_tokens`
+draft tokens each.
 """
 
 from __future__ import annotations
@@ -131,8 +133,13 @@ class CanaryPolicy:
     min_requests: int = 20  # requests of each arm that make a window a pair
     min_spread: float = 0.01  # floor of sigma (ln units, 1 %): a few pairs can agree to ~0
     collapse_ratio: float = 0.5
-    min_draft_tokens: float = 32.0  # draft tokens of each arm for a window's acceptances to be compared
+    # Draft tokens of each arm for a window's acceptances to be compared. The collapse rule acts on one window:
+    # on the simulator's model, equal drafts (0.62 per position, draft length 4) look collapsed in 12 % of
+    # windows of 32 draft tokens each, 1.4 % at 100, none in 20,000 at 400.
+    min_draft_tokens: float = 400.0
     max_error_rate_rise: float = 0.02  # canary's error rate minus the current arm's
+    # Canary errors in a window before its error rate is judged: one unlucky error among 20 requests is 5 %.
+    min_errors: int = 3
 
     def __post_init__(self) -> None:
         if not 0 < self.min_effect <= 10:
@@ -142,8 +149,8 @@ class CanaryPolicy:
                 raise ValueError(f"{name} must be in (0, 0.5), got {getattr(self, name)!r}")
         if self.on_inconclusive not in (PROMOTED, REJECTED):
             raise ValueError(f"on_inconclusive must be {PROMOTED} or {REJECTED}, got {self.on_inconclusive!r}")
-        if self.request_budget < 1 or self.min_windows < 2 or self.min_requests < 1:
-            raise ValueError("request_budget and min_requests must be >= 1, min_windows >= 2")
+        if self.request_budget < 1 or self.min_windows < 2 or self.min_requests < 1 or self.min_errors < 1:
+            raise ValueError("request_budget, min_requests and min_errors must be >= 1, min_windows >= 2")
         if not 0 < self.min_spread or not 0 < self.collapse_ratio < 1 or not 0 <= self.max_error_rate_rise <= 1:
             raise ValueError("min_spread must be > 0, collapse_ratio in (0, 1), max_error_rate_rise in [0, 1]")
 
@@ -227,7 +234,11 @@ def safety(current: ArmWindow, canary: ArmWindow, policy: CanaryPolicy) -> Decis
             f"{current.acceptance:.3f} ({canary.accepted_tokens:.0f}/{canary.draft_tokens:.0f} vs "
             f"{current.accepted_tokens:.0f}/{current.draft_tokens:.0f} tokens)",
         )
-    if canary.requests >= policy.min_requests and canary.error_rate - current.error_rate > policy.max_error_rate_rise:
+    if (
+        canary.requests >= policy.min_requests
+        and canary.errors >= policy.min_errors
+        and canary.error_rate - current.error_rate > policy.max_error_rate_rise
+    ):
         return _rollback(
             ERROR_RATE_ROSE,
             f"canary error rate {canary.error_rate:.3f} ({canary.errors:.0f}/{canary.requests:.0f}) exceeds the "
