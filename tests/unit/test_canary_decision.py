@@ -182,3 +182,13 @@ def test_acceptances_on_too_few_draft_tokens_are_not_compared():
     few = dataclasses.replace(arm(0.02, acceptance=0.1), draft_tokens=100.0, accepted_tokens=10.0)
     _, decision = run([(arm(0.02, acceptance=0.5), few)])
     assert decision is None
+
+
+def test_a_canary_faster_by_the_minimum_effect_is_promoted_at_least_one_minus_beta_of_the_time():
+    """Where the windows' spread is below delta (0.6 delta here); above it the bound on the spread costs power."""
+    rng = random.Random(13)
+    runs = 400
+    promoted = sum(
+        1 for _ in range(runs) if (d := run(list(noisy_pairs(rng, 0.05, 0.03)))[1]) is not None and d.promote
+    )
+    assert promoted / runs >= 1 - CanaryPolicy().missed_promotion, promoted

@@ -26,10 +26,11 @@ current draft is promoted less often than alpha (the ratio falls with the mean).
 sigma is not known. The pairs' sample spread s, plugged in as if known, is too small too often when the pairs
 are few, and the test then stops early on noise (equal arms promoted about twice as often as alpha where
 sigma is twice delta). So sigma is taken at its 90 % upper confidence bound, s * sqrt((n-1) / chi2_0.10(n-1))
-(the chi-square quantile by Wilson and Hilferty's approximation), and at least `min_spread`: the error rates
-then hold at or below their targets over spreads from a fifth of delta to four times it, at the price of a
-few more pairs near the minimum effect (tests/unit/test_canary_decision.py and bench/canary_bench.py measure
-them). The test may not stop before `min_windows` pairs.
+(the chi-square quantile by Wilson and Hilferty's approximation), and at least `min_spread`: the
+false-promotion rate then holds at or below alpha (tests/unit/test_canary_decision.py checks it at spreads of
+0.6 and 2 delta; bench/canary_bench.py measures it on the simulator's model). The price is paid near the
+minimum effect: a few more pairs, and where the spread is large against delta a missed-promotion rate above
+beta. The test may not stop before `min_windows` pairs.
 
 Why an SPRT and not a bootstrap: a bootstrap interval re-read after every window is a test repeated on
 growing data, whose false-promotion rate grows with the number of looks unless corrected; the SPRT's
