@@ -115,7 +115,7 @@ def pytorch_modes() -> dict[str, str]:
     out = {}
     for name, mode in modes.MODES.items():
         module = importlib.import_module(mode.block.__module__ if mode.block else f"specdec.modes.{name}")
-        if mode.speculative_config and hasattr(module, "DECODING_TYPE"):
+        if mode.pytorch and hasattr(module, "DECODING_TYPE"):
             out[name] = module.DECODING_TYPE
     return out
 

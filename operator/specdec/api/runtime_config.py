@@ -50,7 +50,7 @@ class RuntimeSpeculativeConfig(ApiModel):
     speculative_config: dict[str, Any] = Field(description="speculative_config of the --extra_llm_api_options YAML.")
 
 
-# Modes with a block of their own (Mode.runtime_block, in the mode's module) are tagged by name; every other
+# Modes with a block of their own (Mode.runtime, in the mode's module) are tagged by name; every other
 # mode (the PyTorch path's) is a RuntimeSpeculativeConfig, so adding a mode changes nothing here.
 _TAGGED = {"none": RuntimeNone, **modes.runtime_blocks()}
 

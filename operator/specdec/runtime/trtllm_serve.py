@@ -69,8 +69,8 @@ def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[s
     if config.backend == "pytorch":
         argv = [TRTLLM_SERVE, target.checkpoint, "--backend", "pytorch"]
     else:
-        if config.mode == "draftTarget":
-            raise cfg.ConfigError("engine-path draftTarget is served by Triton, not trtllm-serve")
+        if cfg.route(config) == "triton":
+            raise cfg.ConfigError(f"engine-path {config.mode} is served by Triton, not trtllm-serve")
         # An engine directory holds no tokenizer: it comes from the checkpoint.
         argv = [TRTLLM_SERVE, target.engine_dir or "", "--backend", "tensorrt", "--tokenizer", target.checkpoint]
     argv += [
