@@ -11,7 +11,6 @@ from pydantic import Discriminator, Field, Tag
 
 from specdec import modes
 from specdec.modes.draft_target import RuntimeDraftTarget
-from specdec.modes.redrafter import RuntimeReDrafter
 from specdec.schema.base import ApiModel
 from specdec.schema.served_model import ServedModel
 
@@ -88,10 +87,6 @@ class RuntimeConfig(ApiModel):
     @property
     def draft_target(self) -> RuntimeDraftTarget | None:
         return self.speculation if isinstance(self.speculation, RuntimeDraftTarget) else None
-
-    @property
-    def redrafter(self) -> RuntimeReDrafter | None:
-        return self.speculation if isinstance(self.speculation, RuntimeReDrafter) else None
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
