@@ -1,5 +1,6 @@
 """What a speculation mode is: one unit the registry (`specdec.modes`) feeds to the API, the CRD,
-`plan()`, the engine builds and the runtime."""
+`plan()`, the engine builds and the runtime. A `Mode` is generic over its block's type, so the functions it
+declares are checked against that block; it declares only the records of what it serves."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class BuildStep:
     script: str  # under TensorRT-LLM's examples directory
     output: str  # its output directory, under the build's work directory
     # Its arguments, given the EngineRecipe, the checkpoint it reads and the directory it writes, and
-    # where the build pod finds a checkpoint by its hf:// or pvc:// address.
+    # where the build pod finds a checkpoint by its hf:// or pvc:// address. (The EngineRecipe is Any here:
+    # specdec.api builds that class from this registry.)
     args: Callable[[Any, str, str, Callable[[str], str]], list[str | int]]
 
 
@@ -117,7 +119,8 @@ class EnginePath(Generic[BlockT]):
     # The fields the mode adds to the target's and the draft's EngineRecipe, given the block and the role.
     recipe: Callable[[BlockT, str], dict[str, Any]]
     # The mode's own part of the target's EngineRecipe (EngineRecipe.<field>, set by `recipe`), the
-    # checkpoints its build reads besides the model (given the EngineRecipe), and its own build steps.
+    # checkpoints its build reads besides the model (given the EngineRecipe, Any as in BuildStep.args), and
+    # its own build steps.
     engine_recipe: type[ApiModel] | None = None
     engine_models: Callable[[Any], tuple[str, ...]] = _no_models
     build_steps: tuple[BuildStep, ...] = ()
