@@ -241,11 +241,12 @@ def draft_len_schedule(speculative: dict[str, Any], draft_len: int) -> dict[int,
 def serve_drafts(config: RuntimeConfig) -> tuple[int, bool, dict[int, int] | None]:
     """On trtllm-serve: draft tokens per step, whether they cost draft-model time, and the draft length by
     batch size (draft_len_schedule)."""
-    if not MODES[config.mode].speculates:  # none, saveState
+    drafting = MODES[config.mode].drafting
+    if drafting is None:  # none, saveState
         return 0, False, None
     speculative = config.speculative_config or {}
     draft_len = int(speculative.get("max_draft_len") or DEFAULT_DRAFT_LEN)
-    return draft_len, MODES[config.mode].drafter != "lookup", draft_len_schedule(speculative, draft_len)
+    return draft_len, drafting.drafter != "lookup", draft_len_schedule(speculative, draft_len)
 
 
 def _prompt_words(body: dict[str, Any]) -> int:

@@ -4,7 +4,7 @@ Four pure checks, in plan() after the spec's own: draft and target share their t
 another vocabulary proposes token ids that mean other text: ~0 % acceptance), the target has the layers a
 mode reads (dflash, dspark, eagle3, saveState), the tensor-parallel size
 splits the attention heads evenly, and weights plus a minimal KV cache of the target, its draft and the
-drafter in its engine (Mode.engine_drafter) fit the GPUs the runtime pod gets (specdec.admission_memory).
+drafter in its engine (Drafting.in_engine) fit the GPUs the runtime pod gets (specdec.admission_memory).
 They read `ModelFacts` (specdec.model_facts): those the fetch read from a checkpoint's own files (its
 ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.gpu_nodes). What they lack
 is not refused: `admit` returns notes saying which check was skipped and why, for SpecValid's message.
@@ -80,8 +80,8 @@ def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[S
             fp8,
         )
     ]
-    mode, block = modes.mode_of(spec.speculation)
-    draft = mode.draft(block)
+    mode = modes.mode_of(spec.speculation)
+    draft = mode.draft()
     if draft is not None:
         if spec.backend == "pytorch":
             served.append(
@@ -102,12 +102,12 @@ def served_models(spec: SpeculativeDeploymentSpec, observed: Observed) -> list[S
                     observed.model_facts(draft),
                     tuple(draft.effective_devices),
                     draft.tensor_parallel_size,
-                    f"spec.speculation.{mode.name}.draft.tensorParallelSize",
+                    f"spec.speculation.{mode.mode.name}.draft.tensorParallelSize",
                     fp8,
                     engine="draft",
                 )
             )
-    drafter = mode.engine_drafter(block)
+    drafter = mode.in_engine_drafter()
     if drafter is not None:
         served += _engine_drafter(drafter, served[0], observed)
     return served
@@ -197,9 +197,8 @@ def admit(
     """The first Problem, or the notes of what could not be checked."""
     served = served_models(spec, observed)
     notes = [note for m in served for note in _unchecked(m, observed)]
-    mode, block = modes.mode_of(spec.speculation)
     results = (
-        check_vocabulary(served, mode.acceptance(block)),
+        check_vocabulary(served, modes.mode_of(spec.speculation).acceptance()),
         check_target_fits_mode(spec, served),
         check_tensor_parallel(served),
         check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len),
@@ -271,7 +270,8 @@ LAYER_FIELDS = ("target_layer_ids", "eagle3_layers_to_capture")
 
 def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]) -> Problem | list[str]:
     target = served[0].facts
-    mode, block = modes.mode_of(spec.speculation)
+    chosen = modes.mode_of(spec.speculation)
+    mode, block = chosen.mode, chosen.block
     if target is None or block is None:
         return []
     for field in LAYER_FIELDS:
@@ -285,11 +285,7 @@ def check_target_fits_mode(spec: SpeculativeDeploymentSpec, served: list[Served]
                     "trained on, or leave the field unset to read them from the draft's config"
                 ),
             )
-    if (
-        mode is dspark.MODE
-        and block.draft_model == spec.target.model  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
-        and target.architecture != dspark.EMBEDDED
-    ):
+    if mode is dspark.MODE and block.draft_model == spec.target.model and target.architecture != dspark.EMBEDDED:
         return Problem(
             "InvalidSpec",
             (

@@ -54,10 +54,10 @@ class PublishedCapture:
 
 def capture_facts_of(sd: dict[str, Any], spec: Any) -> CaptureFacts | None:
     """None unless the deployment captures hidden states."""
-    mode, block = modes.mode_of(spec.speculation)
-    if mode is not save_state.MODE:
+    chosen = modes.mode_of(spec.speculation)
+    if chosen.mode is not save_state.MODE:
         return None
-    claim, path = save_state.capture_place(block, sd["metadata"]["name"], cache_claim_name(spec))  # type: ignore[arg-type]  # the Mode's callables and the registry's models are untyped
+    claim, path = save_state.capture_place(chosen.block, sd["metadata"]["name"], cache_claim_name(spec))
     return CaptureFacts(sd["metadata"].get("generation"), CapturePlace(claim, path), spec.runtime.port)
 
 

@@ -69,7 +69,7 @@ class Facts:
     """What the monitor needs of a deployment's spec."""
 
     generation: int | None
-    drafter: str  # specdec.modes.mode.Mode.drafter
+    drafter: str  # specdec.modes.mode.Drafting.drafter
     target: str
     draft: str | None
     draft_len: int | None
@@ -95,20 +95,20 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
     spec = parse_spec(sd.get("spec") or {})
     if isinstance(spec, Problem):
         return None
-    mode, block = modes.mode_of(spec.speculation)
-    if not mode.speculates:
+    mode = modes.mode_of(spec.speculation)
+    if mode.mode.drafting is None:
         return capture_facts_of(sd, spec)
     rearm = spec.speculation.rearm  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
-    draft = mode.draft(block)
-    draft_len = mode.draft_len(block)
+    draft = mode.draft()
+    draft_len = mode.draft_len()
     return Facts(
         generation=sd["metadata"].get("generation"),
-        drafter=mode.drafter,
+        drafter=mode.mode.drafting.drafter,
         target=spec.target.model,
         draft=draft.model if draft else None,
         draft_len=draft_len,
-        draft_len_range=mode.draft_len_range(block) or (1, draft_len or 1),
-        auto=mode.auto_draft_len(block),
+        draft_len_range=mode.draft_len_range() or (1, draft_len or 1),
+        auto=mode.auto_draft_len() is not None,
         restarts=spec.backend == "pytorch",
         port=spec.runtime.port,
         rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None,

@@ -30,6 +30,7 @@ from specdec.api.runtime_config import (
     ServedModel,
 )
 from specdec.gpu_nodes import node_selector
+from specdec.modes.mode import Chosen
 from specdec.problem import Problem
 from specdec.settings import Settings
 
@@ -65,6 +66,7 @@ class Plan:
     name: str
     namespace: str
     spec: models.SpeculativeDeploymentSpec
+    mode: Chosen[Any]  # the spec's mode and its block, resolved once
     engines: tuple[EnginePlan, ...]
     cache: CachePlan
     runtime: RuntimeConfig
@@ -122,20 +124,19 @@ def model_claims(*uris: str) -> tuple[str, ...]:
 # --- checks: ordered, small, pure; the first Problem decides SpecValid -----------------------------
 
 
-def _sources(spec: models.SpeculativeDeploymentSpec) -> list[tuple[str, models.ModelSource]]:
+def _sources(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> list[tuple[str, models.ModelSource]]:
     """The models with an engine of their own: the target, and the mode's draft model if it has one."""
     sources = [("spec.target", spec.target)]
-    mode, block = modes.mode_of(spec.speculation)
-    draft = mode.draft(block)
+    draft = mode.draft()
     if draft is not None:
-        sources.append((f"spec.speculation.{mode.name}.draft", draft))
+        sources.append((f"spec.speculation.{mode.mode.name}.draft", draft))
     return sources
 
 
-def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
+def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
     if spec.backend != "tensorrt":
         return None
-    used = sorted({d for _, source in _sources(spec) for d in source.effective_devices})
+    used = sorted({d for _, source in _sources(spec, mode) for d in source.effective_devices})
     if used != list(range(len(used))):
         return Problem(
             "DevicesNotContiguous",
@@ -145,8 +146,8 @@ def _check_devices_contiguous(spec: models.SpeculativeDeploymentSpec) -> Problem
     return None
 
 
-def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    if spec.backend == "pytorch" and any(source.devices is not None for _, source in _sources(spec)):
+def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
+    if spec.backend == "pytorch" and any(source.devices is not None for _, source in _sources(spec, mode)):
         return Problem(
             "DeviceListsUnsupported",
             "backend pytorch places the models itself (draft and target in one process); remove "
@@ -155,16 +156,15 @@ def _check_pytorch_devices(spec: models.SpeculativeDeploymentSpec) -> Problem | 
     return None
 
 
-def _check_revisions(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    for path, source in _sources(spec):
+def _check_revisions(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
+    for path, source in _sources(spec, mode):
         if source.revision and not source.model.startswith("hf://"):
             return Problem("RevisionNeedsHubModel", f"{path}.revision applies to hf:// models only")
     return None
 
 
-def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec) -> Problem | None:
-    mode, block = modes.mode_of(spec.speculation)
-    if spec.backend == "pytorch" and mode.acceptance(block) == "logits":
+def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
+    if spec.backend == "pytorch" and mode.acceptance() == "logits":
         return Problem(
             "LogitsAcceptanceUnsupported",
             "trtllm-serve's PyTorch backend accepts draft tokens by comparing tokens; use "
@@ -173,7 +173,7 @@ def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec) -> Problem
     return None
 
 
-CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec], Problem | None], ...] = (
+CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec, Chosen[Any]], Problem | None], ...] = (
     _check_revisions,
     _check_pytorch_devices,
     _check_pytorch_acceptance,
@@ -225,7 +225,7 @@ def cache_claim_name(spec: models.SpeculativeDeploymentSpec) -> str:
 
 
 def _recipe(
-    source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, image: str, role: str
+    source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any], image: str, role: str
 ) -> models.EngineRecipe:
     limits = spec.engine
     fields: dict[str, Any] = dict(
@@ -243,10 +243,11 @@ def _recipe(
         max_num_tokens=limits.max_num_tokens,
     )
     fields.update((limits.tuning or models.EngineTuning()).recipe_fields(role, source))
-    mode, block = modes.mode_of(spec.speculation)
-    if role == "target" and mode.decoding_mode:
-        fields["speculative_decoding_mode"] = mode.decoding_mode
-    fields.update(mode.recipe(block, role))
+    engine = mode.mode.engine
+    if engine is not None:
+        if role == "target":
+            fields["speculative_decoding_mode"] = engine.decoding_mode
+        fields.update(engine.recipe(mode.block, role))
     return models.EngineRecipe(**fields)
 
 
@@ -296,9 +297,9 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
 
 
 def recipe_models(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
-    """The checkpoints (uri, revision) an engine build reads: its model, and its mode's (Mode.engine_models)."""
-    mode = modes.engine_mode(recipe)
-    extra = mode.engine_models(recipe) if mode else ()
+    """The checkpoints (uri, revision) an engine build reads: its model, and its mode's (EnginePath.engine_models)."""
+    engine = modes.engine_path(recipe)
+    extra = engine.engine_models(recipe) if engine else ()
     return [(recipe.model, recipe.revision or "main"), *((uri, "main") for uri in extra)]
 
 
@@ -308,14 +309,19 @@ def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
 
 
 def _engine(
-    role: str, source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, cache: CachePlan, settings: Settings
+    role: str,
+    source: models.ModelSource,
+    spec: models.SpeculativeDeploymentSpec,
+    mode: Chosen[Any],
+    cache: CachePlan,
+    settings: Settings,
 ) -> EnginePlan:
     """An EngineBuild's identity is the recipe plus how its pods are placed (spec.build): one
     deployment's build settings (a node selector nothing matches, a memory limit too small) must
     never decide whether another deployment's engine gets built. Deployments with the same build
     settings (most set none) share the build; builds of one recipe with different settings write the
     same engine directory, and whichever finishes second finds it there and reuses it."""
-    recipe = _recipe(source, spec, spec.build.image or settings.build_image, role)
+    recipe = _recipe(source, spec, mode, spec.build.image or settings.build_image, role)
     engine = engine_name(recipe, cache.claim_name)
     build = spec.build
     pod = models.BuildPodSpec(
@@ -337,14 +343,13 @@ def _engine(
     )
 
 
-def _runtime_checkpoints(spec: models.SpeculativeDeploymentSpec) -> dict[str, str | None]:
-    """Every checkpoint the runtime reads and its revision: the target, the mode's draft, its extra models."""
-    mode, block = modes.mode_of(spec.speculation)
-    draft = mode.draft(block)
+def _runtime_checkpoints(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> dict[str, str | None]:
+    """Every checkpoint the runtime reads and its revision: the target, the mode's draft, its other checkpoints."""
+    draft = mode.draft()
     checkpoints: dict[str, str | None] = {spec.target.model: spec.target.revision}
     if draft is not None:  # the draft's revision wins: its speculative_model is the draft's copy
         checkpoints[draft.model] = draft.revision
-    for uri in mode.extra_models(block):
+    for uri in mode.runtime_checkpoints():
         checkpoints.setdefault(uri, None)
     return checkpoints
 
@@ -360,10 +365,11 @@ def _served(source: models.ModelSource, engine: EnginePlan | None) -> ServedMode
     )
 
 
-def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePlan]) -> tuple[RuntimeConfig, int]:
+def _runtime(
+    spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any], engines: dict[str, EnginePlan]
+) -> tuple[RuntimeConfig, int]:
     target = _served(spec.target, engines.get("target"))
-    mode, block = modes.mode_of(spec.speculation)
-    source = mode.draft(block)
+    source = mode.draft()
     draft = _served(source, engines.get("draft")) if source is not None else None
     gpus = spec.target.tensor_parallel_size
     if draft is not None and spec.backend == "tensorrt":
@@ -375,13 +381,14 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
     if spec.target.model.startswith("pvc://"):
         served_name = served_name.rstrip("/").rsplit("/", 1)[-1]
     speculative_config = None
-    if spec.backend == "pytorch" and mode.speculative_config:
-        revisions = _runtime_checkpoints(spec)
-        speculative_config = mode.speculative_config(block, lambda uri: model_dir(uri, revisions.get(uri)))
-    if mode.runtime:
-        speculation = mode.runtime(block, draft, speculative_config)
+    pytorch, runtime = mode.mode.pytorch, mode.mode.runtime
+    if spec.backend == "pytorch" and pytorch is not None:
+        revisions = _runtime_checkpoints(spec, mode)
+        speculative_config = pytorch.speculative_config(mode.block, lambda uri: model_dir(uri, revisions.get(uri)))
+    if runtime is not None:
+        speculation = runtime.make(mode.block, draft, speculative_config)
     elif speculative_config is not None:
-        speculation = RuntimeSpeculativeConfig(mode=mode.name, speculative_config=speculative_config)
+        speculation = RuntimeSpeculativeConfig(mode=mode.mode.name, speculative_config=speculative_config)
     else:
         speculation = RuntimeNone()
     config = RuntimeConfig(
@@ -403,19 +410,19 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
     spec = check_name(meta.get("name", "")) or parse_spec(obj.get("spec") or {})
     if isinstance(spec, Problem):
         return spec
+    mode = modes.mode_of(spec.speculation)
     for check in CHECKS:
-        problem = check(spec)
+        problem = check(spec, mode)
         if problem:
             return problem
     cache = _cache_plan(spec)
     engines: dict[str, EnginePlan] = {}
-    mode, block = modes.mode_of(spec.speculation)
-    draft = mode.draft(block)
+    draft = mode.draft()
     if spec.backend == "tensorrt":
-        engines["target"] = _engine("target", spec.target, spec, cache, settings)
+        engines["target"] = _engine("target", spec.target, spec, mode, cache, settings)
         if draft is not None:
-            engines["draft"] = _engine("draft", draft, spec, cache, settings)
-    runtime, gpus = _runtime(spec, engines)
+            engines["draft"] = _engine("draft", draft, spec, mode, cache, settings)
+    runtime, gpus = _runtime(spec, mode, engines)
     admitted = admit(
         spec,
         runtime.kv_cache.free_gpu_memory_fraction,
@@ -430,7 +437,7 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
                 model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in fetched_checkpoints(spec, observed)
             ),
         )
-    checkpoints = _runtime_checkpoints(spec)
+    checkpoints = _runtime_checkpoints(spec, mode)
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
     if spec.backend == "pytorch":  # trtllm-serve reads the checkpoints themselves: fetched first
         runtime_inputs = tuple(
@@ -447,6 +454,7 @@ def plan(obj: dict[str, Any], settings: Settings, observed: Observed = Observed(
         name=meta["name"],
         namespace=meta.get("namespace", "default"),
         spec=spec,
+        mode=mode,
         engines=tuple(engines.values()),
         cache=cache,
         runtime=runtime,

@@ -76,7 +76,7 @@ def parameters_billions(model: str) -> float | None:
 
 def estimated_cost_ratio(drafter: str, target: str, draft: str | None) -> tuple[float, str]:
     """(c, how it was obtained) when the route does not measure it; `drafter` as the mode says
-    (specdec.modes.mode.Mode.drafter)."""
+    (specdec.modes.mode.Drafting.drafter)."""
     if drafter == "lookup":
         return 0.0, "NoDraftModel"
     if drafter != "model" or draft is None:

@@ -297,7 +297,7 @@ def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stat
 
 
 def test_redrafter_default_temperature_applies_when_the_client_sets_none():
-    config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.redrafter.model_copy(update={"temperature": 0.7})})
+    config = REDRAFTER.model_copy(update={"speculation": REDRAFTER.speculation.model_copy(update={"temperature": 0.7})})
     state = OpenAIState()
 
     async def scenario():

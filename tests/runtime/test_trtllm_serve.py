@@ -49,7 +49,8 @@ def test_command_parses_with_serve_py_options(name):
     args = parsed(argv)
     assert args["host"] == "127.0.0.1" and args["port"] == cfg.TRTLLM_SERVE_PORT
     assert args["tp_size"] == config.target.tensor_parallel_size
-    assert args["kv_cache_free_gpu_memory_fraction"] == config.kv_cache.free_gpu_memory_fraction
+    # The KV fraction is the YAML's kv_cache_config alone (test_extra_options_yaml_uses_llm_args_keys).
+    assert args["kv_cache_free_gpu_memory_fraction"] is None and args["free_gpu_memory_fraction"] is None
     assert args["extra_llm_api_options"] == "/tmp/specdec/extra_llm_api_options.yaml"
     if config.backend == "tensorrt":
         assert args["backend"] == "tensorrt" and args["model"] == config.target.engine_dir

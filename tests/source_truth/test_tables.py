@@ -96,7 +96,6 @@ def test_trtllm_serve_options(release):
         "--host",
         "--port",
         "--tp_size",
-        "--kv_cache_free_gpu_memory_fraction",
         "--log_level",
     ):
         assert flag in options
@@ -108,6 +107,9 @@ def test_llm_args_and_kv_cache_config(release):
     llm = table("trtllm_serve")["llm_args"]
     assert {"kv_cache_config", "speculative_config"} <= set(llm["base_keys"])
     assert {"free_gpu_memory_fraction", "enable_block_reuse"} <= set(llm["kv_cache_config_keys"])
+    # The YAML's kv_cache_config replaces the one --kv_cache_free_gpu_memory_fraction makes: the KV fraction is
+    # rendered in the YAML only (specdec.runtime.trtllm_serve).
+    assert "kv_cache_config" in llm["extra_options_merge"]["replaced_keys"]
 
 
 def pytorch_modes() -> dict[str, str]:
@@ -115,7 +117,7 @@ def pytorch_modes() -> dict[str, str]:
     out = {}
     for name, mode in modes.MODES.items():
         module = importlib.import_module(mode.block.__module__ if mode.block else f"specdec.modes.{name}")
-        if mode.speculative_config and hasattr(module, "DECODING_TYPE"):
+        if mode.pytorch and hasattr(module, "DECODING_TYPE"):
             out[name] = module.DECODING_TYPE
     return out
 

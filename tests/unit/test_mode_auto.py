@@ -26,7 +26,7 @@ def test_keys_and_literal_are_exactly_the_verified_set():
 def test_the_mode_has_no_block_and_drafts_by_lookup_at_the_runtimes_length():
     mode = MODES["auto"]
     assert mode.block is None and "auto" not in SpeculationSpec.model_json_schema(by_alias=True)["properties"]
-    assert mode.backends == ("pytorch",) and mode.drafter == "lookup" and mode.draft_len(None) is None
+    assert mode.backends == ("pytorch",) and mode.drafting.drafter == "lookup" and mode.drafting.draft_len(None) is None
     assert make_plan(spec(backend="pytorch", speculation={"mode": "auto"})).engines == ()
     refused = parse_spec(spec(backend="pytorch", speculation={"mode": "auto", "auto": {}}))
     assert isinstance(refused, Problem)  # nothing to set: TensorRT-LLM ignores every field

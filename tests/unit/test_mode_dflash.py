@@ -70,7 +70,7 @@ def test_keys_and_literal_are_exactly_the_verified_set():
 
 def test_the_draft_is_a_model_of_its_own_fetched_into_the_cache():
     mode = MODES["dflash"]
-    assert mode.backends == ("pytorch",) and mode.drafter == "model"
+    assert mode.backends == ("pytorch",) and mode.drafting.drafter == "model"
     result = make_plan(dflash(maxDraftLen=7))
     assert result.runtime.speculative_config["max_draft_len"] == 7 and result.engines == ()
     assert DRAFT in {cache.spec.model for cache in result.model_caches}

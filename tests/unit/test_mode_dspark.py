@@ -67,7 +67,7 @@ def test_markov_rank_zero_turns_the_head_off_and_is_emitted():
 
 
 def test_the_draft_is_fetched_into_the_cache():
-    assert MODES["dspark"].drafter == "model" and MODES["dspark"].backends == ("pytorch",)
+    assert MODES["dspark"].drafting.drafter == "model" and MODES["dspark"].backends == ("pytorch",)
     assert DRAFT in {cache.spec.model for cache in make_plan(dspark()).model_caches}
 
 

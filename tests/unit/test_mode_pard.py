@@ -72,7 +72,7 @@ def test_sa_enhancer_defaults_are_tensorrt_llms():
 
 def test_the_draft_is_a_model_of_its_own_fetched_into_the_cache():
     mode = MODES["pard"]
-    assert mode.backends == ("pytorch",) and mode.drafter == "model"
+    assert mode.backends == ("pytorch",) and mode.drafting.drafter == "model"
     result = make_plan(pard(maxDraftLen=7))
     assert result.runtime.speculative_config["max_draft_len"] == 7 and result.engines == ()
     assert DRAFT in {cache.spec.model for cache in result.model_caches}

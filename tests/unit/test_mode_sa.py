@@ -58,7 +58,7 @@ def test_keys_and_literal_are_exactly_the_verified_set():
 
 def test_the_mode_drafts_by_lookup_with_its_configured_length():
     mode = MODES["sa"]
-    assert mode.backends == ("pytorch",) and mode.drafter == "lookup"
+    assert mode.backends == ("pytorch",) and mode.drafting.drafter == "lookup"
     assert make_plan(sa(maxDraftLen=7)).runtime.speculative_config["max_draft_len"] == 7
     assert make_plan(sa()).engines == ()
 

@@ -34,7 +34,7 @@ def test_defaults_are_tensorrt_llms_and_nothing_drafts():
     }
     assert {cache.spec.model for cache in result.model_caches} == {result.spec.target.model}
     mode = MODES["saveState"]
-    assert mode.backends == ("pytorch",) and mode.draft_len(None) is None and mode.drafter == "lookup"
+    assert mode.backends == ("pytorch",) and mode.drafting is None and not mode.speculates
 
 
 def test_keys_and_literal_are_exactly_the_verified_set():

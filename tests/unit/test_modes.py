@@ -27,7 +27,7 @@ def test_a_mode_one_backend_serves_has_a_cel_rule_saying_so(mode):
     assert [r["message"] for r in rules] == [f"{mode.name} is served by backend {mode.backends[0]} only"]
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES.values() if m.speculative_config], ids=lambda m: m.name)
+@pytest.mark.parametrize("mode", [m for m in MODES.values() if m.pytorch], ids=lambda m: m.name)
 def test_pytorch_modes_are_served_by_pytorch(mode):
     """Their keys and literals are checked against TensorRT-LLM's in tests/runtime/test_trtllm_serve.py."""
     assert "pytorch" in mode.backends
@@ -87,10 +87,10 @@ def test_the_engine_recipe_and_the_runtime_union_are_the_registry():
     schema = EngineRecipe.model_json_schema(by_alias=True)
     assert schema["properties"]["speculativeDecodingMode"]["enum"] == [
         "none",
-        *(m.decoding_mode for m in MODES.values() if m.decoding_mode),
+        *(m.engine.decoding_mode for m in MODES.values() if m.engine),
     ]
-    assert {m.field for m in MODES.values() if m.engine_recipe} <= set(EngineRecipe.model_fields)
+    assert {m.field for m in MODES.values() if m.engine and m.engine.engine_recipe} <= set(EngineRecipe.model_fields)
     union = RuntimeConfig.model_json_schema(by_alias=True)["$defs"]
-    for mode in (m for m in MODES.values() if m.runtime_block):
-        assert mode.runtime_block.model_fields["mode"].default == mode.name  # its tag
-        assert mode.runtime_block.__name__ in union
+    for mode in (m for m in MODES.values() if m.runtime):
+        assert mode.runtime.block.model_fields["mode"].default == mode.name  # its tag
+        assert mode.runtime.block.__name__ in union

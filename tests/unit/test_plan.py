@@ -301,7 +301,6 @@ def test_runtime_of_the_13b_example():
     assert rt.draft_target.draft.engine_dir == f"/cache/engines/{engines['draft']}"
     assert rt.target.checkpoint == "/cache/models/meta-llama--Llama-2-13b-hf/main"
     assert rt.kv_cache.free_gpu_memory_fraction == 0.4 and rt.kv_cache.enable_block_reuse is True
-    assert rt.redrafter is None
 
 
 def test_runtime_of_the_70b_example():
@@ -319,7 +318,7 @@ def test_runtime_of_the_redrafter_example():
     p = make_plan(load_example(EXAMPLE_REDRAFTER)["spec"], "vicuna7b-redrafter")
     rt = p.runtime
     assert (rt.mode, rt.draft_target) == ("redrafter", None)
-    assert rt.redrafter.model_dump() == {"mode": "redrafter", "temperature": None}  # the beams are the engine's
+    assert rt.speculation.model_dump() == {"mode": "redrafter", "temperature": None}  # the beams are the engine's
     assert rt.target.devices == [0]
     assert [e.role for e in p.engines] == ["target"]
     assert rt.target.engine_dir == f"/cache/engines/{p.engines[0].name}"
@@ -329,7 +328,7 @@ def test_runtime_of_the_redrafter_example():
 
 def test_redrafter_runtime_carries_the_default_temperature():
     rt = make_plan(spec(speculation=redrafter(greedy=False, temperature=0.7))).runtime
-    assert rt.redrafter.temperature == 0.7
+    assert rt.speculation.temperature == 0.7
 
 
 def test_served_name_of_a_pvc_model_is_its_last_path_part():

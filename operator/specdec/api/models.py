@@ -424,7 +424,7 @@ class _RecipeModel(ApiModel):
     gather_generation_logits: bool = False
 
 
-# The engine-path modes' own parts (Mode.engine_recipe, e.g. `redrafter`), between the speculation
+# The engine-path modes' own parts (EnginePath.engine_recipe, e.g. `redrafter`), between the speculation
 # fields and the limits: the field order is the EngineBuild's on the wire.
 _RecipeSpeculation = create_model("_RecipeSpeculation", __base__=_RecipeModel, **modes.engine_recipe_fields())
 

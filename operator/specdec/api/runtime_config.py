@@ -11,7 +11,6 @@ from pydantic import Discriminator, Field, Tag
 
 from specdec import modes
 from specdec.modes.draft_target import RuntimeDraftTarget
-from specdec.modes.redrafter import RuntimeReDrafter
 from specdec.schema.base import ApiModel
 from specdec.schema.served_model import ServedModel
 
@@ -50,7 +49,7 @@ class RuntimeSpeculativeConfig(ApiModel):
     speculative_config: dict[str, Any] = Field(description="speculative_config of the --extra_llm_api_options YAML.")
 
 
-# Modes with a block of their own (Mode.runtime_block, in the mode's module) are tagged by name; every other
+# Modes with a block of their own (Mode.runtime, in the mode's module) are tagged by name; every other
 # mode (the PyTorch path's) is a RuntimeSpeculativeConfig, so adding a mode changes nothing here.
 _TAGGED = {"none": RuntimeNone, **modes.runtime_blocks()}
 
@@ -88,10 +87,6 @@ class RuntimeConfig(ApiModel):
     @property
     def draft_target(self) -> RuntimeDraftTarget | None:
         return self.speculation if isinstance(self.speculation, RuntimeDraftTarget) else None
-
-    @property
-    def redrafter(self) -> RuntimeReDrafter | None:
-        return self.speculation if isinstance(self.speculation, RuntimeReDrafter) else None
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:

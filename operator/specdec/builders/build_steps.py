@@ -1,5 +1,5 @@
 """The steps of an engine build, as the TensorRT-LLM docs give them: convert or quantize, the mode's own
-steps (Mode.build_steps: ReDrafter's drafter conversion), trtllm-build. One container per step, so a
+steps (EnginePath.build_steps: ReDrafter's drafter conversion), trtllm-build. One container per step, so a
 failure names its step. hf:// checkpoints are already in the cache: a ModelCache's fetch Job
 (builders/model_cache.py) put them there on a CPU node.
 
@@ -24,7 +24,7 @@ from specdec.plan import model_dir
 EXAMPLES = "${TRTLLM_EXAMPLES_DIR}"
 RECIPE_FILE = "specdec-recipe.json"  # written last into a finished engine: what it was built from
 
-_MODE_STEPS = [step for mode in modes.MODES.values() for step in mode.build_steps]
+_MODE_STEPS = [step for mode in modes.MODES.values() if mode.engine for step in mode.engine.build_steps]
 # step name -> the phase while it runs and the reason prefix when it fails ("fetch": a ModelCache's Job)
 STEP_PHASES = {
     "fetch": "Fetching",
@@ -159,8 +159,8 @@ def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> lis
     engine = f"{CACHE_MOUNT}/{spec.engine_path}"
     checkpoint = f"{work}/checkpoint"
     steps = [_checkpoint_step(recipe, checkpoint, calib_size)]
-    mode = modes.engine_mode(recipe)
-    for mode_step in mode.build_steps if mode else ():
+    engine_path = modes.engine_path(recipe)
+    for mode_step in engine_path.build_steps if engine_path else ():
         out = f"{work}/{mode_step.output}"
         steps.append(_mode_step(mode_step, recipe, checkpoint, out))
         checkpoint = out

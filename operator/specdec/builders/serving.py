@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from specdec import modes, trtllm_schedule
+from specdec import trtllm_schedule
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
     DRAFT_LEN_KEY,
@@ -71,11 +71,11 @@ def runtime_config_json(plan: Plan) -> str:
 def live_draft_len(plan: Plan, chosen: int | None) -> int | None:
     """The ConfigMap's draft length with draftLen: auto (None without): `chosen` (the operator's choice,
     or what the pods were last told) within the engine's range; at first, where auto starts."""
-    mode, block = modes.mode_of(plan.spec.speculation)
-    if not mode.auto_draft_len(block):
+    auto = plan.mode.auto_draft_len()
+    if auto is None:
         return None
-    lo, hi = mode.draft_len_range(block)  # type: ignore[misc]  # the Mode's callables and the registry's models are untyped
-    return min(max(chosen or mode.draft_len(block), lo), hi)  # type: ignore[type-var]  # the Mode's callables and the registry's models are untyped
+    lo, hi = auto.range(plan.mode.block)
+    return min(max(chosen or plan.mode.draft_len() or lo, lo), hi)
 
 
 def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_schedule.Schedule | None = None) -> Plan:
@@ -85,17 +85,11 @@ def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_sched
     goes). On the Triton route the length is a ConfigMap key of its own that the front re-reads: the
     runtime config keeps where auto starts, and nothing restarts."""
     draft_len = live_draft_len(plan, chosen_draft_len)
+    auto = plan.mode.auto_draft_len()
     runtime = plan.runtime
-    if draft_len is None or runtime.speculative_config is None:
+    if draft_len is None or auto is None or runtime.speculative_config is None:
         return plan
-    speculative = {**runtime.speculative_config, "max_draft_len": draft_len}
-    schedule = trtllm_schedule.clamped(schedule, draft_len)
-    if schedule:
-        speculative["draft_len_schedule"] = schedule
-    update: dict[str, Any] = {"speculative_config": speculative}
-    if "draft_len" in type(runtime.speculation).model_fields:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
-        update["draft_len"] = draft_len
-    speculation = runtime.speculation.model_copy(update=update)  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
+    speculation = auto.served_at(runtime.speculation, draft_len, trtllm_schedule.clamped(schedule, draft_len))
     return dataclasses.replace(plan, runtime=runtime.model_copy(update={"speculation": speculation}))
 
 
@@ -159,8 +153,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         )
     mounts += common.model_mounts(plan.model_claims)
     volumes += common.model_volumes(plan.model_claims)
-    mode, block = modes.mode_of(spec.speculation)
-    for volume, mount in mode.writable_volumes(block, plan.name, plan.cache.claim_name):
+    for volume, mount in plan.mode.writable_volumes(plan.name, plan.cache.claim_name):
         volumes.append(volume)
         mounts.append(mount)
     container = {

@@ -12,10 +12,10 @@ from typing import Any, Literal
 from pydantic import Field, create_model
 
 from specdec.modes import auto, dflash, draft_target, dspark, eagle3, mtp, ngram, none, pard, redrafter, sa, save_state
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Chosen, EnginePath, Mode
 from specdec.schema.base import ApiModel, cel, validations
 
-MODES: dict[str, Mode] = {
+MODES: dict[str, Mode[Any]] = {
     m.name: m
     for m in (
         none.MODE,
@@ -81,28 +81,30 @@ def not_speculating() -> list[str]:
     return [m.name for m in MODES.values() if not m.speculates]
 
 
-def mode_of(speculation) -> tuple[Mode, object]:
+def mode_of(speculation: Any) -> Chosen[Any]:
     """The chosen mode of a parsed `spec.speculation`, and its block (None for mode none)."""
     mode = MODES[speculation.mode]
-    return mode, mode.block_of(speculation)
+    return Chosen(mode, mode.block_of(speculation))
 
 
 def decoding_modes() -> tuple[str, ...]:
     """EngineRecipe.speculative_decoding_mode's values: none, and the engine-path modes' own."""
-    return ("none", *(m.decoding_mode for m in MODES.values() if m.decoding_mode))
+    return ("none", *(m.engine.decoding_mode for m in MODES.values() if m.engine))
 
 
 def engine_recipe_fields() -> dict[str, Any]:
     """EngineRecipe's field of each mode with a part of its own in the target's recipe."""
-    return {m.field: (m.engine_recipe | None, None) for m in MODES.values() if m.engine_recipe}
+    return {
+        m.field: (m.engine.engine_recipe | None, None) for m in MODES.values() if m.engine and m.engine.engine_recipe
+    }
 
 
-def engine_mode(recipe) -> Mode | None:
-    """The mode an EngineRecipe's engine is built for: the one of its speculative_decoding_mode."""
+def engine_path(recipe: Any) -> EnginePath[Any] | None:
+    """The engine path of the mode an EngineRecipe's engine is built for: the one of its speculative_decoding_mode."""
     decoding_mode = recipe.speculative_decoding_mode
-    return next((m for m in MODES.values() if m.decoding_mode and m.decoding_mode == decoding_mode), None)
+    return next((m.engine for m in MODES.values() if m.engine and m.engine.decoding_mode == decoding_mode), None)
 
 
 def runtime_blocks() -> dict[str, type]:
     """The runtime configuration's `speculation` class of each mode with one of its own, by mode name."""
-    return {m.name: m.runtime_block for m in MODES.values() if m.runtime_block}
+    return {m.name: m.runtime.block for m in MODES.values() if m.runtime}

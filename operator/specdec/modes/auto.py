@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Drafting, Mode, PyTorchPath
 
 DECODING_TYPE = "AUTO"  # speculative_config.decoding_type (specdec.modes.pytorch: the source)
 
@@ -26,10 +26,9 @@ def _speculative_config(block: None, checkpoint: Callable[[str], str]) -> dict[s
 
 
 # draft_len: None, the runtime chooses it (3, or 5 when max_batch_size is at most 4).
-MODE = Mode(
+MODE: Mode[None] = Mode(
     "auto",
     "TensorRT-LLM chooses a method without a draft model (NGram, sized by the batch size, off above 32 requests)",
-    backends=("pytorch",),
-    speculative_config=_speculative_config,
-    drafter="lookup",
+    drafting=Drafting("lookup"),
+    pytorch=PyTorchPath(_speculative_config),
 )

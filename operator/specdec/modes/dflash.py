@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specdec.modes.mode import EngineDrafter, Mode
+from specdec.modes.mode import Drafting, EngineDrafter, Mode, PyTorchPath
 from specdec.modes.pytorch import DynamicSpeculation
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
@@ -128,10 +128,10 @@ MODE = Mode(
     "dflash",
     "a parallel draft model cross-attending to target layers proposes all the tokens in one forward",
     DFlashSpec,
-    backends=("pytorch",),
-    extra_models=draft_checkpoint,
-    speculative_config=_speculative_config,
-    drafter="model",
-    draft_len=lambda block: block.max_draft_len,
-    engine_drafter=lambda block: EngineDrafter("DFlash draft", block.draft_model),
+    drafting=Drafting(
+        "model",
+        in_engine=lambda block: EngineDrafter("DFlash draft", block.draft_model),
+        draft_len=lambda block: block.max_draft_len,
+    ),
+    pytorch=PyTorchPath(_speculative_config, checkpoints=draft_checkpoint),
 )

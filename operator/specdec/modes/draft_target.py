@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specdec.modes.mode import Mode, Rule
+from specdec.modes.mode import AutoDraftLen, Drafting, EnginePath, Mode, PyTorchPath, Rule, RuntimeBlock
 from specdec.modes.pytorch import PYTORCH_FP8
 from specdec.schema.base import ApiModel, ModelSource, cel, validations
 from specdec.schema.served_model import ServedModel
@@ -106,9 +106,18 @@ def _speculative_config(block: DraftTargetSpec, checkpoint: Callable[[str], str]
     }
 
 
+def _served_at(speculation: RuntimeDraftTarget, draft_len: int, schedule: dict[int, int] | None) -> RuntimeDraftTarget:
+    """trtllm-serve takes the draft length and its draft_len_schedule at start: both in speculative_config."""
+    config: dict[str, Any] = {**(speculation.speculative_config or {}), "max_draft_len": draft_len}
+    if schedule:
+        config["draft_len_schedule"] = schedule
+    return speculation.model_copy(update={"speculative_config": config, "draft_len": draft_len})
+
+
 def _runtime(
-    block: DraftTargetSpec, draft: ServedModel, speculative_config: dict[str, Any] | None
+    block: DraftTargetSpec, draft: ServedModel | None, speculative_config: dict[str, Any] | None
 ) -> RuntimeDraftTarget:
+    assert draft is not None  # the block's draft, always served
     return RuntimeDraftTarget(
         draft=draft,
         draft_len=block.start_draft_len,
@@ -142,15 +151,19 @@ MODE = Mode(
             ".speculation.draftTarget.maxDraftLen",
         ),
     ),
-    drafter="model",
-    acceptance=lambda block: block.acceptance,
-    draft=lambda block: block.draft,
-    recipe=_recipe,
-    decoding_mode="draft_tokens_external",
-    runtime_block=RuntimeDraftTarget,
-    runtime=_runtime,
-    speculative_config=_speculative_config,
-    draft_len=lambda block: block.start_draft_len,
-    draft_len_range=lambda block: (1, block.effective_max_draft_len),
-    auto_draft_len=lambda block: block.auto,
+    drafting=Drafting(
+        "model",
+        draft=lambda block: block.draft,
+        acceptance=lambda block: block.acceptance,
+        draft_len=lambda block: block.start_draft_len,
+        auto=AutoDraftLen(
+            chosen=lambda block: block.auto,
+            range=lambda block: (1, block.effective_max_draft_len),
+            served_at=_served_at,
+        ),
+    ),
+    # Triton's BLS model drives the draft's engine and the target's, built with --max_draft_len.
+    engine=EnginePath("draft_tokens_external", _recipe, triton=True),
+    pytorch=PyTorchPath(_speculative_config),
+    runtime=RuntimeBlock(RuntimeDraftTarget, _runtime),
 )

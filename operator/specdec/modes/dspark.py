@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specdec.modes.dflash import TargetLayerDrafter, draft_checkpoint, needs_draft_model
-from specdec.modes.mode import EngineDrafter, Mode
+from specdec.modes.mode import Drafting, EngineDrafter, Mode, PyTorchPath
 from specdec.modes.pytorch import DynamicSpeculation
 from specdec.schema.base import cel, rules_of, validations
 
@@ -102,10 +102,10 @@ MODE = Mode(
     "DeepSeek's block drafter: a draft model over target layers proposes a block in one forward, "
     "refined token by token by a small Markov head",
     DSparkSpec,
-    backends=("pytorch",),
-    extra_models=draft_checkpoint,
-    speculative_config=_speculative_config,
-    drafter="model",
-    draft_len=lambda block: block.max_draft_len,
-    engine_drafter=lambda block: EngineDrafter("DSpark draft", block.draft_model),
+    drafting=Drafting(
+        "model",
+        in_engine=lambda block: EngineDrafter("DSpark draft", block.draft_model),
+        draft_len=lambda block: block.max_draft_len,
+    ),
+    pytorch=PyTorchPath(_speculative_config, checkpoints=draft_checkpoint),
 )

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from specdec.modes.mode import EngineDrafter, Mode
+from specdec.modes.mode import Drafting, EngineDrafter, Mode, PyTorchPath
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
@@ -79,9 +79,10 @@ MODE = Mode(
     "eagle3",
     "an EAGLE-3 draft head on the target's hidden states proposes the tokens",
     Eagle3Spec,
-    backends=("pytorch",),
-    extra_models=lambda block: (block.draft_model,),
-    speculative_config=_speculative_config,
-    draft_len=lambda block: block.max_draft_len,
-    engine_drafter=lambda block: EngineDrafter("EAGLE-3 head", block.draft_model),
+    drafting=Drafting(
+        "head",
+        in_engine=lambda block: EngineDrafter("EAGLE-3 head", block.draft_model),
+        draft_len=lambda block: block.max_draft_len,
+    ),
+    pytorch=PyTorchPath(_speculative_config, checkpoints=lambda block: (block.draft_model,)),
 )

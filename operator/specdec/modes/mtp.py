@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import Field
 
-from specdec.modes.mode import EngineDrafter, Mode
+from specdec.modes.mode import Drafting, EngineDrafter, Mode, PyTorchPath
 from specdec.modes.pytorch import DYNAMIC_TREE_RULES, DynamicSpeculation, DynamicTree, SAEnhancer
 from specdec.schema.base import ApiModel, cel, rules_of, validations
 
@@ -111,8 +111,6 @@ MODE = Mode(
     "mtp",
     "the target's own multi-token-prediction layers propose the tokens",
     MtpSpec,
-    backends=("pytorch",),
-    speculative_config=_speculative_config,
-    draft_len=lambda block: block.max_draft_len,
-    engine_drafter=_mtp_layers,
+    drafting=Drafting("head", in_engine=_mtp_layers, draft_len=lambda block: block.max_draft_len),
+    pytorch=PyTorchPath(_speculative_config),
 )

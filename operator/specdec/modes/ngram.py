@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Drafting, Mode, PyTorchPath
 from specdec.modes.pytorch import SCHEDULE_RULES, DynamicSpeculation
 from specdec.schema.base import validations
 
@@ -50,8 +50,6 @@ MODE = Mode(
     "ngram",
     "n-grams already seen in the prompt and output propose the tokens (no draft model)",
     NGramSpec,
-    backends=("pytorch",),
-    speculative_config=_speculative_config,
-    drafter="lookup",
-    draft_len=lambda block: block.max_draft_len,
+    drafting=Drafting("lookup", draft_len=lambda block: block.max_draft_len),
+    pytorch=PyTorchPath(_speculative_config),
 )

@@ -2,4 +2,4 @@
 
 from specdec.modes.mode import Mode
 
-MODE = Mode("none", "no speculation: the target model alone", speculates=False)
+MODE: Mode[None] = Mode("none", "no speculation: the target model alone")

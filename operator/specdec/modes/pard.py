@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
-from specdec.modes.mode import EngineDrafter, Mode
+from specdec.modes.mode import Drafting, EngineDrafter, Mode, PyTorchPath
 from specdec.modes.pytorch import DynamicSpeculation, SAEnhancer
 from specdec.schema.base import MODEL_URI_HELP, ModelUri, cel, rules_of, validations
 
@@ -78,10 +78,12 @@ MODE = Mode(
     "pard",
     "a target-independent parallel draft model proposes all the tokens in one forward",
     PardSpec,
-    backends=("pytorch",),
-    extra_models=lambda block: (block.draft_model,) if block.draft_model else (),
-    speculative_config=_speculative_config,
-    drafter="model",
-    draft_len=lambda block: block.max_draft_len,
-    engine_drafter=lambda block: EngineDrafter("PARD draft", block.draft_model),
+    drafting=Drafting(
+        "model",
+        in_engine=lambda block: EngineDrafter("PARD draft", block.draft_model),
+        draft_len=lambda block: block.max_draft_len,
+    ),
+    pytorch=PyTorchPath(
+        _speculative_config, checkpoints=lambda block: (block.draft_model,) if block.draft_model else ()
+    ),
 )

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from specdec.modes.mode import BuildStep, EngineDrafter, Mode
+from specdec.modes.mode import BuildStep, Drafting, EngineDrafter, EnginePath, Mode, RuntimeBlock
 from specdec.schema.base import MODEL_URI_HELP, ApiModel, ModelUri, cel, validations
 
 
@@ -92,27 +92,34 @@ def _runtime(block: ReDrafterSpec, draft: Any, speculative_config: dict[str, Any
     return RuntimeReDrafter(temperature=block.temperature)
 
 
+def _request_defaults(speculation: RuntimeReDrafter) -> dict[str, Any]:
+    """The default temperature, for requests that set none."""
+    return {} if speculation.temperature is None else {"temperature": speculation.temperature}
+
+
 MODE = Mode(
     "redrafter",
     "a recurrent drafter head in the target engine proposes beams of tokens",
     ReDrafterSpec,
-    backends=("tensorrt",),
-    recipe=_recipe,  # the drafter is built into the engine
-    decoding_mode="explicit_draft_tokens",
-    engine_recipe=ReDrafterRecipe,
-    engine_models=lambda recipe: (recipe.redrafter.drafter_model,),
-    build_steps=(
-        BuildStep(
-            "redrafter-convert",
-            "Converting",
-            "RedrafterConvert",
-            "redrafter/convert_checkpoint.py",
-            "redrafter",
-            _convert_args,
+    # A recurrent drafter over the target's last hidden state: weights, and no KV cache of its own.
+    drafting=Drafting(
+        "head", in_engine=lambda block: EngineDrafter("ReDrafter drafter", block.drafter_model, kv_layers=0)
+    ),
+    engine=EnginePath(
+        "explicit_draft_tokens",
+        _recipe,  # the drafter is built into the engine
+        engine_recipe=ReDrafterRecipe,
+        engine_models=lambda recipe: (recipe.redrafter.drafter_model,),
+        build_steps=(
+            BuildStep(
+                "redrafter-convert",
+                "Converting",
+                "RedrafterConvert",
+                "redrafter/convert_checkpoint.py",
+                "redrafter",
+                _convert_args,
+            ),
         ),
     ),
-    runtime_block=RuntimeReDrafter,
-    runtime=_runtime,
-    # A recurrent drafter over the target's last hidden state: weights, and no KV cache of its own.
-    engine_drafter=lambda block: EngineDrafter("ReDrafter drafter", block.drafter_model, kv_layers=0),
+    runtime=RuntimeBlock(RuntimeReDrafter, _runtime, request_defaults=_request_defaults),
 )

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
-from specdec.modes.mode import Mode
+from specdec.modes.mode import Drafting, Mode, PyTorchPath
 from specdec.modes.pytorch import DynamicSpeculation
 from specdec.schema.base import cel, rules_of, validations
 
@@ -75,8 +75,6 @@ MODE = Mode(
     "sa",
     "a suffix automaton over the prompt and output proposes the tokens inside the target's forward (no draft model)",
     SASpec,
-    backends=("pytorch",),
-    speculative_config=_speculative_config,
-    drafter="lookup",
-    draft_len=lambda block: block.max_draft_len,
+    drafting=Drafting("lookup", draft_len=lambda block: block.max_draft_len),
+    pytorch=PyTorchPath(_speculative_config),
 )

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from specdec.modes.mode import Mode, Rule
+from specdec.modes.mode import Mode, PyTorchPath, Rule
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
 
@@ -123,12 +123,11 @@ def capture_volume(
     ]
 
 
-# drafter "lookup": nothing drafts, so no draft-model time; draft_len None: no draft tokens.
+# No drafting: nothing proposes draft tokens.
 MODE = Mode(
     "saveState",
     "no speculation: the target writes its hidden states to files, the training data of an EAGLE-3 head",
     SaveStateSpec,
-    backends=("pytorch",),
     rules=(
         Rule(
             "!has(self.runtime) || !has(self.runtime.replicas) || self.runtime.replicas <= 1",
@@ -137,8 +136,5 @@ MODE = Mode(
             ".runtime.replicas",
         ),
     ),
-    speculative_config=_speculative_config,
-    drafter="lookup",
-    writable_volumes=capture_volume,
-    speculates=False,
+    pytorch=PyTorchPath(_speculative_config, writable_volumes=capture_volume),
 )

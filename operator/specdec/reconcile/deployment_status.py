@@ -7,7 +7,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from specdec import conditions, modes
+from specdec import conditions
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
 from specdec.modes import save_state
@@ -86,10 +86,10 @@ class DeploymentStatusWriter:
                 rearm=None,
                 capture=None,
             )
-            if modes.MODES[result.spec.speculation.mode].speculates:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
+            if result.mode.mode.speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
                 conds = [*conds, effective, active]
-            if result.spec.speculation.mode == save_state.MODE.name:  # type: ignore[attr-defined]  # the Mode's callables and the registry's models are untyped
+            if result.mode.mode is save_state.MODE:
                 desired["capture"], space = self._capture_status(sd, status)
                 conds = [*conds, space] if space else conds
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())

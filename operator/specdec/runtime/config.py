@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,10 +23,18 @@ class ConfigError(Exception):
 
 
 def route(config: RuntimeConfig) -> str:
-    """triton (engine path, draft-target), trtllm-serve-engine (engine path, one engine) or trtllm-serve-pytorch."""
+    """triton (an engine path its mode serves by Triton: draft-target), trtllm-serve-engine (engine path, one
+    engine) or trtllm-serve-pytorch."""
     if config.backend == "pytorch":
         return "trtllm-serve-pytorch"
-    return "triton" if config.mode == "draftTarget" else "trtllm-serve-engine"
+    mode = MODES.get(config.mode)
+    return "triton" if mode and mode.engine and mode.engine.triton else "trtllm-serve-engine"
+
+
+def request_defaults(config: RuntimeConfig) -> dict[str, Any]:
+    """Fields of a generation request the mode sets where the client set none (RuntimeBlock.request_defaults)."""
+    mode = MODES.get(config.mode)
+    return mode.runtime.request_defaults(config.speculation) if mode and mode.runtime else {}
 
 
 def reserved_ports(config: RuntimeConfig) -> dict[int, str]:
@@ -46,7 +55,7 @@ def check(config: RuntimeConfig) -> RuntimeConfig:
         problems.append(f"mode {config.mode!r} is not one of {', '.join(MODES)}")
     elif config.backend not in mode.backends:
         problems.append(f"{config.mode} is served by backend {' or '.join(mode.backends)} only")
-    elif config.backend == "pytorch" and mode.speculative_config and config.speculative_config is None:
+    elif config.backend == "pytorch" and mode.pytorch and config.speculative_config is None:
         problems.append(f"mode {config.mode} on backend pytorch needs speculativeConfig")
     if config.backend != "pytorch" and config.speculative_config is not None:
         problems.append("speculativeConfig applies to backend pytorch only")

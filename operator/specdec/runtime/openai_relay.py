@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from specdec.runtime.backend_stats import iteration_load, iteration_speculation
+from specdec.runtime.config import request_defaults
 from specdec.runtime.relay_exchange import RelayExchange
 from specdec.runtime.route import Route
 from specdec.runtime.upstream import Upstream
@@ -60,9 +61,9 @@ class OpenAIRelay(Route):
     def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]:
         """(streamed, the client asked for usage, the body trtllm-serve gets) of a checked request."""
         body["model"] = self.model  # the served model (checked) or none named
-        rd = self.config.redrafter
-        if rd is not None and rd.temperature is not None and body.get("temperature") is None:
-            body["temperature"] = rd.temperature
+        for field, value in request_defaults(self.config).items():
+            if body.get(field) is None:
+                body[field] = value
         stream = bool(body.get("stream"))
         asked = body.get("stream_options")
         options: dict[str, Any] = asked if isinstance(asked, dict) else {}

@@ -2,10 +2,12 @@
 PyTorch path (every mode its backends list includes pytorch; the mode renders `speculative_config`).
 
 Flags are the ones present in every `tensorrt_llm/commands/serve.py` read (1.0/1.1 and the newest):
-`--backend`, `--host`, `--port`, `--tokenizer`, `--tp_size`, `--kv_cache_free_gpu_memory_fraction`,
-`--extra_llm_api_options`, `--log_level`; `--revision` only when a hub revision is pinned. KV-cache
-settings and speculation go in the `--extra_llm_api_options` YAML (keys of `llm_args.py`: kv_cache_config,
-speculative_config, ...). tests/runtime/data/trtllm_serve.json keeps what was read and where.
+`--backend`, `--host`, `--port`, `--tokenizer`, `--tp_size`, `--extra_llm_api_options`, `--log_level`;
+`--revision` only when a hub revision is pinned. KV-cache settings and speculation go in the
+`--extra_llm_api_options` YAML (keys of `llm_args.py`: kv_cache_config, speculative_config, ...), the KV
+fraction only there: trtllm-serve replaces the kv_cache_config its --kv_cache_free_gpu_memory_fraction made
+with the YAML's whole (update_llm_args_with_extra_dict in llm_args.py), so the flag would never be read.
+tests/runtime/data/trtllm_serve.json keeps what was read and where.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[s
     if config.backend == "pytorch":
         argv = [TRTLLM_SERVE, target.checkpoint, "--backend", "pytorch"]
     else:
-        if config.mode == "draftTarget":
-            raise cfg.ConfigError("engine-path draftTarget is served by Triton, not trtllm-serve")
+        if cfg.route(config) == "triton":
+            raise cfg.ConfigError(f"engine-path {config.mode} is served by Triton, not trtllm-serve")
         # An engine directory holds no tokenizer: it comes from the checkpoint.
         argv = [TRTLLM_SERVE, target.engine_dir or "", "--backend", "tensorrt", "--tokenizer", target.checkpoint]
     argv += [
@@ -80,8 +82,6 @@ def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[s
         str(cfg.TRTLLM_SERVE_PORT),
         "--tp_size",
         str(target.tensor_parallel_size),
-        "--kv_cache_free_gpu_memory_fraction",
-        repr(float(config.kv_cache.free_gpu_memory_fraction)),
         "--extra_llm_api_options",
         options_path,
         "--log_level",
