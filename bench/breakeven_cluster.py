@@ -54,9 +54,9 @@ from tests.kube_helpers import Kube, wait_for
 from tests.operator_runner import OperatorProcess
 from tests.runtime.helpers import parse_prometheus
 
-from specdec import load_model
 from specdec.api.models import GROUP, VERSION
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
+from specdec.speculation import load_model
 from specdec_dev import cluster, real_node, simulation_profile
 from specdec_dev.cluster import DEV_OPERATOR_ENV
 from specdec_dev.pod_runner_thread import Threaded, in_thread
@@ -165,7 +165,8 @@ def wait_for_fit(
         f"no break-even from the operator's fit after {timeout:.0f}s of load at {CALIBRATION} clients: ConfigMap "
         f"{namespace}/{name}-runtime has {keys or 'none of its load keys'}. The speculation monitor fits once it has "
         f"{load_model.MIN_WINDOWS} windows of the target's iterations whose batches span {load_model.MIN_SPREAD:g}x "
-        f"(specdec.load_model.fit_step_time); the front writes the key's value as {BREAK_EVEN_GAUGE} once it read it"
+        "(specdec.speculation.load_model.fit_step_time); "
+        f"the front writes the key's value as {BREAK_EVEN_GAUGE} once it read it"
     )
 
 

@@ -12,7 +12,7 @@ when its last is answered: specdec_dev.simulated_clients.closed_loop). Policies:
 - off: every request opts out (header X-Specdec-Speculation: off), so the front sends no draft tokens;
 - auto: the break-even and the draft lengths by load computed as the operator does, from measured figures
   only: the front's counters of the on and off sweeps (the target model's iterations, batch and draft
-  tokens; acceptance and draft cost) fitted by specdec.load_model, then written to the front's files.
+  tokens; acceptance and draft cost) fitted by specdec.speculation.load_model, then written to the front's files.
 Goodput is the simulated Triton's generated tokens per second of wall time over each level's measured
 window (after a warm-up). Every number here is simulated. Results: bench/results/breakeven-<timestamp>.json
 and a table on stdout; auto passes a level when its goodput is at least max(on, off) * (1 - --tolerance).
@@ -36,12 +36,12 @@ import aiohttp
 import yaml
 from tests.runtime.helpers import parse_prometheus, serving
 
-from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.plan import Settings, plan
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
+from specdec.speculation import load_model, payoff
 from specdec_dev.simulated_clients import closed_loop
 from specdec_dev.simulation_profile import Profile
 from specdec_dev.simulator import SimulatedTriton
@@ -179,10 +179,10 @@ def write_results(script: str, args: argparse.Namespace, document: dict) -> Path
 
 def measured_model(on: list[dict], off: list[dict], draft_len: int) -> dict:
     """From the sweeps' counters only, as the operator's monitor: acceptance and draft cost at the lightest
-    load, the step time fitted over every level (specdec.load_model.measured_fit)."""
+    load, the step time fitted over every level (specdec.speculation.load_model.measured_fit)."""
     lightest = on[0]["counters"]
-    keys = {key: lightest.get(name, 0.0) for key, name in speculation.COUNTERS.items()}
-    m = speculation.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
+    keys = {key: lightest.get(name, 0.0) for key, name in payoff.COUNTERS.items()}
+    m = payoff.measure(keys, draft_len, pods=1, max_draft_len=draft_len, estimated_cost=(0.1, "Assumed"))
     assert m is not None, "the lightest level of the on sweep did not speculate"
     windows = [
         w

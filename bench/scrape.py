@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scrape.py [--pods 300] [--passes 8] [--interval 15]
 
-The operator's own SpeculationMonitor (specdec.monitor) scrapes N real HTTP endpoints, each on its own
+The operator's own SpeculationMonitor (specdec.feedback.monitor) scrapes N real HTTP endpoints, each on its own
 loopback address (127.66.x.y, port 8000, like pod IPs) and serving what a runtime pod serves: the
 front's metrics (specdec.runtime.metrics, with traffic recorded), counters growing between passes. The
 endpoints run in a separate process, so this process's CPU time is the monitor's alone. Passes run
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
+from specdec.feedback.monitor import SpeculationMonitor
 from specdec.kube.cache import Store
-from specdec.monitor import SpeculationMonitor
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 8000

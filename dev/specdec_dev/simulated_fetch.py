@@ -2,8 +2,8 @@
 
 No container runs under kwok, so no fetch reads a checkpoint. The stage that ends Job pods
 (stages/pod-complete.yaml) writes, as a fetch pod's termination message, the report a real fetch writes
-(specdec.checkpoint_facts) for the model it fetches (its SPECDEC_MODEL): the catalog's config.json excerpt,
-parameter count and tokenizer family (specdec.model_catalog), and a size of parameters × bytes of the
+(specdec.admission.checkpoint_facts) for the model it fetches (its SPECDEC_MODEL): the catalog's config.json excerpt,
+parameter count and tokenizer family (specdec.admission.model_catalog), and a size of parameters × bytes of the
 stored precision. The operator then reads the facts from the ModelCache's status, as in production.
 A model the catalog lacks reports nothing (no facts: admission skips what it cannot check); a pod's
 `simulation.specdec.io/fetch-report` annotation (spec.cache.fetch.podAnnotations) reports what it says.
@@ -15,8 +15,8 @@ import copy
 import json
 from typing import Any
 
-from specdec import model_catalog
-from specdec.model_facts import BYTES_PER_PARAMETER
+from specdec.admission import model_catalog
+from specdec.admission.model_facts import BYTES_PER_PARAMETER
 
 STAGE = "pod-complete"
 EMPTY_TABLE = "{{ $reports := dict }}"  # in the stage's template; replaced by the catalog's reports

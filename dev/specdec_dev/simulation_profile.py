@@ -28,10 +28,10 @@ class Profile(BaseModel):
         0.02,
         gt=0,
         le=10,
-        description="One step of the target model: the floor a of t(T) = a + b*T (specdec.load_model).",
+        description="One step of the target model: the floor a of t(T) = a + b*T (specdec.speculation.load_model).",
     )
     # Simulated, chosen so a local deployment shows the effect: with the defaults speculation at draft length
-    # 4 stops paying from 17 sequences in flight, at draft length 1 from 47 (specdec.load_model.break_even).
+    # 4 stops paying from 17 sequences in flight, at draft length 1 from 47 (specdec.speculation.load_model.break_even).
     step_seconds_per_token: float = Field(
         0.0008,
         ge=0,

@@ -6,7 +6,7 @@ The acceptance model (per request, a `simulation_profile.Profile`):
 - each step, the draft proposes k tokens and each is accepted independently with probability
   `acceptance` until the first rejection; the step yields the accepted leading tokens plus one token of the
   target's own (the bonus token), so a step yields E(k) = (1 - a^(k+1)) / (1 - a) tokens on average
-  (specdec.speculation.tokens_per_step) and the acceptance rate the servers report (accepted / drafted
+  (specdec.speculation.payoff.tokens_per_step) and the acceptance rate the servers report (accepted / drafted
   tokens) is (E(k) - 1) / k;
 - both servers batch the requests in flight and a step's time depends on the batch's tokens
   (`targetStepSeconds`, `stepSecondsPerToken`, `costRatio`: see _Batching), so speculation stops paying above
@@ -36,7 +36,7 @@ from typing import Any
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.modes import MODES
 from specdec.runtime import triton
-from specdec.trtllm_schedule import draft_len_at
+from specdec.speculation.trtllm_schedule import draft_len_at
 from specdec_dev.backend_contracts import Completion, Generation, TritonContract, TrtllmServeContract
 from specdec_dev.simulation_profile import Profile
 
@@ -108,7 +108,7 @@ class _Batching(_Simulated):
     """In-flight batching as TensorRT-LLM's: one loop steps every request in flight together. A step of n
     sequences drafting k_i tokens each costs max(k_i) * costRatio * t(n) (the draft passes over the batch) plus
     t(sum(k_i + 1)) (the target verifies every sequence's drafts and its own token), with t(T) =
-    targetStepSeconds + stepSecondsPerToken * T (specdec.load_model). A sequence joins at the next step."""
+    targetStepSeconds + stepSecondsPerToken * T (specdec.speculation.load_model). A sequence joins at the next step."""
 
     def __init__(self, profile: Profile, seed: int | None = None):
         super().__init__(profile, seed)
@@ -203,7 +203,7 @@ class SimulatedTriton(_Batching, TritonContract):
         for k in drafts:
             # Triton's compute time by model is request time: each request counts its step's. With
             # stepSecondsPerToken 0, draft_us / (k * target_us) = costRatio, the cost the operator measures
-            # (specdec.speculation.measure); under load it is costRatio * t(n) / t(T).
+            # (specdec.speculation.payoff.measure); under load it is costRatio * t(n) / t(T).
             self.compute_us[triton.TARGET_MODEL] += verify_seconds * 1e6
             self.executions[triton.TARGET_MODEL] += 1
             if k:

@@ -1,4 +1,4 @@
-"""Status conditions per the Kubernetes API conventions (DESIGN.md section 5).
+"""Status conditions per the Kubernetes API conventions (their types and reasons: docs/troubleshooting.md).
 
 `lastTransitionTime` changes only when a condition's status flips, so recomputing the same
 conditions yields the same status and no write.

@@ -18,7 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdec import modes
-from specdec.admission import Observed, admit, facts_awaited, fetched_checkpoints
+from specdec.admission.checks import Observed, admit, facts_awaited, fetched_checkpoints
+from specdec.admission.gpu_nodes import node_selector
 from specdec.api import models
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
@@ -29,7 +30,6 @@ from specdec.api.runtime_config import (
     RuntimeSpeculativeConfig,
     ServedModel,
 )
-from specdec.gpu_nodes import node_selector
 from specdec.modes.mode import Chosen
 from specdec.problem import Problem
 from specdec.settings import Settings
@@ -72,11 +72,11 @@ class Plan:
     runtime: RuntimeConfig
     gpus: int
     model_claims: tuple[str, ...]  # pvc:// claims the runtime pods mount read-only
-    unchecked: tuple[str, ...] = ()  # admission checks skipped, and why (specdec.admission)
+    unchecked: tuple[str, ...] = ()  # admission checks skipped, and why (specdec.admission.checks)
     # Backend pytorch: the hf:// checkpoints the runtime pods read from the cache (no engines): the
     # runtime is applied only once every one is Fetched.
     runtime_inputs: tuple[ModelCachePlan, ...] = ()
-    # Models admission has no facts of until their fetch (specdec.admission.facts_awaited): until then the
+    # Models admission has no facts of until their fetch (specdec.admission.checks.facts_awaited): until then the
     # operator creates no EngineBuild and no runtime (specdec.reconcile).
     facts_awaited: tuple[str, ...] = ()
 

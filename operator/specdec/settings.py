@@ -32,7 +32,7 @@ class Settings:
     resync_seconds: float = 300.0
     calib_size: int = 512
     # How often the runtime pods' metrics are read for status.speculation, and the longest a published
-    # measurement stays when its numbers do not move (specdec.monitor).
+    # measurement stays when its numbers do not move (specdec.feedback.monitor).
     speculation_scrape_seconds: float = 15.0
     speculation_refresh_seconds: float = 300.0
     # draftLen: auto on trtllm-serve (a change is a surge rollout): the least time between two changes.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import speculation
+from specdec.speculation import payoff
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
@@ -129,7 +129,7 @@ def test_auto_draft_len_on_trtllm_serve_converges_with_one_surge_rollout(
     body["spec"]["speculation"]["draftTarget"].update(draftLen="auto", maxDraftLen=8)
     sd = SD(kube, namespace, body)
     sd.wait_ready()
-    optimum = speculation.best_draft_len(ALPHA, COST, 1, 8)
+    optimum = payoff.best_draft_len(ALPHA, COST, 1, 8)
     assert optimum == 2  # from where auto starts (4): an estimated 13 % more, above the 5 % a rollout needs
     simulation_profile.update(
         tmp_path / simulation_profile.FILE_NAME,

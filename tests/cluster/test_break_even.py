@@ -22,8 +22,8 @@ from bench.breakeven_cluster import (
 )
 from bench.breakeven_sweep import DRAFTED, UNDRAFTED_LOAD, deployment, profile_break_even_of, profile_of
 
-from specdec import load_model
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
+from specdec.speculation import load_model
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.kube_helpers import wait_for

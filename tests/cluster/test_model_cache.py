@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from specdec.admission.model_catalog import catalog_facts
 from specdec.api.models import GROUP, VERSION
-from specdec.model_catalog import catalog_facts
 from tests.cluster.test_operator import BUILD_DELAY, FAIL_LABEL, SD, engine_builds, example
 from tests.kube_helpers import Kube, wait_for
 

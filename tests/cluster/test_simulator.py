@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec import speculation
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY
+from specdec.speculation import payoff
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from specdec_dev.podrunner import POD_SELECTOR
@@ -41,12 +41,12 @@ def acceptance_over(url: str, draft_tokens: int) -> float:
 
 
 def expected_rate(acceptance: float, draft_len: int) -> float:
-    """Accepted / drafted tokens: a step's accepted tokens, E(k) - 1, over k (specdec.speculation's model)."""
-    return (speculation.tokens_per_step(acceptance, draft_len) - 1) / draft_len
+    """Accepted / drafted tokens: a step's accepted tokens, E(k) - 1, over k (specdec.speculation.payoff's model)."""
+    return (payoff.tokens_per_step(acceptance, draft_len) - 1) / draft_len
 
 
 def measured_cost_ratio(url: str) -> float:
-    """The draft's cost in target steps, as the operator measures it (speculation.measure), from the pod's
+    """The draft's cost in target steps, as the operator measures it (payoff.measure), from the pod's
     totals (one draft length all along); once the front has compute time from its backend."""
     m = wait_for(
         lambda: (m := scrape(url))["specdec_target_seconds_total"] > 0 and m,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import speculation
+from specdec.speculation import payoff
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example
@@ -29,7 +29,7 @@ def operator_env(operator_env):
 
 def expected_rate(alpha: float, k: int) -> float:
     """Accepted / proposed draft tokens of the simulator's model."""
-    return (speculation.tokens_per_step(alpha, k) - 1) / k
+    return (payoff.tokens_per_step(alpha, k) - 1) / k
 
 
 def speculation_status(sd: SD) -> dict:
@@ -57,7 +57,7 @@ def test_status_follows_the_acceptance_profile(kube: Kube, kubeconfig: Path, nam
         status = speculation_status(sd)
         assert status["draftLen"] == 10 and status["pods"] == 1 and status["costRatioSource"] == "Measured"
         assert status["costRatio"] == pytest.approx(0.02, abs=0.005)
-        assert status["acceptedTokensPerStep"] == pytest.approx(speculation.tokens_per_step(0.8, 10), abs=0.5)
+        assert status["acceptedTokensPerStep"] == pytest.approx(payoff.tokens_per_step(0.8, 10), abs=0.5)
         effective = sd.condition("SpeculationEffective")
         assert (effective["status"], effective["reason"]) == ("True", "SpeculationPaysOff")
 
@@ -100,7 +100,7 @@ def test_auto_draft_len_converges_to_the_optimum_and_holds(
     config_map = f"{sd.name}-runtime"
     assert kube.core.read_namespaced_config_map(config_map, namespace).data["draft_len"] == "4"  # where auto starts
     alpha, cost = 0.45, 0.15
-    optimum = speculation.best_draft_len(alpha, cost, 1, 8)
+    optimum = payoff.best_draft_len(alpha, cost, 1, 8)
     assert optimum == 2  # a draft of 4 wastes 14 % of the possible speedup: worth moving
     simulation_profile.update(
         tmp_path / simulation_profile.FILE_NAME,

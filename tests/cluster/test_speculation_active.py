@@ -12,7 +12,7 @@ import pytest
 
 from specdec.builders.common import LABEL_INSTANCE
 from specdec.reconcile.serving import ANNOTATION_REARMED_AT
-from specdec.speculation_guard import GuardPolicy
+from specdec.speculation.guard import GuardPolicy
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_operator import SD, example

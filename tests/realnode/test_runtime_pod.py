@@ -16,7 +16,7 @@ import urllib.request
 import openai
 import pytest
 
-from specdec import speculation
+from specdec.speculation import payoff
 from specdec_dev import images, node_config, real_node
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import Kube, wait_for
@@ -142,7 +142,7 @@ def test_draft_len_auto_reaches_the_running_front_through_the_kubelet(kube: Kube
     pod = ready_pod(kube, namespace, sd.name)
     ip, started = pod.status.pod_ip, pod.status.container_statuses[0].container_id
     assert gauge(metrics(ip), "specdec_draft_len") == 4  # where auto starts
-    optimum = speculation.best_draft_len(0.45, 0.15, 1, 8)
+    optimum = payoff.best_draft_len(0.45, 0.15, 1, 8)
     model = openai.OpenAI(base_url=f"http://{ip}:8000/v1", api_key="unused").models.list().data[0].id
     with Traffic(ip, model, streams=4, max_tokens=64) as traffic:
         chosen = wait_for(

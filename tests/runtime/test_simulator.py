@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec import speculation
 from specdec.runtime import launch, triton
 from specdec.runtime.front import Front
-from specdec.trtllm_schedule import draft_len_at
+from specdec.speculation import payoff
+from specdec.speculation.trtllm_schedule import draft_len_at
 from specdec_dev import simulated_clients, simulation_profile
 from specdec_dev.podrunner import write_volume
 from specdec_dev.simulation_profile import Profile, ProfileError
@@ -35,7 +35,7 @@ def run(coro):
 
 def rate(acceptance: float, draft_len: int) -> float:
     """Accepted / drafted tokens the model expects: the accepted tokens of a step, (E(k) - 1), over k."""
-    return (speculation.tokens_per_step(acceptance, draft_len) - 1) / draft_len
+    return (payoff.tokens_per_step(acceptance, draft_len) - 1) / draft_len
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -158,11 +158,9 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
     simulated = RecordingTriton(profile, seed=11)
     draft_len_file = tmp_path / "draft_len"
 
-    def sample(front: Front) -> speculation.Sample:
+    def sample(front: Front) -> payoff.Sample:
         """The front's counters, as the operator's monitor reads them from /metrics."""
-        return speculation.Sample(
-            {key: metric(front, name) for key, name in speculation.COUNTERS.items()}, front.route.draft_len
-        )
+        return payoff.Sample({key: metric(front, name) for key, name in payoff.COUNTERS.items()}, front.route.draft_len)
 
     async def scenario():
         async with serving(simulated.app()) as triton_url, serving(simulated.metrics_app()) as metrics_url:
@@ -172,7 +170,7 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
             front = Front(DRAFT_TARGET, backend, stats_interval=0.02, draft_len_file=draft_len_file)
             async with serving_front(front) as url, aiohttp.ClientSession() as client:
 
-                async def window() -> speculation.Measurement:
+                async def window() -> payoff.Measurement:
                     before = sample(front)
                     for _ in range(20):
                         async with client.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 64}) as r:
@@ -184,8 +182,8 @@ def test_the_front_measures_the_profiles_cost_ratio_from_the_simulated_tritons_c
                         "the front to read Triton's counters",
                     )
                     after = sample(front)
-                    return speculation.measure(
-                        speculation.delta(before, after),
+                    return payoff.measure(
+                        payoff.delta(before, after),
                         after.draft_len,
                         pods=1,
                         max_draft_len=DRAFT_TARGET.draft_target.max_draft_len,

@@ -12,11 +12,11 @@ import dataclasses
 import pytest
 import yaml
 
-from specdec.admission import Observed, served_models
-from specdec.admission_memory import Served, kv_bytes_per_token, weight_bytes_per_gpu
-from specdec.gpu_nodes import GpuNodes, gpu_node
-from specdec.model_catalog import CATALOG_SOURCE, catalog_facts
-from specdec.model_facts import ModelFacts
+from specdec.admission.checks import Observed, served_models
+from specdec.admission.gpu_nodes import GpuNodes, gpu_node
+from specdec.admission.memory import Served, kv_bytes_per_token, weight_bytes_per_gpu
+from specdec.admission.model_catalog import CATALOG_SOURCE, catalog_facts
+from specdec.admission.model_facts import ModelFacts
 from specdec.plan import Plan, Problem, parse_spec, plan
 from specdec.status.deployment import DeploymentInput, deployment_conditions
 from specdec_dev import nodes as dev_nodes

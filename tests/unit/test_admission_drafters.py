@@ -1,6 +1,6 @@
 """Admission counts the drafter with the target on the GPUs they share: a draft model's weights and KV cache,
 a drafter in the target's engine (an EAGLE-3 head, a PARD/DFlash/DSpark draft, ReDrafter's drafter) and the
-KV cache of MTP layers, in the KV-cache budget TensorRT-LLM gives them (specdec.admission_memory).
+KV cache of MTP layers, in the KV-cache budget TensorRT-LLM gives them (specdec.admission.memory).
 
 Model facts come from the catalog (simulated fetch data) or, for a drafter, as a fetch reports them; GPU
 nodes are simulated nodes built as the local cluster has them.
@@ -12,10 +12,10 @@ import copy
 
 import pytest
 
-from specdec.admission import Observed, served_models
-from specdec.admission_memory import kv_bytes_per_token, weight_bytes_per_gpu
-from specdec.model_catalog import catalog_facts
-from specdec.model_facts import HEAD_ESTIMATE, ModelFacts, estimated_head
+from specdec.admission.checks import Observed, served_models
+from specdec.admission.memory import kv_bytes_per_token, weight_bytes_per_gpu
+from specdec.admission.model_catalog import catalog_facts
+from specdec.admission.model_facts import HEAD_ESTIMATE, ModelFacts, estimated_head
 from specdec.plan import Plan, parse_spec
 from tests.unit.helpers import EXAMPLE_REDRAFTER, load_example
 from tests.unit.test_admission import SIMULATED_H100, SIMULATED_H200, admitted, observed, refused, simulated_gpu_node

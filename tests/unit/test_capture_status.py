@@ -1,13 +1,13 @@
 """status.capture and CaptureSpace (specdec.status.capture, pure), the monitor's capture watch
-(specdec.capture_watch) on real HTTP endpoints, and what the status writer takes from it."""
+(specdec.feedback.capture_watch) on real HTTP endpoints, and what the status writer takes from it."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.capture_watch import CaptureFacts, CaptureWatch, claim_capacity, parse_capture
+from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, claim_capacity, parse_capture
+from specdec.feedback.monitor import SpeculationMonitor
 from specdec.kube.cache import Store
-from specdec.monitor import SpeculationMonitor
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
 from specdec.runtime.capture import CaptureTotals
 from specdec.runtime.metrics import RuntimeMetrics

@@ -1,4 +1,4 @@
-"""The fetch's report of a checkpoint (specdec.checkpoint_facts) on a fake checkpoint directory."""
+"""The fetch's report of a checkpoint (specdec.admission.checkpoint_facts) on a fake checkpoint directory."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdec import checkpoint_facts
-from specdec.checkpoint_facts import config_excerpt, report, tokenizer_identity
-from specdec.model_catalog import config_excerpt as catalog_excerpt
-from specdec.model_catalog import hub_ids
-from specdec.model_facts import ModelFacts
+from specdec.admission import checkpoint_facts
+from specdec.admission.checkpoint_facts import config_excerpt, report, tokenizer_identity
+from specdec.admission.model_catalog import config_excerpt as catalog_excerpt
+from specdec.admission.model_catalog import hub_ids
+from specdec.admission.model_facts import ModelFacts
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],

@@ -77,8 +77,8 @@ def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
 def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):
     """pod-complete's template carries, per catalog model, a report that the operator reads back as exactly
     the catalog's facts (and the size its precision gives); the empty table it replaces is gone."""
-    from specdec.model_catalog import catalog_facts, hub_ids
-    from specdec.model_facts import ModelFacts
+    from specdec.admission.model_catalog import catalog_facts, hub_ids
+    from specdec.admission.model_facts import ModelFacts
     from specdec.status.shared import fetched_status
     from specdec_dev.simulated_fetch import EMPTY_TABLE, simulated_report
 

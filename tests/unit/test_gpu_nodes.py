@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes.client.rest import ApiException
 
-from specdec.gpu_nodes import LABEL_MEMORY, GpuNodeInventory, candidates, gpu_node
+from specdec.admission.gpu_nodes import LABEL_MEMORY, GpuNodeInventory, candidates, gpu_node
 from specdec.settings import Settings
 from specdec_dev import nodes as dev_nodes
 

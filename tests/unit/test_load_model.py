@@ -8,8 +8,8 @@ from itertools import pairwise
 
 import pytest
 
-from specdec import load_model as lm
-from specdec import speculation
+from specdec.speculation import load_model as lm
+from specdec.speculation import payoff
 
 T = lm.StepTime(0.02, 0.0008)  # the simulator's default profile
 
@@ -17,7 +17,7 @@ T = lm.StepTime(0.02, 0.0008)  # the simulator's default profile
 def test_without_a_load_slope_the_model_is_the_single_sequence_one():
     flat = lm.StepTime(0.02, 0.0)
     for n in (1, 64, 256):
-        assert lm.speedup(flat, n, 3, 0.7, 0.05) == pytest.approx(speculation.speedup(0.7, 3, 0.05))
+        assert lm.speedup(flat, n, 3, 0.7, 0.05) == pytest.approx(payoff.speedup(0.7, 3, 0.05))
     assert lm.break_even(flat, 0.7, 0.05, 1, 8) is None
 
 

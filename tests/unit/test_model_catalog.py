@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from specdec import model_catalog
-from specdec.model_facts import ModelFacts, same_tokenizer
+from specdec.admission import model_catalog
+from specdec.admission.model_facts import ModelFacts, same_tokenizer
 
 
 def dense_parameters(config: dict) -> int:

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
+from specdec.feedback.monitor import SpeculationMonitor, parse_sample
 from specdec.kube.cache import Store
-from specdec.monitor import SpeculationMonitor, parse_sample
 
 TARGET = "hf://meta-llama/Llama-3.1-70B-Instruct"
 DRAFT = "hf://meta-llama/Llama-3.2-1B-Instruct"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.builders.serving import build_config_map
-from specdec.monitor import parse_sample
+from specdec.feedback.monitor import parse_sample
 from specdec.plan import Settings, plan
+from specdec.speculation import load_model, payoff
 from tests.unit.test_monitor import metrics_text, pod, rig, sd  # noqa: F401 - rig is a fixture
 
 T = load_model.StepTime(0.02, 0.0008)
@@ -30,7 +30,7 @@ class Pod:
     def window(self, n: int, iterations: int = 100, timed: bool = True, counted: bool = True) -> str:
         """`timed`: the front polled Triton's compute times in the window; `counted`: and counted the target's
         iterations (it does not where Triton idled)."""
-        accepted = (speculation.tokens_per_step(ALPHA, K) - 1) * iterations
+        accepted = (payoff.tokens_per_step(ALPHA, K) - 1) * iterations
         for key, value in (
             ("draft", K * iterations),
             ("accepted", accepted),

@@ -63,5 +63,5 @@ def test_the_wheel_carries_every_data_file_of_the_package():
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["specdec"]
     shipped = {p for g in globs for p in package.glob(g) if p.is_file()}
     data = {p for p in package.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")}
-    assert package / "model_catalog.yaml" in data
+    assert package / "admission" / "model_catalog.yaml" in data
     assert data <= shipped, sorted(str(p.relative_to(package)) for p in data - shipped)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime
 
+from specdec.admission.gpu_nodes import GpuNodeInventory
 from specdec.builders.engine import build_engine_build
 from specdec.builders.model_cache import build_model_cache
-from specdec.gpu_nodes import GpuNodeInventory
 from specdec.kube.workqueue import BACKOFF_FIRST
 from specdec.plan import plan
 from specdec.reconcile import WORKERS, Reconciler

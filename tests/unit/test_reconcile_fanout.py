@@ -113,8 +113,8 @@ def test_a_build_waits_for_its_checkpoints_and_a_fetch_wakes_only_the_builds_rea
 def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_reports_facts():
     """No EngineBuild while the facts are awaited (Plan.facts_awaited); a ModelCache's facts wake its users and
     give a new plan, here a refusal: 40 heads do not split over 3 GPUs."""
+    from specdec.admission.model_catalog import catalog_facts
     from specdec.builders.model_cache import build_model_cache
-    from specdec.model_catalog import catalog_facts
     from specdec.plan import Plan, Problem, plan
 
     sd = {
@@ -172,8 +172,8 @@ def test_a_deployment_of_an_uncatalogued_model_is_planned_again_when_its_fetch_r
 def test_a_plan_is_kept_while_the_facts_it_looked_up_are_the_same():
     """Another checkpoint of the namespace fetched (a fleet's hundred models) does not plan a deployment again;
     its own checkpoint's facts do."""
+    from specdec.admission.model_catalog import catalog_facts
     from specdec.builders.model_cache import build_model_cache
-    from specdec.model_catalog import catalog_facts
     from specdec.plan import ModelCachePlan, plan
     from specdec.reconcile import plans as plan_memo
 

@@ -1,4 +1,4 @@
-"""The speculation model (specdec.speculation): formula, inverse, optimum, estimates and the autopilot."""
+"""The speculation model (specdec.speculation.payoff): formula, inverse, optimum, estimates and the autopilot."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from specdec import speculation as s
+from specdec.speculation import payoff as s
 
 
 def test_tokens_per_step_is_the_geometric_sum():

@@ -1,12 +1,12 @@
-"""The guard's decisions (specdec.speculation_guard) and the condition they make (status.speculation)."""
+"""The guard's decisions (specdec.speculation.guard) and the condition they make (status.speculation)."""
 
 from __future__ import annotations
 
 import datetime
 import random
 
-from specdec.rearm import Rearm
-from specdec.speculation_guard import (
+from specdec.feedback.rearm import Rearm
+from specdec.speculation.guard import (
     COLLAPSED,
     DRAFTING,
     NOT_DRAFTING,

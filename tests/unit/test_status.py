@@ -8,9 +8,9 @@ import json
 import pytest
 
 from specdec import conditions
+from specdec.admission.model_catalog import catalog_facts, config_excerpt
+from specdec.admission.model_facts import ModelFacts
 from specdec.conditions import Cond
-from specdec.model_catalog import catalog_facts, config_excerpt
-from specdec.model_facts import ModelFacts
 from specdec.status.deployment import (
     DeploymentInput,
     deployment_conditions,
@@ -826,7 +826,7 @@ def fetched_pod(message: str | None) -> dict:
 
 
 def test_size_and_facts_are_read_from_the_termination_message():
-    """The fetch's report (specdec.checkpoint_facts) becomes status.sizeBytes and status.facts; a report
+    """The fetch's report (specdec.admission.checkpoint_facts) becomes status.sizeBytes and status.facts; a report
     without all the facts need, or none, gives the size alone; pods gone, the status keeps what it had."""
     llama = catalog_facts("meta-llama/Llama-3.1-8B-Instruct")
     report = {

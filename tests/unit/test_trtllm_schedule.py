@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from specdec import load_model, speculation
-from specdec.autopilot import Autopilot
 from specdec.builders.serving import build_config_map, served_plan, told_schedule
-from specdec.load_model import StepTime, Window
-from specdec.load_schedules import CHANGE_SECONDS, LoadSchedules
-from specdec.trtllm_schedule import LAST_BATCH, clamped, draft_len_at, from_load_schedule, predicted_gain
+from specdec.feedback.autopilot import Autopilot
+from specdec.feedback.load_schedules import CHANGE_SECONDS, LoadSchedules
+from specdec.speculation import load_model, payoff
+from specdec.speculation.load_model import StepTime, Window
+from specdec.speculation.trtllm_schedule import LAST_BATCH, clamped, draft_len_at, from_load_schedule, predicted_gain
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import draft_target, spec
 
@@ -59,8 +59,8 @@ def fitted_schedules() -> LoadSchedules:
                 "iteration_seconds": 100 * seconds,
             },
         )
-    tokens = speculation.tokens_per_step(0.7, k)
-    m = speculation.measure({"draft": 400, "accepted": (tokens - 1) * 100, "steps": 100}, k, 1, k, (cost, "Assumed"))
+    tokens = payoff.tokens_per_step(0.7, k)
+    m = payoff.measure({"draft": 400, "accepted": (tokens - 1) * 100, "steps": 100}, k, 1, k, (cost, "Assumed"))
     assert fits.update(key, m, {"draft": 400, "steps": 100}, None, now=0.0)
     return fits
 
@@ -82,8 +82,8 @@ def test_a_published_schedule_changes_at_most_once_a_minute():
                     "iteration_seconds": 100 * seconds,
                 },
             )
-    m = speculation.measure(
-        {"draft": 400, "accepted": (speculation.tokens_per_step(0.7, k) - 1) * 100, "steps": 100},
+    m = payoff.measure(
+        {"draft": 400, "accepted": (payoff.tokens_per_step(0.7, k) - 1) * 100, "steps": 100},
         k,
         1,
         k,
@@ -101,8 +101,8 @@ def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured
     told = {}
     pilot = Autopilot(
         lambda obj, reason, message, warning=False: events.append((reason, message)),
-        speculation.AutoPolicy(),
-        speculation.ROLLOUT_POLICY,
+        payoff.AutoPolicy(),
+        payoff.ROLLOUT_POLICY,
         rollout_seconds=600,
         told_schedule=lambda ns, name: told.get((ns, name)),
     )
@@ -123,8 +123,8 @@ def test_the_autopilot_rolls_a_schedule_out_only_for_a_gain_at_the_load_measured
     # after an operator restart, what the pods were told (the ConfigMap) is the current one
     restarted = Autopilot(
         lambda *a, **k: events.append(a),
-        speculation.AutoPolicy(),
-        speculation.ROLLOUT_POLICY,
+        payoff.AutoPolicy(),
+        payoff.ROLLOUT_POLICY,
         rollout_seconds=600,
         told_schedule=lambda ns, name: told.get((ns, name)),
     )

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdec.admission.gpu_nodes import node_selector
 from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
 from specdec.builders.build_steps import build_steps
-from specdec.gpu_nodes import node_selector
 from specdec.plan import EnginePlan, model_claims, recipe_models, slug
 from specdec.settings import GPU_RESOURCE, Settings
 

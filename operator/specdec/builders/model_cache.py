@@ -7,11 +7,11 @@ import inspect
 import shlex
 from typing import Any
 
-from specdec import checkpoint_facts
+from specdec.admission import checkpoint_facts
+from specdec.admission.gpu_nodes import node_selector
 from specdec.api import models
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
-from specdec.gpu_nodes import node_selector
 from specdec.plan import ModelCachePlan, slug
 from specdec.settings import GPU_RESOURCE, Settings
 
@@ -32,7 +32,7 @@ def build_model_cache(namespace: str, cache: ModelCachePlan) -> dict[str, Any]:
 def fetch_script(name: str, spec: models.ModelCacheSpec) -> str:
     """Download into a directory of this ModelCache's own, then publish it by a rename under a lock:
     a reader never sees half a checkpoint, and of two fetches of one checkpoint (ModelCaches with
-    different placement) the first finished wins. Then specdec.checkpoint_facts (its source, run by the
+    different placement) the first finished wins. Then specdec.admission.checkpoint_facts (its source, run by the
     image's python3) reports the size and the model's facts in the termination message."""
     target = f"{CACHE_MOUNT}/{spec.path}"
     partial = f"{CACHE_MOUNT}/.work/fetch-{name}"

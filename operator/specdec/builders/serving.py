@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from specdec import trtllm_schedule
+from specdec.admission.gpu_nodes import node_selector
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
     DRAFT_LEN_KEY,
@@ -15,9 +15,9 @@ from specdec.api.runtime_config import (
     RUNTIME_CONFIG_KEY,
 )
 from specdec.builders import common
-from specdec.gpu_nodes import node_selector
 from specdec.plan import Plan, content_hash
 from specdec.settings import GPU_RESOURCE, Settings
+from specdec.speculation import trtllm_schedule
 
 # Bump when the pod template's shape changes in a way that must restart pods; anything else that
 # changes (e.g. a new operator version with the same template) leaves running pods alone.
@@ -97,8 +97,8 @@ def build_config_map(
     plan: Plan, owner_uid: str, chosen_draft_len: int | None = None, load_keys: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The draft length (live_draft_len) and the load model's keys
-    (specdec.load_schedules.LoadSchedules.config_map_keys: the break-even and the draft lengths by load) are outside
-    the rollout hash: changing them restarts nothing."""
+    (specdec.feedback.load_schedules.LoadSchedules.config_map_keys: the break-even and the draft lengths by load)
+    are outside the rollout hash: changing them restarts nothing."""
     data = {RUNTIME_CONFIG_KEY: runtime_config_json(plan)}
     draft_len = live_draft_len(plan, chosen_draft_len)
     if draft_len is not None:

@@ -72,7 +72,7 @@ KINDS = {
     "PersistentVolumeClaim": Kind("v1", "persistentvolumeclaims"),
     "Pod": Kind("v1", "pods"),
     "Event": Kind("v1", "events"),
-    "Node": Kind("v1", "nodes"),  # cluster-scoped; listed for their GPU labels (specdec.gpu_nodes)
+    "Node": Kind("v1", "nodes"),  # cluster-scoped; listed for their GPU labels (specdec.admission.gpu_nodes)
     "Deployment": Kind("apps/v1", "deployments"),
     "Job": Kind("batch/v1", "jobs"),
     "EngineBuild": Kind("specdec.io/v1alpha1", "enginebuilds"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specdec.speculation import COUNTERS
+from specdec.speculation.payoff import COUNTERS
 
 OPERATOR_JOB = 'job=~".*specdec-operator.*"'  # the ServiceMonitor's job is the metrics Service's name
 BY_DEPLOYMENT = "namespace, deployment"
@@ -51,7 +51,7 @@ def _rate(metric: str, window: str, by: str = BY_DEPLOYMENT, selector: str = "")
 
 
 def speedup(window: str) -> str:
-    """The estimated speedup over the target alone, as specdec.speculation.measure computes it with measured
+    """The estimated speedup over the target alone, as specdec.speculation.payoff.measure computes it with measured
     compute time: tokens per step E = (accepted + steps) / steps over 1 + k*c, where k*c = draft seconds /
     target seconds. Only where the route measures both times (target seconds > 0)."""
     accepted, steps = _rate(COUNTERS["accepted"], window), _rate(COUNTERS["steps"], window)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.speculation import COUNTERS
+from specdec.speculation.payoff import COUNTERS
 
 UID = "specdec-overview"
 TITLE = "specdec: speculative decoding"

@@ -43,7 +43,8 @@ def progress_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
 
 class DeploymentStatusWriter:
     """`published(namespace, name, generation)`: what the speculation monitor measured for that generation
-    (.status, .condition), or None; `captured(...)` the same for a saveState capture (specdec.capture_watch)."""
+    (.status, .condition), or None; `captured(...)` the same for a saveState capture
+    (specdec.feedback.capture_watch)."""
 
     def __init__(
         self,

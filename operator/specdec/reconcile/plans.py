@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from specdec.admission import Observed
-from specdec.gpu_nodes import GpuNodeInventory, GpuNodes
-from specdec.model_facts import ModelFacts
+from specdec.admission.checks import Observed
+from specdec.admission.gpu_nodes import GpuNodeInventory, GpuNodes
+from specdec.admission.model_facts import ModelFacts
 from specdec.plan import Plan, Problem, plan
 from specdec.reconcile.ownership import ours
 from specdec.settings import Settings

@@ -10,12 +10,12 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from specdec import metrics
+from specdec.admission.gpu_nodes import GpuNodeInventory
 from specdec.builders.serving import runtime_config_map_name, told_schedule
-from specdec.gpu_nodes import GpuNodeInventory
+from specdec.feedback.monitor import SpeculationMonitor
 from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
 from specdec.kube.workqueue import DelayQueue, WorkQueue
-from specdec.monitor import SpeculationMonitor
 from specdec.plan import Plan
 from specdec.reconcile.collect import GarbageCollector
 from specdec.reconcile.deployment import DeploymentController

@@ -30,7 +30,7 @@ ANNOTATION_REARMED_AT = "specdec.io/rearmed-at"  # on the runtime pod template: 
 
 
 def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
-    """The runtime Deployment with the last restart speculation.rearm asked for (specdec.rearm) on its pod
+    """The runtime Deployment with the last restart speculation.rearm asked for (specdec.feedback.rearm) on its pod
     template: a new value rolls the pods once."""
     restarted = ((sd.get("status") or {}).get("rearm") or {}).get("lastRestartAt")
     if restarted:

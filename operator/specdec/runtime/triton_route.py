@@ -30,7 +30,6 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from specdec import load_model
 from specdec.api.runtime_config import BREAK_EVEN_KEY, DRAFT_LEN_KEY, SCHEDULE_KEY, RuntimeConfig
 from specdec.runtime import triton
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
@@ -41,6 +40,7 @@ from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import invalid
 from specdec.runtime.route import JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response, write
+from specdec.speculation import load_model
 
 log = logging.getLogger("specdec.runtime")
 

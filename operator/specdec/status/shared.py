@@ -6,8 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+from specdec.admission.model_facts import ModelFacts
 from specdec.builders.build_steps import STEP_PHASES, STEP_REASONS
-from specdec.model_facts import ModelFacts
 from specdec.status.pods import (
     STUCK_REASONS,
     by_age,
@@ -182,7 +182,7 @@ def evaluate_build(
 
 
 def _fetch_report(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The report (specdec.checkpoint_facts) in the termination message of the fetch that succeeded."""
+    """The report (specdec.admission.checkpoint_facts) in the termination message of the fetch that succeeded."""
     for pod in reversed(by_age(pods)):
         for cs in container_statuses(pod):
             terminated = (cs.get("state") or {}).get("terminated") or {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.conditions import Cond
-from specdec.speculation import Measurement
-from specdec.speculation_guard import COLLAPSED, DRAFTING, NOT_DRAFTING, GuardState, Window
+from specdec.speculation.guard import COLLAPSED, DRAFTING, NOT_DRAFTING, GuardState, Window
+from specdec.speculation.payoff import Measurement
 
 SPECULATION_EFFECTIVE = "SpeculationEffective"
 NO_TRAFFIC = Cond(
@@ -91,7 +91,7 @@ def _counted(w: Window) -> str:
 
 
 def active_condition(state: GuardState) -> Cond:
-    """SpeculationActive from the guard's verdict (specdec.speculation_guard), with the window behind it."""
+    """SpeculationActive from the guard's verdict (specdec.speculation.guard), with the window behind it."""
     w = state.last
     if state.verdict is None or w is None:
         return ACTIVE_NO_TRAFFIC

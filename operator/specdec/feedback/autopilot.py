@@ -1,10 +1,10 @@
-"""draftLen: auto's decisions, per deployment, from the speculation monitor's windows (specdec.monitor).
+"""draftLen: auto's decisions, per deployment, from the speculation monitor's windows (specdec.feedback.monitor).
 
-- The draft length (specdec.speculation.decide): on the Triton route a live change (the ConfigMap's
+- The draft length (specdec.speculation.payoff.decide): on the Triton route a live change (the ConfigMap's
   draft_len, re-read by the front); on trtllm-serve, which reads it at start, a rollout, so damped harder
   (`rollout_policy`).
-- On trtllm-serve, the draft lengths by load: the load model's schedule (specdec.load_schedules) as
-  TensorRT-LLM's draft_len_schedule (specdec.trtllm_schedule), rolled out only for a predicted gain of
+- On trtllm-serve, the draft lengths by load: the load model's schedule (specdec.feedback.load_schedules) as
+  TensorRT-LLM's draft_len_schedule (specdec.speculation.trtllm_schedule), rolled out only for a predicted gain of
   ROLLOUT_GAIN at the load measured (the Triton route's front applies the schedule per request, live).
 
 Every rollout of a deployment, of either kind, waits `rollout_seconds` after the one before. Each decision is
@@ -19,15 +19,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from specdec import speculation, trtllm_schedule
-from specdec.forget import forget_absent
-from specdec.load_model import Window
-from specdec.load_schedules import LoadSchedules
+from specdec.feedback.forget import forget_absent
+from specdec.feedback.load_schedules import LoadSchedules
+from specdec.speculation import payoff, trtllm_schedule
+from specdec.speculation.load_model import Window
 
 Key = tuple[str, str]
 ROLLOUT_GAIN = 0.05  # a rollout for less is not worth the restart
 # draftLen: auto exists on draftTarget, a one-engine mode on the pinned release (DraftTargetDecodingConfig's
-# _draft_target_one_model defaults to True): no tier of 0 (specdec.trtllm_schedule).
+# _draft_target_one_model defaults to True): no tier of 0 (specdec.speculation.trtllm_schedule).
 SCHEDULE_FLOOR = 1
 ROLLING = "; trtllm-serve reads it at start: rolling the pods (a new pod ready before an old one goes)"
 
@@ -36,8 +36,8 @@ class Autopilot:
     def __init__(
         self,
         post_event: Callable[..., None],
-        policy: speculation.AutoPolicy,
-        rollout_policy: speculation.AutoPolicy,
+        policy: payoff.AutoPolicy,
+        rollout_policy: payoff.AutoPolicy,
         rollout_seconds: float,
         told_schedule: Callable[[str, str], trtllm_schedule.Schedule | None] = lambda ns, name: None,
     ):
@@ -46,7 +46,7 @@ class Autopilot:
         self.rollout_policy = rollout_policy  # where a change is a rollout (trtllm-serve)
         self.rollout_seconds = rollout_seconds
         self.told_schedule = told_schedule  # what the pods were last told (the ConfigMap), after a restart
-        self._states: dict[Key, speculation.AutoState] = {}
+        self._states: dict[Key, payoff.AutoState] = {}
         self._draft_lens: dict[Key, int] = {}
         self._schedules: dict[Key, trtllm_schedule.Schedule | None] = {}
         self._rolled_at: dict[Key, float] = {}  # monotonic: the last rollout decided
@@ -64,7 +64,7 @@ class Autopilot:
         return now - self._rolled_at.get(key, -float("inf")) >= self.rollout_seconds
 
     def draft_len(
-        self, sd: dict[str, Any], key: Key, m: speculation.Measurement, lo: int, hi: int, restarts: bool, now: float
+        self, sd: dict[str, Any], key: Key, m: payoff.Measurement, lo: int, hi: int, restarts: bool, now: float
     ) -> bool:
         """Decide on the draft length from a settled window; True when it changed."""
         with self._lock:
@@ -74,7 +74,7 @@ class Autopilot:
         policy = self.rollout_policy if restarts else self.policy
         if restarts and not self._may_roll(key, now):  # keep smoothing and confirming; choose nothing yet
             policy = dataclasses.replace(policy, cooldown=sys.maxsize)
-        state, choice = speculation.decide(self._states.get(key, speculation.AutoState()), m, lo, hi, policy)
+        state, choice = payoff.decide(self._states.get(key, payoff.AutoState()), m, lo, hi, policy)
         self._states[key] = state
         if choice is None:
             return False
@@ -83,8 +83,8 @@ class Autopilot:
         if restarts:
             self._rolled_at[key] = now
         assert state.alpha is not None  # a choice is made from a measured acceptance
-        before = speculation.speedup(state.alpha, m.draft_len, m.cost_ratio)
-        after = speculation.speedup(state.alpha, choice, m.cost_ratio)
+        before = payoff.speedup(state.alpha, m.draft_len, m.cost_ratio)
+        after = payoff.speedup(state.alpha, choice, m.cost_ratio)
         self.post_event(
             sd,
             "DraftLenChanged",

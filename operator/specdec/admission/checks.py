@@ -4,9 +4,9 @@ Four pure checks, in plan() after the spec's own: draft and target share their t
 another vocabulary proposes token ids that mean other text: ~0 % acceptance), the target has the layers a
 mode reads (dflash, dspark, eagle3, saveState), the tensor-parallel size
 splits the attention heads evenly, and weights plus a minimal KV cache of the target, its draft and the
-drafter in its engine (Drafting.in_engine) fit the GPUs the runtime pod gets (specdec.admission_memory).
-They read `ModelFacts` (specdec.model_facts): those the fetch read from a checkpoint's own files (its
-ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.gpu_nodes). What they lack
+drafter in its engine (Drafting.in_engine) fit the GPUs the runtime pod gets (specdec.admission.memory).
+They read `ModelFacts` (specdec.admission.model_facts): those the fetch read from a checkpoint's own files (its
+ModelCache's status) first, the catalog's second; and the GPU nodes (specdec.admission.gpu_nodes). What they lack
 is not refused: `admit` returns notes saying which check was skipped and why, for SpecValid's message.
 An hf:// model the catalog does not know has no facts until its fetch: `facts_awaited` names it, and the
 operator starts no GPU work for the deployment before then (specdec.reconcile).
@@ -19,11 +19,12 @@ from collections.abc import Mapping
 
 from pydantic.alias_generators import to_camel
 
-from specdec import model_catalog, modes
-from specdec.admission_memory import Served, check_gpu_memory
+from specdec import modes
+from specdec.admission import model_catalog
+from specdec.admission.gpu_nodes import GpuNodes
+from specdec.admission.memory import Served, check_gpu_memory
+from specdec.admission.model_facts import CATALOG_SOURCE, HEAD_ESTIMATE, ModelFacts, estimated_head, same_tokenizer
 from specdec.api.models import SpeculativeDeploymentSpec
-from specdec.gpu_nodes import GpuNodes
-from specdec.model_facts import CATALOG_SOURCE, HEAD_ESTIMATE, ModelFacts, estimated_head, same_tokenizer
 from specdec.modes import dspark
 from specdec.modes.mode import EngineDrafter
 from specdec.problem import Problem

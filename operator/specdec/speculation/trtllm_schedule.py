@@ -1,8 +1,8 @@
 """The load model's draft lengths by load as trtllm-serve's `draft_len_schedule`, and whether rolling one out
 pays. Pure: no I/O.
 
-specdec.load_model gives the best length from each number of sequences in flight on: [(1, 4), (4, 3), (8, 2),
-(19, 1), (61, 0)]. TensorRT-LLM's draft_len_schedule (DecodingBaseConfig; tensorrt_llm/_torch/speculative/
+specdec.speculation.load_model gives the best length from each number of sequences in flight on: [(1, 4), (4, 3),
+(8, 2), (19, 1), (61, 0)]. TensorRT-LLM's draft_len_schedule (DecodingBaseConfig; tensorrt_llm/_torch/speculative/
 utils.py get_draft_len_for_batch_size) keys each tier by the largest batch size it covers, {3: 4, 7: 3, 18: 2,
 60: 1}, draws nothing above the largest key, and needs the smallest key's length to be max_draft_len. A tier
 of 0 on a one-engine mode leaves the drafter's pools stale on the pinned release (TensorRT-LLM PR 16888):
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from specdec import load_model
+from specdec.speculation import load_model
 
 LAST_BATCH = 65536  # the largest key of a schedule that never drafts 0: above any batch a server runs
 Schedule = dict[int, int]  # largest batch size of the tier -> draft length

@@ -3,20 +3,20 @@
 Every `interval` seconds (leader only) each ready runtime pod's `/metrics` is fetched (`GET
 http://<podIP>:<port>/metrics`, a few at a time on a small pool: no reconcile waits for it), the
 counters' increase since the previous scrape is summed per SpeculativeDeployment, and
-`specdec.speculation` turns the window into a Measurement. The reconciler writes status from what this
+`specdec.speculation.payoff` turns the window into a Measurement. The reconciler writes status from what this
 monitor *published*; a measurement is published (and the deployment enqueued) only when it moved
 enough to matter, or every `refresh_seconds`, so a steady fleet is not a stream of status writes,
 and an idle one (no traffic) writes nothing. With `draftLen: auto`, the damped decision of
-`specdec.speculation.decide` picks the draft length; the reconciler writes it into the runtime
+`specdec.speculation.payoff.decide` picks the draft length; the reconciler writes it into the runtime
 ConfigMap, which the pods re-read without a restart. The same windows feed the guard
-(`specdec.speculation_guard`): the condition SpeculationActive says whether the pods still draft under
+(`specdec.speculation.guard`): the condition SpeculationActive says whether the pods still draft under
 traffic, at an acceptance like their own recent one (a flip to False is a Warning Event, the way back a
-Normal one), and `specdec.rearm` restarts pods that stopped drafting when the spec asks for it. On the
+Normal one), and `specdec.feedback.rearm` restarts pods that stopped drafting when the spec asks for it. On the
 Triton route the windows of the target model's iterations also fit the step time under load
-(specdec.load_model): the break-even and the best draft length by load go into the same ConfigMap (the
+(specdec.speculation.load_model): the break-even and the best draft length by load go into the same ConfigMap (the
 front drafts less as the requests in flight grow, and stops at the break-even), and the break-even into
 status.speculation. A saveState deployment's pods are scraped on the same passes for what they captured
-(specdec.capture_watch: status.capture).
+(specdec.feedback.capture_watch: status.capture).
 """
 
 from __future__ import annotations
@@ -31,16 +31,17 @@ from typing import Any
 
 import urllib3
 
-from specdec import conditions, load_model, modes, speculation, speculation_guard
-from specdec.autopilot import Autopilot
+from specdec import conditions, modes
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
-from specdec.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
-from specdec.forget import forget_absent
+from specdec.feedback.autopilot import Autopilot
+from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
+from specdec.feedback.forget import forget_absent
+from specdec.feedback.load_schedules import LoadSchedules
+from specdec.feedback.metric_text import metric_values
+from specdec.feedback.rearm import Rearm
 from specdec.kube.cache import Store
-from specdec.load_schedules import LoadSchedules
-from specdec.metric_text import metric_values
 from specdec.plan import Problem, parse_spec
-from specdec.rearm import Rearm
+from specdec.speculation import guard, load_model, payoff
 from specdec.status.pods import condition_true
 from specdec.status.speculation import (
     NO_TRAFFIC,
@@ -60,8 +61,8 @@ MAX_DRAFT_LEN = 64  # the API's bound on any draft length
 MAX_BODY_BYTES = 1 << 20  # a runtime pod's metrics are a few KiB; a pod is not trusted with our memory
 # Publish a new measurement when one of these moved at least this much (or the condition changed).
 MOVES = {"acceptanceRate": 0.02, "estimatedSpeedup": 0.05, "acceptedTokensPerStep": 0.1}
-_COUNTERS = {**speculation.COUNTERS, **load_model.COUNTERS}
-_WANTED = tuple(_COUNTERS.values()) + (speculation.DRAFT_LEN_GAUGE,)
+_COUNTERS = {**payoff.COUNTERS, **load_model.COUNTERS}
+_WANTED = tuple(_COUNTERS.values()) + (payoff.DRAFT_LEN_GAUGE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Facts:
     auto: bool
     restarts: bool  # a new draft length takes new pods (trtllm-serve reads it at start)
     port: int
-    rearm_cooldown: float | None  # speculation.rearm: None when off
+    rearm_cooldown: float | None  # payoff.rearm: None when off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Published:
     condition: conditions.Cond
     at: float  # monotonic: when `status` was measured
     active: conditions.Cond  # SpeculationActive
-    rearm: dict[str, Any] | None  # status.rearm: the restarts speculation.rearm asked for
+    rearm: dict[str, Any] | None  # status.rearm: the restarts payoff.rearm asked for
 
 
 def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
@@ -115,16 +116,16 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
     )
 
 
-def parse_sample(text: str) -> speculation.Sample | None:
+def parse_sample(text: str) -> payoff.Sample | None:
     """A pod's speculation counters; None: not a runtime front's metrics (its counters are there from the
     start, at 0)."""
     values = metric_values(text, _WANTED)
     counters = {key: values[name] for key, name in _COUNTERS.items() if name in values}
     if "draft" not in counters:
         return None
-    draft_len = values.get(speculation.DRAFT_LEN_GAUGE)
+    draft_len = values.get(payoff.DRAFT_LEN_GAUGE)
     plausible = draft_len is not None and 1 <= draft_len <= MAX_DRAFT_LEN  # a pod's word bounds our loops
-    return speculation.Sample(counters, int(draft_len) if draft_len is not None and plausible else None)
+    return payoff.Sample(counters, int(draft_len) if draft_len is not None and plausible else None)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -154,10 +155,10 @@ class SpeculationMonitor:
         interval: float,
         refresh_seconds: float = 300.0,
         active: Callable[[], bool] = lambda: True,
-        policy: speculation.AutoPolicy = speculation.AutoPolicy(),
+        policy: payoff.AutoPolicy = payoff.AutoPolicy(),
         rollout_seconds: float = 900.0,
         told_schedule: Callable[[str, str], dict[int, int] | None] = lambda namespace, name: None,
-        guard_policy: speculation_guard.GuardPolicy = speculation_guard.GuardPolicy(),
+        guard_policy: guard.GuardPolicy = guard.GuardPolicy(),
         wall_clock: Callable[[], float] = time.time,
         read_claim: Callable[[str, str], dict[str, Any] | None] = lambda namespace, name: None,
     ):
@@ -167,7 +168,7 @@ class SpeculationMonitor:
         self.interval = interval
         self.refresh_seconds = refresh_seconds
         self.active = active
-        self.autopilot = Autopilot(post_event, policy, speculation.ROLLOUT_POLICY, rollout_seconds, told_schedule)
+        self.autopilot = Autopilot(post_event, policy, payoff.ROLLOUT_POLICY, rollout_seconds, told_schedule)
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
@@ -175,10 +176,10 @@ class SpeculationMonitor:
             num_pools=64, maxsize=1, retries=False, timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS)
         )
         self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
-        self._samples: dict[str, tuple[speculation.Sample, float]] = {}  # pod uid -> last sample, when
+        self._samples: dict[str, tuple[payoff.Sample, float]] = {}  # pod uid -> last sample, when
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
-        self._activity: dict[tuple[str, str], tuple[int | None, speculation_guard.GuardState]] = {}  # by generation
+        self._activity: dict[tuple[str, str], tuple[int | None, guard.GuardState]] = {}  # by generation
         self.load = LoadSchedules()  # the load model's fits: the break-even and draft lengths by load
         self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
         self._pass = 0
@@ -311,7 +312,7 @@ class SpeculationMonitor:
         sd: dict[str, Any],
         facts: Facts,
         pods: list[dict[str, Any]],
-        scraped: dict[str, speculation.Sample | None],
+        scraped: dict[str, payoff.Sample | None],
         now: float,
     ) -> None:
         key = (sd["metadata"]["namespace"], sd["metadata"]["name"])
@@ -326,7 +327,7 @@ class SpeculationMonitor:
             self._samples[uid] = (sample, now)
             if previous is None:
                 continue
-            for name, value in speculation.delta(previous[0], sample).items():
+            for name, value in payoff.delta(previous[0], sample).items():
                 window[name] = window.get(name, 0.0) + value
             seconds.append(now - previous[1])
             counted += 1
@@ -337,10 +338,10 @@ class SpeculationMonitor:
             return  # no window yet, or pods mid-way through a draft length change: measure the next one
         draft_len = lengths.pop() if lengths else facts.draft_len
         # A new generation of the spec (another draft, another runtime) starts a new baseline.
-        generation, state = self._activity.get(key, (facts.generation, speculation_guard.GuardState()))
+        generation, state = self._activity.get(key, (facts.generation, guard.GuardState()))
         if generation != facts.generation:
-            state = speculation_guard.GuardState()
-        state = speculation_guard.observe(state, speculation_guard.window_of(window, draft_len), self.guard_policy)
+            state = guard.GuardState()
+        state = guard.observe(state, guard.window_of(window, draft_len), self.guard_policy)
         self._activity[key] = (facts.generation, state)
         rearmed = self.rearm.observe(sd, key, facts.rearm_cooldown, state.verdict, now)
         m, changed = self._measure(sd, key, facts, window, draft_len, counted, switched, now)
@@ -357,9 +358,9 @@ class SpeculationMonitor:
         pods: int,
         switched: bool,
         now: float,
-    ) -> tuple[speculation.Measurement | None, bool]:
+    ) -> tuple[payoff.Measurement | None, bool]:
         """The window's Measurement (None: nothing drafted, or no draft length known), and whether the load
-        model or the autopilot (specdec.autopilot) changed something from it."""
+        model or the autopilot (specdec.feedback.autopilot) changed something from it."""
         if draft_len is None:
             return None, False
         # After a change of the draft length the counters of a window or two mix both lengths (requests in
@@ -371,11 +372,9 @@ class SpeculationMonitor:
         lo, hi = facts.draft_len_range
         # A route reports its times on its own schedule (the front polls Triton's metrics): a window
         # without them keeps the cost last measured, which changes slowly, rather than falling back.
-        fallback = self._measured_cost.get(key) or speculation.estimated_cost_ratio(
-            facts.drafter, facts.target, facts.draft
-        )
+        fallback = self._measured_cost.get(key) or payoff.estimated_cost_ratio(facts.drafter, facts.target, facts.draft)
         load = self.load.observe(key, window)
-        m = speculation.measure(window, draft_len, pods, hi, fallback)
+        m = payoff.measure(window, draft_len, pods, hi, fallback)
         if m is None:
             return None, False
         if m.cost_source == "Measured" and not settling:
@@ -392,7 +391,7 @@ class SpeculationMonitor:
         sd: dict[str, Any],
         key: tuple[str, str],
         facts: Facts,
-        m: speculation.Measurement | None,
+        m: payoff.Measurement | None,
         changed: bool,
         active: conditions.Cond,
         window_seconds: float,

@@ -1,7 +1,7 @@
 """Is speculation still happening, and accepting what it used to? Pure: no I/O.
 
 The condition SpeculationActive reads one window of the runtime pods' counters at a time
-(specdec.speculation.COUNTERS, summed over the deployment's pods) and says one of:
+(specdec.speculation.payoff.COUNTERS, summed over the deployment's pods) and says one of:
 
 - Drafting: draft tokens are proposed under traffic, at an acceptance like the deployment's own.
 - NotDrafting: the pods generated at least `min_tokens` tokens but proposed fewer than `min_draft_share`
@@ -62,7 +62,7 @@ class Window:
 
 
 def window_of(counters: dict[str, float], draft_len: int | None) -> Window:
-    """A Window from the summed counter increases (specdec.speculation.COUNTERS keys)."""
+    """A Window from the summed counter increases (specdec.speculation.payoff.COUNTERS keys)."""
     return Window(
         tokens=counters.get("completion_tokens", 0.0),
         requests=counters.get("requests", 0.0),

@@ -25,7 +25,7 @@ COUNTERS = {
     "steps": "specdec_speculative_steps_total",
     "draft_seconds": "specdec_draft_seconds_total",
     "target_seconds": "specdec_target_seconds_total",
-    # traffic, whether or not it speculates (specdec.speculation_guard)
+    # traffic, whether or not it speculates (specdec.speculation.guard)
     "requests": "specdec_requests_total",
     "completion_tokens": "specdec_completion_tokens_total",
 }
@@ -190,7 +190,7 @@ SMOOTHING = 0.5  # weight of the newest window in the smoothed acceptance
 
 
 # The damping where a change restarts the pods (trtllm-serve takes its draft length at start): a larger
-# predicted gain and a third confirmation (specdec.autopilot adds the least time between rollouts).
+# predicted gain and a third confirmation (specdec.feedback.autopilot adds the least time between rollouts).
 ROLLOUT_POLICY = AutoPolicy(min_gain=0.05, confirmations=3)
 
 

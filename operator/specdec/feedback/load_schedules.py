@@ -1,7 +1,7 @@
-"""Per deployment, what the load model (specdec.load_model) was fitted on and what it concluded: the windows of
-the target model's iterations, and the draft lengths by load with the break-even. Kept for the speculation
-monitor (specdec.monitor), which feeds it each window, and read by the reconciler for the runtime ConfigMap
-and status; thread-safe, since the two run on different threads."""
+"""Per deployment, what the load model (specdec.speculation.load_model) was fitted on and what it concluded: the
+windows of the target model's iterations, and the draft lengths by load with the break-even. Kept for the
+speculation monitor (specdec.feedback.monitor), which feeds it each window, and read by the reconciler for the
+runtime ConfigMap and status; thread-safe, since the two run on different threads."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import math
 import threading
 from collections import deque
 
-from specdec import load_model, speculation
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
-from specdec.forget import forget_absent
+from specdec.feedback.forget import forget_absent
+from specdec.speculation import load_model, payoff
 
 Key = tuple[str, str]  # (namespace, name)
 # A published schedule is replaced no sooner than this after the last change: each change is a write of the
@@ -70,7 +70,7 @@ class LoadSchedules:
         return found
 
     def update(
-        self, key: Key, m: speculation.Measurement, window: dict[str, float], load: load_model.Window | None, now: float
+        self, key: Key, m: payoff.Measurement, window: dict[str, float], load: load_model.Window | None, now: float
     ) -> bool:
         """Refit and recompute, given the window's counters and its iterations (`observe`'s); True when the
         schedule moved enough to tell the pods, CHANGE_SECONDS or more after it last did."""

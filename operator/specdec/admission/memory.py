@@ -16,8 +16,8 @@ import dataclasses
 import itertools
 import math
 
-from specdec.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
-from specdec.model_facts import BYTES_PER_PARAMETER, HEAD_ESTIMATE, ModelFacts
+from specdec.admission.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
+from specdec.admission.model_facts import BYTES_PER_PARAMETER, HEAD_ESTIMATE, ModelFacts
 from specdec.problem import Problem
 from specdec.schema.base import ModelSource
 

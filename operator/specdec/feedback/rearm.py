@@ -14,8 +14,9 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from specdec import conditions, speculation_guard
-from specdec.forget import forget_absent
+from specdec import conditions
+from specdec.feedback.forget import forget_absent
+from specdec.speculation import guard
 
 Key = tuple[str, str]
 
@@ -33,14 +34,14 @@ class Rearm:
 
     def observe(self, sd: dict[str, Any], key: Key, cooldown: float | None, verdict: str | None, now: float) -> bool:
         """Whether a rolling restart is asked for now; `cooldown` None: speculation.rearm is off."""
-        if verdict != speculation_guard.NOT_DRAFTING:
+        if verdict != guard.NOT_DRAFTING:
             self._since.pop(key, None)
             return False
         since = self._since.setdefault(key, now)
         if cooldown is None:
             return False
         last = self._last.get(key) or self._in_status(sd, now)
-        if not speculation_guard.rearm_due(since, last[0] if last else None, now, cooldown):
+        if not guard.rearm_due(since, last[0] if last else None, now, cooldown):
             return False
         record = {"restarts": (last[1].get("restarts") or 0) + 1 if last else 1, "lastRestartAt": conditions.now()}
         self._last[key] = (now, record)

@@ -1,9 +1,9 @@
 """What admission knows about a model: the facts of its config.json and of its tokenizer.
 
-`ModelFacts` is the interface between whoever reads a model's files and the checks (specdec.admission).
-The fetch Job reads them from the fetched files (specdec.checkpoint_facts, its termination message), the
+`ModelFacts` is the interface between whoever reads a model's files and the checks (specdec.admission.checks).
+The fetch Job reads them from the fetched files (specdec.admission.checkpoint_facts, its termination message), the
 operator keeps them in the ModelCache's status (`to_status`, `from_status`); the catalog
-(specdec.model_catalog) supplies the facts of the Hub ids it lists before any fetch.
+(specdec.admission.model_catalog) supplies the facts of the Hub ids it lists before any fetch.
 """
 
 from __future__ import annotations

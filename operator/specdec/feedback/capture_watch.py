@@ -1,4 +1,4 @@
-"""The saveState side of the monitor (specdec.monitor scrapes, this reads): what the runtime pods count in the
+"""The saveState side of the monitor (specdec.feedback.monitor scrapes, this reads): what the runtime pods count in the
 capture directory (their specdec_capture_* gauges, specdec.runtime.capture) and the capacity of the claim it is
 on, published as status.capture and the condition CaptureSpace (specdec.status.capture) when either changes, so an
 idle capture writes nothing; a Warning Event when the capture nears the claim's capacity. Nothing is deleted."""
@@ -15,8 +15,8 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from specdec import conditions, modes
-from specdec.forget import forget_absent
-from specdec.metric_text import metric_values
+from specdec.feedback.forget import forget_absent
+from specdec.feedback.metric_text import metric_values
 from specdec.modes import save_state
 from specdec.plan import cache_claim_name
 from specdec.schema.k8s import QUANTITY, parse_quantity

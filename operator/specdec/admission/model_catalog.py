@@ -12,7 +12,7 @@ from importlib import resources
 
 import yaml
 
-from specdec.model_facts import CATALOG_SOURCE, ModelFacts
+from specdec.admission.model_facts import CATALOG_SOURCE, ModelFacts
 
 CATALOG_FILE = "model_catalog.yaml"
 
@@ -20,7 +20,7 @@ CATALOG_FILE = "model_catalog.yaml"
 @functools.cache
 def _entries() -> dict[str, tuple[dict, int, str]]:
     """Hub id -> (config.json excerpt, parameters per the model card, tokenizer family)."""
-    data = yaml.safe_load(resources.files("specdec").joinpath(CATALOG_FILE).read_text())
+    data = yaml.safe_load(resources.files("specdec.admission").joinpath(CATALOG_FILE).read_text())
     return {hub_id: (m["config"], m["parameters"], m["tokenizer"]) for hub_id, m in data["models"].items()}
 
 

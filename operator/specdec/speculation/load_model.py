@@ -1,6 +1,6 @@
 """When speculation stops paying under load: the step-time model, its fit and the break-even. Pure: no I/O.
 
-`specdec.speculation` prices a draft length at one sequence: E(k) / (1 + k*c). Under load the target's
+`specdec.speculation.payoff` prices a draft length at one sequence: E(k) / (1 + k*c). Under load the target's
 verification of k+1 tokens per sequence is no longer free: a step of a batch holding T tokens costs
 
     t(T) = a + b*T        (a: the memory-bound floor, reading the weights once; b: compute per token)
@@ -36,7 +36,7 @@ import math
 from collections.abc import Iterable
 from itertools import pairwise
 
-from specdec.speculation import tokens_per_step
+from specdec.speculation.payoff import tokens_per_step
 
 MIN_WINDOWS = 4  # windows a fit needs
 MIN_SPREAD = 2.0  # the largest window's batch tokens over the smallest's
