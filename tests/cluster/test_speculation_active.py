@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.builders.common import LABEL_INSTANCE
-from specdec.reconcile.serving import ANNOTATION_REARMED_AT
+from specdec.reconcile.runtime_applier import ANNOTATION_REARMED_AT
 from specdec.speculation.guard import GuardPolicy
 from specdec_dev import simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner

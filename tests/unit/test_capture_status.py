@@ -223,7 +223,7 @@ class StatusPatches:
 
 def test_the_written_status_has_the_capture_of_a_save_state_deployment_only():
     from specdec.conditions import Cond
-    from specdec.reconcile.state.pacing import WritePacing
+    from specdec.reconcile.bookkeeping.pacing import WritePacing
     from tests.unit.helpers import make_plan
     from tests.unit.invalid_specs import spec
 

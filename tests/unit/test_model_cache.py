@@ -218,9 +218,9 @@ class Queues:
 
 
 def runtime_applier(kube, queues: Queues):
+    from specdec.reconcile.bookkeeping.failures import ServiceFailures
     from specdec.reconcile.ownership import Children
-    from specdec.reconcile.serving import RuntimeApplier
-    from specdec.reconcile.state.failures import ServiceFailures
+    from specdec.reconcile.runtime_applier import RuntimeApplier
 
     return RuntimeApplier(
         kube,
@@ -235,9 +235,9 @@ def runtime_applier(kube, queues: Queues):
 def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     from types import SimpleNamespace
 
+    from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
     from specdec.reconcile.ownership import Children
     from specdec.reconcile.service_lane import ServiceLane
-    from specdec.reconcile.state.failures import Backoff, ServiceFailures
     from specdec.status.shared import BuildState
 
     kube, queues = NoWrites(), Queues()

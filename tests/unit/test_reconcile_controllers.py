@@ -11,6 +11,12 @@ from specdec.builders.model_cache import build_model_cache
 from specdec.kube.workqueue import BACKOFF_FIRST
 from specdec.plan import plan
 from specdec.reconcile import WORKERS, Reconciler
+from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
+from specdec.reconcile.bookkeeping.locks import Locks
+from specdec.reconcile.bookkeeping.pacing import WritePacing
+from specdec.reconcile.bookkeeping.users import Users
+from specdec.reconcile.build_and_cache_jobs import SharedJobs
+from specdec.reconcile.builds_and_caches import SharedController
 from specdec.reconcile.collect import ANNOTATION_UNUSED_SINCE, GarbageCollector
 from specdec.reconcile.deployment import DeploymentController
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
@@ -18,13 +24,7 @@ from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.ownership import Children
 from specdec.reconcile.plans import PlanMemo
-from specdec.reconcile.serving import RuntimeApplier
-from specdec.reconcile.shared import SharedController
-from specdec.reconcile.shared_jobs import SharedJobs
-from specdec.reconcile.state.failures import Backoff, ServiceFailures
-from specdec.reconcile.state.locks import Locks
-from specdec.reconcile.state.pacing import WritePacing
-from specdec.reconcile.state.users import Users
+from specdec.reconcile.runtime_applier import RuntimeApplier
 from tests.unit.apiserver import Cluster
 from tests.unit.helpers import EXAMPLE_13B, SETTINGS, Recorded, load_example
 

@@ -327,8 +327,8 @@ def test_a_rollouts_progress_is_written_at_most_every_few_seconds_a_new_state_at
     from specdec.conditions import Cond
     from specdec.problem import Problem
     from specdec.reconcile import PROGRESS_WRITE_SECONDS
+    from specdec.reconcile.bookkeeping.pacing import WritePacing
     from specdec.reconcile.deployment_status import DeploymentStatusWriter
-    from specdec.reconcile.state.pacing import WritePacing
 
     kube = StatusWrites()
     deferred = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
-from specdec.reconcile.serving import ANNOTATION_REARMED_AT
+from specdec.reconcile.runtime_applier import ANNOTATION_REARMED_AT
 from tests.unit.apiserver import Cluster
 from tests.unit.test_monitor import Endpoint, _free_port, metrics_text
 from tests.unit.test_reconcile_controllers import Operator, example

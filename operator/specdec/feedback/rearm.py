@@ -4,7 +4,7 @@ The speculation monitor hands every window's SpeculationActive verdict to `Rearm
 has lasted the cool-down, and the last restart is at least that long ago (`speculation_guard.rearm_due`), a
 restart is asked for: a new `status.rearm` record (restarts, lastRestartAt), which the monitor publishes
 and the reconciler writes to status; the runtime Deployment's pod template carries lastRestartAt as an
-annotation (specdec.reconcile.serving), so its change is one rolling restart. Status is the record: after
+annotation (specdec.reconcile.runtime_applier), so its change is one rolling restart. Status is the record: after
 a restart of the operator the last restart is read from it.
 """
 

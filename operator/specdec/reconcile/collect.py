@@ -15,9 +15,9 @@ from kubernetes.client.rest import ApiException
 from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
 from specdec.plan import Plan
+from specdec.reconcile.build_and_cache_jobs import SHARED
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo
-from specdec.reconcile.shared_jobs import SHARED
 from specdec.settings import Settings
 
 log = logging.getLogger(__name__)

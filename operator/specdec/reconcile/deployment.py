@@ -14,13 +14,13 @@ from specdec.builders import common
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
 from specdec.plan import Plan
+from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
+from specdec.reconcile.bookkeeping.locks import Locks
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
 from specdec.reconcile.errors import failure_condition, log_failure
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.plans import PlanMemo
-from specdec.reconcile.serving import RuntimeApplier
-from specdec.reconcile.state.failures import Backoff, ServiceFailures
-from specdec.reconcile.state.locks import Locks
+from specdec.reconcile.runtime_applier import RuntimeApplier
 from specdec.status.deployment import DeploymentInput, deployment_conditions, served_this_generation
 from specdec.status.shared import BuildState
 

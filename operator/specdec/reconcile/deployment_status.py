@@ -12,7 +12,7 @@ from specdec.builders.serving import endpoint, selector_labels
 from specdec.kube.client import Kube
 from specdec.modes import save_state
 from specdec.plan import Plan, Problem
-from specdec.reconcile.state.pacing import WritePacing, status_changed
+from specdec.reconcile.bookkeeping.pacing import WritePacing, status_changed
 from specdec.status.capture import CAPTURE_SPACE
 from specdec.status.speculation import ACTIVE_NO_TRAFFIC, NO_TRAFFIC, SPECULATION_ACTIVE, SPECULATION_EFFECTIVE
 

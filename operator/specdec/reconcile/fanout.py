@@ -12,9 +12,9 @@ from typing import Any
 from specdec.api import models
 from specdec.kube.client import Kube
 from specdec.plan import Plan, recipe_checkpoints
+from specdec.reconcile.bookkeeping.users import Users
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo
-from specdec.reconcile.state.users import Users
 from specdec.status.shared import build_state_from_status, users_view
 
 

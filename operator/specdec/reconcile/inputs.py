@@ -17,9 +17,9 @@ from specdec.builders.serving import build_cache_claim
 from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
+from specdec.reconcile.bookkeeping.users import Users
 from specdec.reconcile.errors import NameConflict
 from specdec.reconcile.ownership import ours
-from specdec.reconcile.state.users import Users
 from specdec.status.shared import BuildState, build_state_from_status
 
 

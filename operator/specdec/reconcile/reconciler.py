@@ -17,6 +17,12 @@ from specdec.kube.client import Kube
 from specdec.kube.errors import api_error_message
 from specdec.kube.workqueue import DelayQueue, WorkQueue
 from specdec.plan import Plan
+from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
+from specdec.reconcile.bookkeeping.locks import Locks
+from specdec.reconcile.bookkeeping.pacing import WritePacing
+from specdec.reconcile.bookkeeping.users import Users
+from specdec.reconcile.build_and_cache_jobs import SHARED, SharedJobs
+from specdec.reconcile.builds_and_caches import SharedController
 from specdec.reconcile.collect import GarbageCollector
 from specdec.reconcile.deployment import DeploymentController
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
@@ -24,14 +30,8 @@ from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.ownership import Children
 from specdec.reconcile.plans import PlanMemo
+from specdec.reconcile.runtime_applier import RuntimeApplier
 from specdec.reconcile.service_lane import ServiceLane
-from specdec.reconcile.serving import RuntimeApplier
-from specdec.reconcile.shared import SharedController
-from specdec.reconcile.shared_jobs import SHARED, SharedJobs
-from specdec.reconcile.state.failures import Backoff, ServiceFailures
-from specdec.reconcile.state.locks import Locks
-from specdec.reconcile.state.pacing import WritePacing
-from specdec.reconcile.state.users import Users
 from specdec.settings import Settings
 from specdec.status.shared import BuildState
 

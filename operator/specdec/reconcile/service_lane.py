@@ -14,10 +14,10 @@ from specdec import metrics
 from specdec.builders.serving import build_service, runtime_name
 from specdec.kube.client import Kube
 from specdec.plan import Plan
+from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
 from specdec.reconcile.errors import log_failure
 from specdec.reconcile.ownership import Children
 from specdec.reconcile.plans import PlanMemo
-from specdec.reconcile.state.failures import Backoff, ServiceFailures
 
 
 class ServiceLane:

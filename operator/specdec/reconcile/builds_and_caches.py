@@ -1,4 +1,4 @@
-"""The shared-object controller: an EngineBuild or ModelCache of ours, its Job, and its status.
+"""The controller of the shared objects, EngineBuilds and ModelCaches: one of ours, its Job, and its status.
 
 Gather (the object, its Job and pods) -> evaluate (a BuildState) -> write the status only if it changed,
 and tell its users only if what they read changed."""
@@ -10,13 +10,13 @@ from typing import Any
 
 from specdec import conditions, metrics
 from specdec.kube.client import Kube
+from specdec.reconcile.bookkeeping.failures import Backoff
+from specdec.reconcile.bookkeeping.locks import Locks
+from specdec.reconcile.bookkeeping.pacing import WritePacing, status_changed
+from specdec.reconcile.build_and_cache_jobs import POD_CREATION_GRACE_SECONDS, SHARED, SharedJobs
 from specdec.reconcile.errors import log_failure
 from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.ownership import ours
-from specdec.reconcile.shared_jobs import POD_CREATION_GRACE_SECONDS, SHARED, SharedJobs
-from specdec.reconcile.state.failures import Backoff
-from specdec.reconcile.state.locks import Locks
-from specdec.reconcile.state.pacing import WritePacing, status_changed
 from specdec.status.pods import STUCK_REASONS
 from specdec.status.shared import BuildState, build_state_from_status, fetched_status, users_view
 

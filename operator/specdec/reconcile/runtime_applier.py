@@ -20,8 +20,8 @@ from specdec.builders.serving import (
 from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
+from specdec.reconcile.bookkeeping.failures import ServiceFailures
 from specdec.reconcile.ownership import Children
-from specdec.reconcile.state.failures import ServiceFailures
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
