@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any, TypedDict
+from typing import Any, TypeVar
 
 import kopf
 import yaml
@@ -33,7 +33,7 @@ from specdec.builders.common import (
 )
 from specdec.kube import gc_pacing, kopf_patches
 from specdec.kube.cache import Store
-from specdec.kube.client import Kube
+from specdec.kube.client import KINDS, Kube
 from specdec.kube.leader import Leadership
 from specdec.plan import plan
 from specdec.reconcile import Reconciler
@@ -47,48 +47,77 @@ MANAGED = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 @dataclasses.dataclass(frozen=True)
 class Watched:
-    """A kind the operator caches: how kopf names it and which objects of it we watch."""
+    """A kind the operator caches (its API names: specdec.kube.client.KINDS) and which objects of it we watch."""
 
     kind: str
-    group_version: tuple[str, str]  # (group, version); the core group is ""
-    plural: str
     label_selector: str | None = None
 
+    @property
+    def group_version(self) -> tuple[str, str]:
+        """(group, version); the core group is ""."""
+        group, _, version = KINDS[self.kind].api_version.rpartition("/")
+        return group, version
 
+    @property
+    def plural(self) -> str:
+        return KINDS[self.kind].plural
+
+
+# Every kind the operator watches, and so caches; its kopf handlers are registered from here (_on_event).
 WATCHED = (
-    Watched("SpeculativeDeployment", (GROUP, VERSION), "speculativedeployments"),
-    Watched("EngineBuild", (GROUP, VERSION), "enginebuilds"),
-    Watched("ModelCache", (GROUP, VERSION), "modelcaches"),
-    Watched("Job", ("batch", "v1"), "jobs", MANAGED),  # build and fetch Jobs
-    Watched("Pod", ("", "v1"), "pods", MANAGED),  # build, fetch and runtime pods
-    Watched("Deployment", ("apps", "v1"), "deployments", MANAGED),
-    Watched("ConfigMap", ("", "v1"), "configmaps", MANAGED),
-    Watched("Service", ("", "v1"), "services", MANAGED),
-    Watched("PersistentVolumeClaim", ("", "v1"), "persistentvolumeclaims", MANAGED),
+    Watched("SpeculativeDeployment"),
+    Watched("EngineBuild"),
+    Watched("ModelCache"),
+    Watched("Job", MANAGED),  # build and fetch Jobs
+    Watched("Pod", MANAGED),  # build, fetch and runtime pods
+    Watched("Deployment", MANAGED),
+    Watched("ConfigMap", MANAGED),
+    Watched("Service", MANAGED),
+    Watched("PersistentVolumeClaim", MANAGED),
 )
 
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[None]])
 
-class _Running(TypedDict, total=False):
-    """What the operator's start left running, for the probes and the stop."""
+
+def _on_event(kind: str) -> Callable[[_Handler], _Handler]:
+    """kopf's event handler for a watched kind, filtered on our label where its watch selects by it."""
+    watched = next(w for w in WATCHED if w.kind == kind)
+    group, version = watched.group_version
+    resource = (group, version, watched.plural) if group else (version, watched.plural)
+    labels = {LABEL_MANAGED_BY: MANAGED_BY} if watched.label_selector else None
+
+    def register(handler: _Handler) -> _Handler:
+        kopf.on.event(*resource, labels=labels)(handler)
+        return handler
+
+    return register
+
+
+@dataclasses.dataclass
+class Running:
+    """What the operator's start left running, kept in kopf's memo for the handlers, the probes and the stop."""
 
     reconciler: Reconciler
-    resync: threading.Thread
-    leadership: Leadership
+    wake: threading.Event  # a resync pass now, not at the next interval
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    resync: threading.Thread | None = None
+    leadership: Leadership | None = None
 
 
-_state: _Running = {}
-_STOP = threading.Event()
-_WAKE = threading.Event()  # a resync pass now, not at the next interval
+def running(memo: kopf.Memo) -> Running:
+    """What `configure` started (kopf hands each object's handlers a copy of the operator's memo)."""
+    found: Running = memo["running"]
+    return found
 
 
-def reconciler() -> Reconciler:
-    return _state["reconciler"]
+def reconciler(memo: kopf.Memo) -> Reconciler:
+    return running(memo).reconciler
 
 
-def _observe(kind: str, event) -> bool:
+def _observe(memo: kopf.Memo, kind: str, event) -> bool:
     """Cache the event's object; False for the echo of our own write: no reconcile needed for it
     (a deployment's status writes would otherwise each cost a second, idle reconcile)."""
-    return reconciler().kube.store.observe(kind, event)
+    return reconciler(memo).kube.store.observe(kind, event)
 
 
 @kopf.on.startup()
@@ -120,25 +149,28 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
             f"the API server does not serve {', '.join(sorted(missing))} ({GROUP}/{VERSION}): install the CRDs "
             "first (kubectl apply -f crds/, or the Helm chart)"
         )
+    wake = threading.Event()
     try:
-        leadership = Leadership.from_env(kube.api, on_started=_started_leading, on_stopped=_stopped_leading)
+        leadership = Leadership.from_env(
+            kube.api, on_started=lambda: _started_leading(wake), on_stopped=_stopped_leading
+        )
     except ValueError as error:
         raise kopf.PermanentError(f"leader election: {error}") from error
-    _state["reconciler"] = Reconciler(kube, ours, active=leadership.is_leader if leadership else lambda: True)
-    reconciler().gpu_nodes.refresh()  # before the first reconcile, so that admission sees the GPUs
+    state = Running(Reconciler(kube, ours, active=leadership.is_leader if leadership else lambda: True), wake)
+    memo["running"] = state
+    state.reconciler.gpu_nodes.refresh()  # before the first reconcile, so that admission sees the GPUs
     _warm_up(ours)
-    reconciler().speculation.start()
+    state.reconciler.speculation.start()
     if memo.get("metrics_port"):
         metrics.serve(memo["metrics_port"], lambda kind: store.list(kind, None))
     # None = all namespaces; else only the watched ones (a namespaced install has no cluster-wide rights).
     namespaces = list(memo.get("namespaces") or []) or [None]
-    resync = threading.Thread(
-        target=_resync_loop, args=(ours.resync_seconds, namespaces), daemon=True, name="specdec-resync"
+    state.resync = threading.Thread(
+        target=_resync_loop, args=(state, ours.resync_seconds, namespaces), daemon=True, name="specdec-resync"
     )
-    resync.start()
-    _state["resync"] = resync
+    state.resync.start()
     if leadership:
-        _state["leadership"] = leadership
+        state.leadership = leadership
         leadership.start()
 
 
@@ -154,9 +186,9 @@ def _warm_up(settings: Settings) -> None:
         log.exception("warming up plan() on the embedded examples failed")
 
 
-def _started_leading() -> None:
+def _started_leading(wake: threading.Event) -> None:
     log.info("leading: reconciling everything now")
-    _WAKE.set()  # a standby ignored every event: catch up at once
+    wake.set()  # a standby ignored every event: catch up at once
 
 
 def _stopped_leading() -> None:
@@ -164,46 +196,48 @@ def _stopped_leading() -> None:
 
 
 @kopf.on.cleanup()
-def shutdown(**_) -> None:
-    _STOP.set()
-    _WAKE.set()
-    if "reconciler" in _state:
-        reconciler().speculation.stop()
-    leadership = _state.get("leadership")
-    if isinstance(leadership, Leadership):
-        leadership.stop()  # release the Lease: a standby takes over at once
+def shutdown(memo: kopf.Memo, **_) -> None:
+    if "running" not in memo:
+        return
+    state = running(memo)
+    state.stop.set()
+    state.wake.set()
+    state.reconciler.speculation.stop()
+    if state.leadership:
+        state.leadership.stop()  # release the Lease: a standby takes over at once
 
 
-def _resync_loop(interval: float, namespaces: list[str | None]) -> None:
+def _resync_loop(state: Running, interval: float, namespaces: list[str | None]) -> None:
     """Periodic level-triggered pass: catches anything a lost watch event would have missed."""
     refreshes = [(w.kind, w.label_selector) for w in WATCHED]
     while True:
-        _WAKE.wait(interval)
-        _WAKE.clear()
-        if _STOP.is_set():
+        state.wake.wait(interval)
+        state.wake.clear()
+        if state.stop.is_set():
             return
         with metrics.RESYNC_SECONDS.time():
-            reconciler().gpu_nodes.refresh()
+            state.reconciler.gpu_nodes.refresh()
             for namespace in namespaces:
                 try:
-                    reconciler().resync(namespace, refreshes)
+                    state.reconciler.resync(namespace, refreshes)
                 except Exception:  # resync isolates objects; this is a bug, and the next pass tries again
                     log.exception("resync pass failed (namespace %s)", namespace or "all")
 
 
 @kopf.on.probe(id="workers")
-def workers_alive(**_) -> str:
+def workers_alive(memo: kopf.Memo, **_) -> str:
     """Liveness: kopf's own /healthz answers while its loop runs; our threads must be alive too."""
-    r = _state.get("reconciler")
+    state = running(memo) if "running" in memo else None
+    r = state.reconciler if state else None
     dead = [
         name
         for name, alive in (
             ("event poster", r is None or r.kube.events.alive),
             ("delayed reconciles", r is None or r.delays.alive),
             ("reconcile workers", r is None or r.workers_alive),
-            ("resync", "resync" not in _state or _state["resync"].is_alive()),
+            ("resync", state is None or state.resync is None or state.resync.is_alive()),
             ("speculation monitor", r is None or r.speculation.alive),
-            ("leader election", "leadership" not in _state or _state["leadership"].alive),
+            ("leader election", state is None or state.leadership is None or state.leadership.alive),
         )
         if not alive
     ]
@@ -215,37 +249,37 @@ def workers_alive(**_) -> str:
 # The watch handlers are coroutines that never await: each caches the event and adds keys to a work queue
 # (microseconds, under locks held as briefly), so kopf runs them on its event loop. As plain functions each
 # event went through kopf's thread pool and back: two GIL hand-offs among busy reconcile threads per event.
-@kopf.on.event(GROUP, VERSION, "speculativedeployments")
-async def speculative_deployment_event(event, namespace, name, **_) -> None:
-    if not _observe("SpeculativeDeployment", event):
+@_on_event("SpeculativeDeployment")
+async def speculative_deployment_event(event, namespace, name, memo: kopf.Memo, **_) -> None:
+    if not _observe(memo, "SpeculativeDeployment", event):
         return
     if event.get("type") == "DELETED":
-        reconciler().forget(namespace, name)
+        reconciler(memo).forget(namespace, name)
         return
     obj = event["object"]  # a spec not acted on yet (new or changed) is work, not a status refresh
     if (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation"):
-        reconciler().enqueue("SpeculativeDeployment", namespace, name)
+        reconciler(memo).enqueue("SpeculativeDeployment", namespace, name)
     else:
-        reconciler().start(namespace, name)
+        reconciler(memo).start(namespace, name)
 
 
-@kopf.on.event(GROUP, VERSION, "enginebuilds")
-async def engine_build_event(event, namespace, name, **_) -> None:
-    _shared_event("EngineBuild", event, namespace, name)
+@_on_event("EngineBuild")
+async def engine_build_event(event, namespace, name, memo: kopf.Memo, **_) -> None:
+    _shared_event(reconciler(memo), "EngineBuild", event, namespace, name)
 
 
-@kopf.on.event(GROUP, VERSION, "modelcaches")
-async def model_cache_event(event, namespace, name, **_) -> None:
-    _shared_event("ModelCache", event, namespace, name)
+@_on_event("ModelCache")
+async def model_cache_event(event, namespace, name, memo: kopf.Memo, **_) -> None:
+    _shared_event(reconciler(memo), "ModelCache", event, namespace, name)
 
 
-def _shared_event(kind: str, event, namespace: str, name: str) -> None:
-    if not _observe(kind, event):
+def _shared_event(r: Reconciler, kind: str, event, namespace: str, name: str) -> None:
+    if not r.kube.store.observe(kind, event):
         return
     if event.get("type") == "DELETED":
-        reconciler().shared_gone(kind, namespace, name)
+        r.shared_gone(kind, namespace, name)
         return
-    reconciler().shared_seen(kind, event["object"])
+    r.shared_seen(kind, event["object"])
 
 
 def _view_changed(view: Callable[[dict[str, Any] | None], object], before: dict[str, Any] | None, event) -> bool:
@@ -262,49 +296,49 @@ def _worker_of(labels) -> tuple[str, str] | None:
     return None
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def job_event(event, namespace, labels, **_) -> None:
-    if not _observe("Job", event):
+@_on_event("Job")
+async def job_event(event, namespace, labels, memo: kopf.Memo, **_) -> None:
+    if not _observe(memo, "Job", event):
         return
     owner = _worker_of(labels)
     if owner:
-        reconciler().enqueue(owner[0], namespace, owner[1])  # its users hear from it
+        reconciler(memo).enqueue(owner[0], namespace, owner[1])  # its users hear from it
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def pod_event(event, namespace, name, labels, **_) -> None:
-    before = reconciler().kube.store.get("Pod", namespace, name)
-    if not _observe("Pod", event):
+@_on_event("Pod")
+async def pod_event(event, namespace, name, labels, memo: kopf.Memo, **_) -> None:
+    before = reconciler(memo).kube.store.get("Pod", namespace, name)
+    if not _observe(memo, "Pod", event):
         return
     owner = _worker_of(labels)
     if owner:
-        reconciler().enqueue(owner[0], namespace, owner[1])
+        reconciler(memo).enqueue(owner[0], namespace, owner[1])
     elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
         # Only why a runtime pod is blocked (unschedulable, a container that will not start or keeps exiting): its
         # readiness wakes the deployment through its Deployment's status, and a reconcile per pod event was 2-3
         # more per deployment in a fleet (bench/run.py).
         if _view_changed(runtime_pod_blocked, before, event):
-            reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
+            reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def runtime_deployment_event(event, namespace, name, labels, **_) -> None:
-    before = reconciler().kube.store.get("Deployment", namespace, name)
-    if not _observe("Deployment", event):
+@_on_event("Deployment")
+async def runtime_deployment_event(event, namespace, name, labels, memo: kopf.Memo, **_) -> None:
+    before = reconciler(memo).kube.store.get("Deployment", namespace, name)
+    if not _observe(memo, "Deployment", event):
         return
     if LABEL_DEPLOYMENT in labels and _view_changed(runtime_view, before, event):
-        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
+        reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 
-@kopf.on.event("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def runtime_service_event(event, namespace, labels, **_) -> None:
+@_on_event("Service")
+async def runtime_service_event(event, namespace, labels, memo: kopf.Memo, **_) -> None:
     """Its deployment is Ready only with its Service: one changed or deleted by someone else is applied again."""
-    if _observe("Service", event) and LABEL_DEPLOYMENT in labels:
-        reconciler().enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
+    if _observe(memo, "Service", event) and LABEL_DEPLOYMENT in labels:
+        reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 
-@kopf.on.event("v1", "configmaps", labels={LABEL_MANAGED_BY: MANAGED_BY})
-@kopf.on.event("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
-async def child_event(event, resource, **_) -> None:
+@_on_event("ConfigMap")
+@_on_event("PersistentVolumeClaim")
+async def child_event(event, resource, memo: kopf.Memo, **_) -> None:
     """Only cached: their owner reconciles when its own watch tells it to."""
-    _observe(resource.kind, event)
+    _observe(memo, resource.kind, event)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import kopf
 
@@ -13,6 +14,19 @@ from specdec.plan import Plan, _parse_canonical, plan
 from specdec.schema import base, cel
 from tests.unit.helpers import EXAMPLE_70B, SETTINGS, load_example
 from tests.unit.test_status import AS_ROOT, RT_POD, rt_exit, rt_waiting, runtime_pod
+
+
+def test_a_handler_per_watched_kind_filtered_on_our_label_where_its_watch_selects_by_it():
+    """kopf's handlers are registered from WATCHED: one per kind, each named as the client's KINDS name it."""
+    registered = {
+        (h.selector.group or "", h.selector.version, h.selector.plural or h.selector.any_name): h.labels
+        for h in kopf.get_default_registry()._watching.get_all_handlers()
+    }
+    assert registered == {
+        (*w.group_version, w.plural): {"app.kubernetes.io/managed-by": "specdec-operator"} if w.label_selector else None
+        for w in handlers.WATCHED
+    }
+    assert ("", "v1", "pods") in registered and ("specdec.io", "v1alpha1", "enginebuilds") in registered
 
 
 def test_only_event_handlers_so_no_diff_base_is_needed():
@@ -58,11 +72,11 @@ class _Woken:
         self.queued.append((kind, namespace, name))
 
 
-def test_a_runtime_pod_wakes_its_deployment_only_when_what_blocks_it_changes(monkeypatch):
+def test_a_runtime_pod_wakes_its_deployment_only_when_what_blocks_it_changes():
     """Zero reconciles for a converged fleet's pod events (a restart count, a probe), one each time a container's
     verdict changes (a root image refused, then fixed)."""
     woken = _Woken()
-    monkeypatch.setitem(handlers._state, "reconciler", woken)
+    memo = kopf.Memo(running=handlers.Running(woken, threading.Event()))  # what configure leaves in kopf's memo
     labels = {
         "app.kubernetes.io/component": "runtime",
         "app.kubernetes.io/instance": "sd",
@@ -72,7 +86,11 @@ def test_a_runtime_pod_wakes_its_deployment_only_when_what_blocks_it_changes(mon
 
     def event(pod, kind="MODIFIED"):
         pod["metadata"].update(resourceVersion=str(next(version)), labels=labels)
-        asyncio.run(handlers.pod_event(event={"type": kind, "object": pod}, namespace="ns", name=RT_POD, labels=labels))
+        asyncio.run(
+            handlers.pod_event(
+                event={"type": kind, "object": pod}, namespace="ns", name=RT_POD, labels=labels, memo=memo
+            )
+        )
         return len(woken.queued)
 
     running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
