@@ -1,5 +1,5 @@
 """One table of invalid SpeculativeDeployment specs, shared by the unit tests (pydantic, via
-`specdec.plan.parse_spec`) and the cluster tests (the real API server, via the generated CRD's schema
+`specdec.admission.validation.parse_spec`) and the cluster tests (the real API server, via the generated CRD's schema
 and CEL rules).
 
 Each entry is `(id, spec, field)`: `spec` is the `.spec` of a SpeculativeDeployment, `field` a

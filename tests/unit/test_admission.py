@@ -17,7 +17,8 @@ from specdec.admission.gpu_nodes import GpuNodes, gpu_node
 from specdec.admission.memory import Served, kv_bytes_per_token, weight_bytes_per_gpu
 from specdec.admission.model_catalog import CATALOG_SOURCE, catalog_facts
 from specdec.admission.model_facts import ModelFacts
-from specdec.plan import Plan, Problem, parse_spec, plan
+from specdec.admission.validation import parse_spec
+from specdec.plan import Plan, Problem, plan
 from specdec.status.deployment import DeploymentInput, deployment_conditions
 from specdec_dev import nodes as dev_nodes
 from tests.unit.helpers import EXAMPLE_70B, EXAMPLES, SETTINGS, deployment, load_example

@@ -16,7 +16,8 @@ from specdec.admission.checks import Observed, served_models
 from specdec.admission.memory import kv_bytes_per_token, weight_bytes_per_gpu
 from specdec.admission.model_catalog import catalog_facts
 from specdec.admission.model_facts import HEAD_ESTIMATE, ModelFacts, estimated_head
-from specdec.plan import Plan, parse_spec
+from specdec.admission.validation import parse_spec
+from specdec.plan import Plan
 from tests.unit.helpers import EXAMPLE_REDRAFTER, load_example
 from tests.unit.test_admission import SIMULATED_H100, SIMULATED_H200, admitted, observed, refused, simulated_gpu_node
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from specdec.admission.validation import parse_spec
 from specdec.api import models
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from specdec.schema.openapi import schema_errors
 from tests.unit.helpers import EXAMPLES, SD_CRD, crd_schema, load_example, make_plan, schema_nodes, validations
 from tests.unit.invalid_specs import CEL, INVALID_SPECS, LIST_SET, VALID_SPECS, draft_target, redrafter, spec

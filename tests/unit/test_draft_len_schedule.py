@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from specdec.admission.validation import parse_spec
 from specdec.api.runtime_config import RuntimeConfig
 from specdec.builders.serving import runtime_config_json
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from specdec.runtime import trtllm_serve
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import spec

@@ -8,9 +8,10 @@ import threading
 import kopf
 
 from specdec import handlers
+from specdec.admission.validation import _parse_canonical
 from specdec.kube import kopf_patches
 from specdec.kube.cache import Store
-from specdec.plan import Plan, _parse_canonical, plan
+from specdec.plan import Plan, plan
 from specdec.schema import base, cel
 from tests.unit.helpers import EXAMPLE_70B, SETTINGS, load_example
 from tests.unit.test_status import AS_ROOT, RT_POD, rt_exit, rt_waiting, runtime_pod

@@ -7,7 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from specdec.plan import Problem, parse_spec
+from specdec.admission.validation import parse_spec
+from specdec.plan import Problem
 from specdec.schema import k8s
 from specdec.schema.openapi import matches, schema_errors
 from tests.unit.helpers import SD_CRD, crd_schema, schema_at

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+from specdec.admission.validation import parse_spec
 from specdec.api.models import SpeculationSpec
 from specdec.modes import MODES
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from tests.runtime.helpers import DATA
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import spec

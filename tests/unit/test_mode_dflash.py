@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
+from specdec.admission.validation import parse_spec
 from specdec.modes import MODES
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from tests.runtime.helpers import DATA
 from tests.unit.helpers import make_plan, make_problem
 from tests.unit.invalid_specs import spec

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+from specdec.admission.validation import parse_spec
 from specdec.builders.serving import build_deployment
 from specdec.modes import MODES
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from tests.runtime.helpers import DATA
 from tests.unit.helpers import SETTINGS, make_plan, make_problem
 from tests.unit.invalid_specs import spec

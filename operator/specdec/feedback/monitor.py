@@ -32,6 +32,7 @@ from typing import Any
 import urllib3
 
 from specdec import conditions, modes
+from specdec.admission.validation import parse_spec
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
 from specdec.feedback.autopilot import Autopilot
 from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
@@ -40,7 +41,7 @@ from specdec.feedback.load_schedules import LoadSchedules
 from specdec.feedback.metric_text import metric_values
 from specdec.feedback.rearm import Rearm
 from specdec.kube.cache import Store
-from specdec.plan import Problem, parse_spec
+from specdec.plan import Problem
 from specdec.speculation import guard, load_model, payoff
 from specdec.status.pods import condition_true
 from specdec.status.speculation import (
