@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
-from specdec.feedback.monitor import SpeculationMonitor, parse_sample
+from specdec.feedback.monitor import SpeculationMonitor
+from specdec.feedback.scrape import parse_sample
 from specdec.kube.cache import Store
 
 TARGET = "hf://meta-llama/Llama-3.1-70B-Instruct"

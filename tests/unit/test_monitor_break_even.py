@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.builders.serving import build_config_map
-from specdec.feedback.monitor import parse_sample
+from specdec.feedback.scrape import parse_sample
 from specdec.plan import Settings, plan
 from specdec.speculation import load_model, payoff
 from tests.unit.test_monitor import metrics_text, pod, rig, sd  # noqa: F401 - rig is a fixture

@@ -1,7 +1,7 @@
 """Reads the runtime pods' metrics, the way Prometheus scrapes them, and says what speculation does.
 
 Every `interval` seconds (leader only) each ready runtime pod's `/metrics` is fetched (`GET
-http://<podIP>:<port>/metrics`, a few at a time on a small pool: no reconcile waits for it), the
+http://<podIP>:<port>/metrics`, a few at a time on a small pool: specdec.feedback.scrape), the
 counters' increase since the previous scrape is summed per SpeculativeDeployment, and
 `specdec.speculation.payoff` turns the window into a Measurement. The reconciler writes status from what this
 monitor *published*; a measurement is published (and the deployment enqueued) only when it moved
@@ -26,10 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import urllib3
 
 from specdec import conditions, modes
 from specdec.admission.validation import parse_spec
@@ -38,12 +35,11 @@ from specdec.feedback.autopilot import Autopilot
 from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.feedback.forget import forget_absent
 from specdec.feedback.load_schedules import LoadSchedules
-from specdec.feedback.metric_text import metric_values
 from specdec.feedback.rearm import Rearm
+from specdec.feedback.scrape import Scraper, parse_sample, scrapable
 from specdec.kube.cache import Store
 from specdec.plan import Problem
-from specdec.speculation import guard, load_model, payoff
-from specdec.status.pods import condition_true
+from specdec.speculation import guard, payoff
 from specdec.status.speculation import (
     NO_TRAFFIC,
     active_condition,
@@ -54,16 +50,9 @@ from specdec.status.speculation import (
 
 log = logging.getLogger("specdec.monitor")
 
-SCRAPE_TIMEOUT_SECONDS = 2.0
-SCRAPERS = 8  # concurrent scrapes; each waits on the network, not the CPU
 SETTLE_WINDOWS = 2  # windows after a draft length change that mix both lengths
-MAX_SKIPPED_PASSES = 16
-MAX_DRAFT_LEN = 64  # the API's bound on any draft length
-MAX_BODY_BYTES = 1 << 20  # a runtime pod's metrics are a few KiB; a pod is not trusted with our memory
 # Publish a new measurement when one of these moved at least this much (or the condition changed).
 MOVES = {"acceptanceRate": 0.02, "estimatedSpeedup": 0.05, "acceptedTokensPerStep": 0.1}
-_COUNTERS = {**payoff.COUNTERS, **load_model.COUNTERS}
-_WANTED = tuple(_COUNTERS.values()) + (payoff.DRAFT_LEN_GAUGE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,26 +106,6 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
     )
 
 
-def parse_sample(text: str) -> payoff.Sample | None:
-    """A pod's speculation counters; None: not a runtime front's metrics (its counters are there from the
-    start, at 0)."""
-    values = metric_values(text, _WANTED)
-    counters = {key: values[name] for key, name in _COUNTERS.items() if name in values}
-    if "draft" not in counters:
-        return None
-    draft_len = values.get(payoff.DRAFT_LEN_GAUGE)
-    plausible = draft_len is not None and 1 <= draft_len <= MAX_DRAFT_LEN  # a pod's word bounds our loops
-    return payoff.Sample(counters, int(draft_len) if draft_len is not None and plausible else None)
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return (
-        bool((pod.get("status") or {}).get("podIP"))
-        and not pod["metadata"].get("deletionTimestamp")
-        and condition_true(pod, "Ready")
-    )
-
-
 def _moved(before: dict[str, Any] | None, after: dict[str, Any]) -> bool:
     if before is None or any(before.get(k) != after.get(k) for k in ("draftLen", "costRatioSource")):
         return True
@@ -173,17 +142,12 @@ class SpeculationMonitor:
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
-        self._http = urllib3.PoolManager(
-            num_pools=64, maxsize=1, retries=False, timeout=urllib3.Timeout(total=SCRAPE_TIMEOUT_SECONDS)
-        )
-        self._pool = ThreadPoolExecutor(SCRAPERS, thread_name_prefix="specdec-scrape")
+        self.scraper = Scraper()
         self._samples: dict[str, tuple[payoff.Sample, float]] = {}  # pod uid -> last sample, when
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
         self._settling: dict[tuple[str, str], int] = {}  # windows left before a draft length change settled
         self._activity: dict[tuple[str, str], tuple[int | None, guard.GuardState]] = {}  # by generation
         self.load = LoadSchedules()  # the load model's fits: the break-even and draft lengths by load
-        self._failing: dict[str, tuple[int, int]] = {}  # pod uid -> (failed scrapes in a row, next pass to try)
-        self._pass = 0
         # (namespace, name) -> ((uid, generation), facts): parsing a spec costs ~1 ms, a pass reads them all
         self._facts: dict[tuple[str, str], tuple[tuple, Facts | CaptureFacts | None]] = {}
         self._published: dict[tuple[str, str], Published] = {}
@@ -243,36 +207,21 @@ class SpeculationMonitor:
                 for p in self.store.list(
                     "Pod", meta["namespace"], f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=runtime"
                 )
-                if _ready(p)
+                if scrapable(p)
             ]
             if pods:
                 work.append((sd, facts, pods))
-        self._pass += 1
-        urls = [
-            (
-                p["metadata"]["uid"],
-                f"http://{p['status']['podIP']}:{facts.port}/metrics",
-                parse_capture if isinstance(facts, CaptureFacts) else parse_sample,
-            )
-            for _, facts, pods in work
-            for p in pods
-            if self._failing.get(p["metadata"]["uid"], (0, 0))[1] <= self._pass
-        ]
-        scraped = dict(
-            zip(
-                (uid for uid, _, _ in urls),
-                self._pool.map(self._scrape, [u for _, u, _ in urls], [p for _, _, p in urls]),
-                strict=True,
-            )
+        scraped = self.scraper.scrape(
+            [
+                (
+                    p["metadata"]["uid"],
+                    f"http://{p['status']['podIP']}:{facts.port}/metrics",
+                    parse_capture if isinstance(facts, CaptureFacts) else parse_sample,
+                )
+                for _, facts, pods in work
+                for p in pods
+            ]
         )
-        # A pod that failed is tried again after 1, 2, 4 ... 16 passes: pods without our metrics (an image
-        # of their own, a kwok pod) cost little.
-        for uid, sample in scraped.items():
-            if sample is None:
-                failures = self._failing.get(uid, (0, 0))[0] + 1
-                self._failing[uid] = (failures, self._pass + min(2 ** (failures - 1), MAX_SKIPPED_PASSES))
-            else:
-                self._failing.pop(uid, None)
         live: set[str] = set()
         for sd, facts, pods in work:
             live.update(p["metadata"]["uid"] for p in pods)
@@ -281,7 +230,7 @@ class SpeculationMonitor:
             else:
                 self._account(sd, facts, pods, scraped, now)
         self._samples = {uid: s for uid, s in self._samples.items() if uid in live}
-        self._failing = {uid: f for uid, f in self._failing.items() if uid in live}
+        self.scraper.forget_gone(live)
         self._forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments})
 
     def _facts_of(self, sd: dict[str, Any]) -> Facts | CaptureFacts | None:
@@ -291,22 +240,6 @@ class SpeculationMonitor:
         if known is None or known[0] != version:
             known = self._facts[key] = (version, facts_of(sd))
         return known[1]
-
-    def _scrape(self, url: str, parse: Callable[[str], Any]) -> Any:
-        """A pod that does not answer, answers garbage or too much counts as not scraped this time."""
-        response = None
-        try:
-            response = self._http.request("GET", url, preload_content=False)
-            body = response.read(MAX_BODY_BYTES + 1)
-            if response.status != 200 or len(body) > MAX_BODY_BYTES:
-                return None
-            return parse(body.decode("utf-8", errors="replace"))
-        except (urllib3.exceptions.HTTPError, OSError, ValueError) as error:
-            log.debug("scraping %s: %s", url, error)
-            return None
-        finally:
-            if response is not None:
-                response.release_conn()
 
     def _account(
         self,
