@@ -74,8 +74,8 @@ class OpenAIRelay(Route):
         """Count trtllm-serve's usage; its completion tokens, when it has them."""
         if not isinstance(usage, dict):
             return None
-        completion = int(usage.get("completion_tokens") or 0)
-        self.metrics.tokens(int(usage.get("prompt_tokens") or 0), completion)
+        completion = _count(usage.get("completion_tokens"))
+        self.metrics.tokens(_count(usage.get("prompt_tokens")), completion)
         return completion
 
     def connections(self) -> Upstream:
@@ -89,3 +89,8 @@ class OpenAIRelay(Route):
     def stop(self) -> None:
         if self._connections is not None:
             self._connections.close()
+
+
+def _count(value: Any) -> int:
+    """A token count as trtllm-serve reports it; 0 for anything that is not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
