@@ -45,6 +45,9 @@ REFUSED = {
     "bare-lf-request": (b"GET /health HTTP/1.1\nHost: x\n\n", "not HTTP/1.1"),
     "http-2-version": (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n", "HTTP/2.0"),
     "asterisk-target": (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", "target"),
+    # Taken by llhttp, refused by h11 (found by tests/runtime/test_request_head_differential.py).
+    "two-spaces-in-request-line": (b"GET  /health HTTP/1.1\r\nHost: x\r\n\r\n", "one space"),
+    "bare-lf-before-request-line": (b"\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", "one space"),
 }
 
 

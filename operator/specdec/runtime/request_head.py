@@ -2,7 +2,8 @@
 uvicorn and Node use): what it refuses (bare LF, control characters, a Content-Length that is not plain
 digits or overflows, a duplicate one, a malformed header name) is refused here with 400. On top of it, the
 rules llhttp leaves to the server: an HTTP/1.1 request needs one Host (RFC 9112 3.2), the version must be
-1.x, the target origin- or absolute-form, at most `max_fields` fields in at most `max_bytes` bytes (431).
+1.x, one space between the request line's parts and only CRLF before it (llhttp takes several spaces and
+a bare LF there), the target origin- or absolute-form, at most `max_fields` fields in at most `max_bytes` bytes (431).
 
 llhttp is fed a request's head and nothing past it: the front reads one request at a time and the bodies
 itself (FrontConnection), so that a request sent ahead of its turn stays bytes in the buffer until its turn
@@ -21,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 import httptools
 
 MAX_CONTENT_LENGTH_DIGITS = 18  # llhttp refuses overflowing values; this keeps int() linear-time anyway
+_REQUEST_LINE = re.compile(rb"[!-~]+ [^\x00-\x20\x7f]+ [!-~]+")  # RFC 9112 3: one SP between the three
 _HOST = re.compile(rb"[A-Za-z0-9._~!$&'()*+,;=%:\[\]-]*")  # RFC 3986 host [":" port], or empty
 
 
@@ -88,7 +90,7 @@ class HeadReader:
                 self._reset()
                 raise Refused(400, "bad_request", f"The request's head is not HTTP/1.1: {error}.") from None
         try:
-            return self._head(), self._fed
+            return self._head(bytes(buffer[:self._fed])), self._fed
         finally:
             self._reset()
 
@@ -112,8 +114,14 @@ class HeadReader:
 
     # --- the server's rules ---------------------------------------------------------------------------------
 
-    def _head(self) -> RequestHead:
+    def _head(self, raw: bytes) -> RequestHead:
         parser, fields = self._parser, self._fields
+        start = 0
+        while raw.startswith(b"\r\n", start):  # empty lines before the request line (RFC 9112 2.2)
+            start += 2
+        if not _REQUEST_LINE.fullmatch(raw[start:raw.find(b"\r\n", start)]):  # llhttp takes runs of spaces, a LF
+            raise Refused(400, "bad_request", "The request line is not a method, a target and a version, "
+                                              "each after one space.")
         version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
             raise Refused(505, "version", f"HTTP/{version} is not served here (HTTP/1.1 is).")
