@@ -335,7 +335,7 @@ def _runtime(spec: models.SpeculativeDeploymentSpec, engines: dict[str, EnginePl
         backend=spec.backend, served_model_name=served_name, max_batch_size=spec.engine.max_batch_size,
         port=spec.runtime.port, target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
-        speculation=speculation)
+        speculation=speculation, front_limits=spec.runtime.front)
     return config, gpus
 
 

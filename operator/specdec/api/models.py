@@ -23,6 +23,7 @@ from specdec.schema.base import validations as _validations
 from specdec.api.capture import CaptureStatus
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
+from specdec.api.runtime_config import FrontLimits
 from specdec.modes.pytorch import PYTORCH_FP8
 
 SpeculationSpec = modes.speculation_spec(rearm=(RearmSpec | None, Field(None, description=(
@@ -162,6 +163,8 @@ class RuntimeSpec(ApiModel):
     tolerations: Tolerations | None = Field(None, description="Tolerations besides the nvidia.com/gpu one the operator adds.")
     affinity: Affinity | None = Field(None, description="Pod affinity, as in a Pod spec (core/v1 Affinity).")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
+    front: FrontLimits | None = Field(None, description="The front's limits on its clients (connections, request "
+                                                        "sizes and timeouts); nginx's defaults where unset.")
 
 
 class BuildSpec(ApiModel):
