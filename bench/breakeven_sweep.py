@@ -44,7 +44,7 @@ from specdec.plan import Settings, plan
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.triton_route import OPT_OUT_HEADER
-from tests.runtime.helpers import parse_prometheus, serving
+from tests.runtime.helpers import parse_prometheus, serving, serving_front
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -175,7 +175,7 @@ async def sweep(args, profile: Profile, files: dict[str, str], tmp: Path,
         async def counters() -> dict[str, float]:
             return parse_prometheus(front.metrics.render().decode())
 
-        async with serving(front.app) as url:
+        async with serving_front(front) as url:
             return [await level(url, lambda: simulated.tokens_out, counters, n, args, headers) for n in args.levels]
 
 

@@ -1,12 +1,13 @@
-"""The front's listening server. On a route that relays (trtllm-serve's), the front serves its connections
-itself, in their callbacks: a generation request is read, checked and sent on to the backend in the read
-callback that completed it, and the backend's answer is written back in the callbacks that read it
-(specdec.runtime.relay_exchange). No task runs on that path, so no event loop iteration passes between a
+"""The front's listening server: one HTTP/1.1 server for the front's pages and both routes' generation
+requests. The front serves its connections itself, in their callbacks: a generation request is read and
+handed to its route's exchange in the read callback that completed it; the relaying route (trtllm-serve's)
+checks and sends it on to the backend there, and writes the backend's answer back in the callbacks that read
+it (specdec.runtime.relay_exchange). No task runs on that path, so no event loop iteration passes between a
 request's arrival and its backend request, or between the backend's head and the client's. aiohttp's server
 runs each request in a task that starts two loop iterations after its bytes arrive (one with Python 3.12's
 eager tasks), and under load an iteration lasts as long as relaying a burst of tokens to every stream does
-(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models) are answered by a task:
-they are not on the token path. On the Triton route, aiohttp's server serves every connection.
+(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models) and the Triton route's
+requests (answered whole) are answered by a task.
 
 What this server reads is HTTP/1.1 (or 1.0) requests with bodies of a known Content-Length, their heads
 parsed by llhttp (specdec.runtime.request_head): a body sent chunked is refused with 411 (send a
@@ -24,16 +25,15 @@ import email.utils
 import logging
 import time
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Awaitable, Protocol
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Awaitable
 
 from specdec.api.runtime_config import FrontLimits
+from specdec.runtime.exchange import Exchange, Page
 from specdec.runtime.openai_request import APIError
 from specdec.runtime.request_head import HeadReader, Refused, RequestHead
 
 if TYPE_CHECKING:
-    from specdec.runtime.front import Front, Page
+    from specdec.runtime.front import Front
 
 log = logging.getLogger("specdec.runtime")
 
@@ -44,19 +44,6 @@ PIPELINED_MAX = 64 * 1024  # bytes held past a whole request waiting its turn be
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class Exchange(Protocol):
-    """One request answered on a FrontConnection: started once it is the connection's, told when the client's
-    connection is over its write buffer's high-water mark and back under it, and when the client has gone."""
-
-    def start(self) -> None: ...
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def client_gone(self) -> None: ...
-
-
 class FrontServer:
     """Serves a Front on host:port until `stop`, within `limits` (the runtime config's, else FrontLimits')."""
 
@@ -64,21 +51,19 @@ class FrontServer:
         self.front = front
         self.shutdown_timeout = shutdown_timeout
         self.limits = limits or front.config.front_limits or FrontLimits()
-        self.runner = web.AppRunner(front.app, handler_cancellation=True, access_log=None,
-                                    shutdown_timeout=shutdown_timeout)
         self.connections: set[FrontConnection] = set()
         self.buffered_bodies = 0  # bytes of request bodies announced and not yet whole, all connections
         self._server: asyncio.Server | None = None
         self._sweep: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, backlog: int = LISTEN_BACKLOG) -> None:
-        """Listen (OSError when the address cannot be had); the front's start-up hooks run first."""
-        await self.runner.setup()  # the app's start-up hooks, and aiohttp's server
-        protocol = (lambda: FrontConnection(self)) if self.front.exchanges else self.runner.server
+        """Listen (OSError when the address cannot be had); the front starts first."""
+        await self.front.start()
         try:
-            self._server = await asyncio.get_running_loop().create_server(protocol, host, port, backlog=backlog)
+            self._server = await asyncio.get_running_loop().create_server(lambda: FrontConnection(self), host, port,
+                                                                          backlog=backlog)
         except OSError:
-            await self.runner.cleanup()
+            await self.front.stop()
             raise
         self._check_clocks()
 
@@ -100,7 +85,7 @@ class FrontServer:
 
     async def stop(self) -> None:
         """Stop listening; the requests in flight get the shutdown timeout to finish, then their connections
-        are closed. The front's clean-up hooks run last. Once: a second call does nothing."""
+        are closed. The front stops last. Once: a second call does nothing."""
         if self._server is None:
             return
         self._server.close()
@@ -110,7 +95,7 @@ class FrontServer:
         for connection in list(self.connections):
             connection.close_when_idle()
         await self._drained()
-        await self.runner.cleanup()  # aiohttp's connections (drained alike) and the app's clean-up hooks
+        await self.front.stop()
 
     async def _drained(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -310,7 +295,7 @@ class FrontConnection(asyncio.Protocol):
         method, path = self.method, self.path
         exchange = self.front.exchanges.get(path)
         if exchange is not None and method == "POST":
-            return exchange(self, path, body)
+            return exchange(self, path, body, head.fields)
         if exchange is None and method in ("GET", "HEAD"):
             return PageExchange(self, self.front.page(path))
         allowed = "GET, HEAD" if exchange is None else "POST"
@@ -353,6 +338,9 @@ class FrontConnection(asyncio.Protocol):
         else:
             self.transport.write(last)  # and the connection's end ends the stream (keep_alive is False)
         self._done()
+
+    def abort(self) -> None:
+        self.transport.abort()
 
     def close_when_idle(self) -> None:
         self.closing = True

@@ -11,22 +11,19 @@ counters.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping
 
 import orjson
 
 from specdec.runtime.backend_stats import iteration_load, iteration_speculation
+from specdec.runtime.exchange import Client
 from specdec.runtime.relay_exchange import RelayExchange
 from specdec.runtime.route import Route
 from specdec.runtime.upstream import Upstream
 
-if TYPE_CHECKING:
-    from specdec.runtime.front_server import FrontConnection
-
 
 class OpenAIRelay(Route):
     kind = "openai"
-    relays = True
     _connections: Upstream | None = None
 
     def known_draft_len(self) -> int | None:
@@ -54,7 +51,7 @@ class OpenAIRelay(Route):
             if it.draft_seconds is not None and it.target_seconds is not None:
                 self.metrics.compute_time(it.draft_seconds, it.target_seconds)
 
-    def exchange(self, client: FrontConnection, endpoint: str, raw: bytes) -> RelayExchange:
+    def exchange(self, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]) -> RelayExchange:
         return RelayExchange(self, client, endpoint, raw)
 
     def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]:

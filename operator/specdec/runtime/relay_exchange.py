@@ -16,25 +16,34 @@ import asyncio
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Concatenate, ParamSpec
+from typing import Any, Callable, Concatenate, Mapping, ParamSpec, Protocol
 
 import orjson
 
 from specdec.runtime.chunk_rewriter import DONE, ChunkRewriter
-from specdec.runtime.metrics import RequestRecord
+from specdec.runtime.exchange import Client
+from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
 from specdec.runtime.openai_request import APIError, backend_client_error, error_body, parse_request
-from specdec.runtime.route import JSON_HEADERS, FrontError, front_error
-from specdec.runtime.upstream import Call, Response, UpstreamError
-
-if TYPE_CHECKING:
-    from specdec.runtime.front_server import FrontConnection
-    from specdec.runtime.openai_relay import OpenAIRelay
+from specdec.runtime.route import CHAT, JSON_HEADERS, OWN_FAULT, FrontError, front_error
+from specdec.runtime.upstream import Call, Response, Upstream, UpstreamError
 
 log = logging.getLogger("specdec.runtime")
-CHAT = "/v1/chat/completions"
 SERVER = "trtllm-serve"
-OWN_FAULT = "The front failed on this request; its log says why."
 P = ParamSpec("P")
+
+
+class Relay(Protocol):
+    """What an exchange needs of the route relaying it (specdec.runtime.openai_relay.OpenAIRelay)."""
+
+    model: str
+    metrics: RuntimeMetrics
+    request_timeout: float
+
+    def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]: ...
+
+    def record_usage(self, usage: Any) -> int | None: ...
+
+    def connections(self) -> Upstream: ...
 
 
 def guarded(step: Callable[Concatenate[RelayExchange, P], None]) -> Callable[Concatenate[RelayExchange, P], None]:
@@ -56,7 +65,7 @@ def guarded(step: Callable[Concatenate[RelayExchange, P], None]) -> Callable[Con
 
 
 class RelayExchange:
-    def __init__(self, relay: OpenAIRelay, client: FrontConnection, endpoint: str, raw: bytes):
+    def __init__(self, relay: Relay, client: Client, endpoint: str, raw: bytes):
         self.relay, self.client, self.endpoint, self.raw = relay, client, endpoint, raw
         self.record = RequestRecord(relay.metrics, endpoint)
         self.call: Call | None = None
@@ -231,7 +240,7 @@ class RelayExchange:
             self.call.cancel()
         try:
             if self.answering and not self.gone:
-                self.client.transport.abort()
+                self.client.abort()
             elif not (self.gone or self.finished):
                 if self.head_written:
                     self._end_with_error(OWN_FAULT, "server_error", 500)
@@ -239,7 +248,7 @@ class RelayExchange:
                     self._answer(500, APIError(500, OWN_FAULT, "server_error").body())
         except Exception:  # noqa: BLE001 - the answer could not be written: the connection ends instead
             log.exception("%s: the front could not answer a request it failed", self.endpoint)
-            self.client.transport.abort()
+            self.client.abort()
         self.record.end(500)
 
     def _stop_timer(self) -> None:

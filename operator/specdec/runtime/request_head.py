@@ -44,6 +44,7 @@ class RequestHead:
     chunked: bool  # a Transfer-Encoding was sent
     keep_alive: bool  # HTTP/1.1 without "Connection: close"
     expects_continue: bool  # HTTP/1.1 with "Expect: 100-continue"
+    fields: dict[bytes, bytes]  # by lower-case name, values stripped, repeated ones joined with ", "
 
 
 class HeadReader:
@@ -140,7 +141,8 @@ class HeadReader:
             length=int(length_field) if length_field is not None else 0, has_length=length_field is not None,
             chunked=b"transfer-encoding" in fields,
             keep_alive=version == "1.1" and b"close" not in tokens,
-            expects_continue=version == "1.1" and fields.get(b"expect", b"").lower() == b"100-continue")
+            expects_continue=version == "1.1" and fields.get(b"expect", b"").lower() == b"100-continue",
+            fields=fields)
 
 
 def _head_end(buffer: bytearray, start: int, limit: int) -> int:

@@ -23,11 +23,10 @@ import math
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 from specdec import load_model
 from specdec.api.runtime_config import BREAK_EVEN_KEY, DRAFT_LEN_KEY, SCHEDULE_KEY, RuntimeConfig
@@ -39,8 +38,8 @@ from specdec.runtime.in_flight import InFlight
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import invalid
-from specdec.runtime.route import (JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response,
-                                   write)
+from specdec.runtime.exchange import Page
+from specdec.runtime.route import JSON_HEADERS, Events, FrontError, Route, backend_errors
 
 log = logging.getLogger("specdec.runtime")
 
@@ -110,11 +109,12 @@ class TritonRoute(Route):
         polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
         return polls + ([self._poll_operator_keys] if self.operator_keys else [])
 
-    async def completions(self, request, body, started):
-        return await self._triton_completions(request, body, started)
-
-    async def chat(self, request, body, started):
-        return await self._triton_chat(request, body, started)
+    async def reply(self, body: dict[str, Any], *, chat: bool, started: float,
+                    fields: Mapping[bytes, bytes]) -> Page | Events:
+        opted_out = fields.get(OPT_OUT_HEADER.lower().encode(), b"").strip().lower() == b"off"
+        if chat:
+            return await self._triton_chat(body, started, opted_out)
+        return await self._triton_completions(body, started, opted_out)
 
     async def _poll_triton_metrics(self) -> None:
         """Triton's cumulative compute time of the draft and target models, counted as it grows."""
@@ -269,11 +269,10 @@ class TritonRoute(Route):
         value = body.get("max_completion_tokens") if value is None else value
         return default if value is None else value
 
-    async def _triton_completions(self, request: web.Request, body: dict[str, Any], started: float):
+    async def _triton_completions(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         prompt = body["prompt"]
         prompts = [prompt] if isinstance(prompt, str) else prompt
         max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
-        opted_out = _opted_out(request)
         results = await asyncio.gather(*(self._triton_one(p, body, max_tokens, opted_out) for p in prompts))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         usage = _sum_usage([r["usage"] for r in results])
@@ -281,34 +280,34 @@ class TritonRoute(Route):
             chunks = [{"id": rid, "object": "text_completion", "created": created, "model": self.model,
                        "choices": [{"index": i, "text": r["text"], "logprobs": None,
                                     "finish_reason": r["finish_reason"]}]} for i, r in enumerate(results)]
-            return await self._sse(request, chunks, usage, body, rid, created, "text_completion", started)
-        return json_response({
+            return self._sse(chunks, usage, body, rid, created, "text_completion", started)
+        return Page.json({
             "id": rid, "object": "text_completion", "created": created, "model": self.model,
             "choices": [{"index": i, "text": (prompts[i] if body.get("echo") else "") + r["text"],
                          "logprobs": None, "finish_reason": r["finish_reason"]} for i, r in enumerate(results)],
             "usage": usage, "speculation": _sum_speculation(results)})
 
-    async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
+    async def _triton_chat(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         try:
             prompt = self.tokenizer.chat_prompt(body["messages"])
         except ValueError as error:
             raise invalid(str(error), "messages", None) from None
         max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
-        result = await self._triton_one(prompt, body, max_tokens, _opted_out(request))
+        result = await self._triton_one(prompt, body, max_tokens, opted_out)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
             chunks = [{"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model,
                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": result["text"]},
                                     "finish_reason": result["finish_reason"]}]}]
-            return await self._sse(request, chunks, result["usage"], body, rid, created, "chat.completion.chunk",
-                                   started)
-        return json_response({
+            return self._sse(chunks, result["usage"], body, rid, created, "chat.completion.chunk", started)
+        return Page.json({
             "id": rid, "object": "chat.completion", "created": created, "model": self.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
                          "finish_reason": result["finish_reason"]}],
             "usage": result["usage"], "speculation": result["speculation"]})
 
-    async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
+    def _sse(self, chunks: list[dict[str, Any]], usage: dict[str, int] | None, body: dict[str, Any], rid: str,
+             created: int, kind: str, started: float) -> Events:
         """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
         every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -316,18 +315,8 @@ class TritonRoute(Route):
             chunks = [*({**chunk, "usage": None} for chunk in chunks),
                       {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [],
                        "usage": usage}]
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
         self.metrics.first_token(time.monotonic() - started)
-        for chunk in chunks:
-            await write(response, b"data: " + orjson.dumps(chunk) + b"\n\n")
-        await write(response, b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-
-def _opted_out(request: web.Request) -> bool:
-    return request.headers.get(OPT_OUT_HEADER, "").strip().lower() == "off"
+        return Events([*(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks), b"data: [DONE]\n\n"])
 
 
 def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
