@@ -20,7 +20,6 @@ nothing of its answer for the send timeout is dropped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email.utils
 import logging
 import time
@@ -247,7 +246,7 @@ class FrontConnection(asyncio.Protocol):
             head = self.head
             if self.exchange is None and head.expects_continue and len(self.buffer) < head.length:
                 self.transport.write(CONTINUE)  # its turn: the client may send the body
-                self.head = head = dataclasses.replace(head, expects_continue=False)
+                head.expects_continue = False
             if len(self.buffer) < head.length:
                 return None
         except Refused as refused:
