@@ -73,7 +73,7 @@ def test_a_body_that_stops_arriving_is_408_after_the_body_timeout_and_its_bytes_
             return server, held, answer
 
     server, held, (status, _, body) = run(scenario())
-    assert held == 99 and server.buffered_bodies == 0
+    assert held == 100 and server.buffered_bodies == 0
     assert status == 408 and "body did not come" in json.loads(body)["error"]["message"] and not state.requests
     assert metric(server.front, "specdec_front_refusals_total", reason="body_timeout") == 1
 

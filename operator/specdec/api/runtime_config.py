@@ -80,8 +80,9 @@ class FrontLimits(ApiModel):
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Bytes of a request body; more: 413 "
                                                                     "(nginx: client_max_body_size).")
     max_buffered_body_bytes: int = Field(256 * 1024 * 1024, ge=1,
-                                         description="Bytes of request bodies being received, all connections "
-                                                     "together; a request whose body would pass it: 503.")
+                                         description="Bytes of request bodies being received or waiting their "
+                                                     "turn, all connections together; a request whose body "
+                                                     "would pass it: 503.")
     head_timeout_seconds: float = Field(60.0, gt=0, description="Time to receive a whole request head; then 408 "
                                                                 "(nginx: client_header_timeout).")
     body_timeout_seconds: float = Field(60.0, gt=0, description="Time between two reads of a request body; then "

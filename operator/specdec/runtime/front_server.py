@@ -51,7 +51,7 @@ class FrontServer:
         self.shutdown_timeout = shutdown_timeout
         self.limits = limits or front.config.front_limits or FrontLimits()
         self.connections: set[FrontConnection] = set()
-        self.buffered_bodies = 0  # bytes of request bodies announced and not yet whole, all connections
+        self.buffered_bodies = 0  # bytes of request bodies being received or waiting their turn, all connections
         self._server: asyncio.Server | None = None
         self._sweep: asyncio.TimerHandle | None = None
 
@@ -118,7 +118,7 @@ class FrontConnection(asyncio.Protocol):
         self.buffer = bytearray()  # appended to and taken from the front: both amortized O(1), a long body too
         self.reader = HeadReader(self.limits.max_header_fields, self.limits.max_head_bytes)
         self.head: RequestHead | None = None  # read; its body is being received
-        self.reserved = 0  # its body's bytes, counted in the server's buffered_bodies until whole
+        self.reserved = 0  # its body's bytes, counted in the server's buffered_bodies until the request starts
         self.waiting: tuple[RequestHead, bytes] | Refused | None = None  # the next request, whole, or its refusal
         self.exchange: Exchange | None = None
         self.method = self.path = ""  # of the request being answered
@@ -217,6 +217,7 @@ class FrontConnection(asyncio.Protocol):
                 if self.waiting is None or self.exchange is not None or self.writing_paused:
                     break
                 waiting, self.waiting = self.waiting, None
+                self._release_body()  # its body is the exchange's now
                 if isinstance(waiting, Refused):
                     self._refuse_now(waiting)
                     break
@@ -256,7 +257,6 @@ class FrontConnection(asyncio.Protocol):
         body = bytes(self.buffer[:head.length])
         del self.buffer[:head.length]
         self.head = None
-        self._release_body()
         return head, body
 
     def _check(self, head: RequestHead) -> None:
@@ -267,14 +267,12 @@ class FrontConnection(asyncio.Protocol):
         if head.length > self.limits.max_body_bytes:
             raise Refused(413, "body_too_large", f"The request body is larger than {self.limits.max_body_bytes} "
                                                  "bytes.")
-        pending = head.length - len(self.buffer)
-        if pending > 0:
-            server = self.server
-            if server.buffered_bodies + pending > self.limits.max_buffered_body_bytes:
-                raise Refused(503, "bodies_buffered", "The front is receiving as many request bodies as it holds; "
-                                                      "try again.")
-            server.buffered_bodies += pending
-            self.reserved = pending
+        server = self.server
+        if server.buffered_bodies + head.length > self.limits.max_buffered_body_bytes:
+            raise Refused(503, "bodies_buffered", "The front is receiving as many request bodies as it holds; "
+                                                  "try again.")
+        server.buffered_bodies += head.length
+        self.reserved = head.length
 
     def _release_body(self) -> None:
         self.server.buffered_bodies -= self.reserved
