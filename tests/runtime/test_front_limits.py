@@ -8,8 +8,11 @@ import asyncio
 import json
 import time
 
-from specdec.api.runtime_config import FrontLimits
+from specdec.api.runtime_config import FrontLimits, RuntimeConfig
 from specdec.plan import Plan, plan
+from specdec.runtime import launch
+from specdec.runtime.front import Front
+from specdec.runtime.front_server import FrontServer
 from specdec.settings import Settings
 from tests.runtime.helpers import metric
 from tests.runtime.standins import OpenAIState
@@ -132,3 +135,22 @@ def test_the_limits_are_set_from_the_speculative_deployment_into_the_runtime_con
     assert limits == FrontLimits(max_connections=64, head_timeout_seconds=10)
     written = result.runtime.model_dump(mode="json", by_alias=True, exclude_none=True)
     assert written["frontLimits"]["maxConnections"] == 64 and written["frontLimits"]["keepaliveTimeoutSeconds"] == 75
+    read = RuntimeConfig.model_validate_json(json.dumps(written))  # what specdec-runtime reads back
+    front = Front(read, launch.plan_launch(read).backend, stats_interval=0)
+    assert FrontServer(front).limits == limits  # the server a pod runs holds its clients to them
+
+
+def test_a_body_waiting_its_turn_behind_a_stream_counts_in_the_buffered_bodies_until_it_starts():
+    state = OpenAIState(pieces=tuple("abcd"), chunk_delay=0.2)
+
+    async def scenario():
+        async with own_server(state) as (server, url), connection(url) as (reader, writer):
+            second = post("/v1/completions", {"prompt": "x" * 1000})
+            writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}) + second)
+            await asyncio.sleep(0.3)  # the stream is being answered; the second request is read and waits
+            waiting = server.buffered_bodies
+            answers = [await asyncio.wait_for(response(reader), 5) for _ in range(2)]
+            return waiting, server.buffered_bodies, [status for status, _, _ in answers]
+
+    waiting, after, statuses = run(scenario())
+    assert waiting == len(json.dumps({"prompt": "x" * 1000})) and after == 0 and statuses == [200, 200]
