@@ -71,28 +71,34 @@ class FrontLimits(ApiModel):
     has one. A request past a limit is refused with its status (431, 413, 408, 503) and counted by reason in
     specdec_front_refusals_total."""
 
-    max_connections: int = Field(1024, ge=1, description="Client connections at once; more are answered 503 "
-                                                         "and closed (nginx: worker_connections).")
-    max_header_fields: int = Field(100, ge=1, description="Header fields in a request head; more: 431 "
-                                                          "(Apache's LimitRequestFields).")
-    max_head_bytes: int = Field(32 * 1024, ge=1024, description="Bytes of a request head; more: 431 (nginx: "
-                                                                "large_client_header_buffers, 4 x 8k).")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1, description="Bytes of a request body; more: 413 "
-                                                                    "(nginx: client_max_body_size).")
-    max_buffered_body_bytes: int = Field(256 * 1024 * 1024, ge=1,
-                                         description="Bytes of request bodies being received or waiting their "
-                                                     "turn, all connections together; a request whose body "
-                                                     "would pass it: 503.")
-    head_timeout_seconds: float = Field(60.0, gt=0, description="Time to receive a whole request head; then 408 "
-                                                                "(nginx: client_header_timeout).")
-    body_timeout_seconds: float = Field(60.0, gt=0, description="Time between two reads of a request body; then "
-                                                                "408 (nginx: client_body_timeout).")
-    send_timeout_seconds: float = Field(60.0, gt=0, description="Time a client may take no bytes of its answer "
-                                                                "while the front holds more for it; then the "
-                                                                "connection is dropped (nginx: send_timeout).")
-    keepalive_timeout_seconds: float = Field(75.0, gt=0, description="Time a connection may wait for its next "
-                                                                     "request, from the end of the last answer "
-                                                                     "(nginx: keepalive_timeout).")
+    max_connections: int = Field(
+        default=1024, ge=1,
+        description="Client connections at once; more are answered 503 and closed (nginx: worker_connections).")
+    max_header_fields: int = Field(
+        default=100, ge=1, description="Header fields in a request head; more: 431 (Apache's LimitRequestFields).")
+    max_head_bytes: int = Field(
+        default=32 * 1024, ge=1024,
+        description="Bytes of a request head; more: 431 (nginx: large_client_header_buffers, 4 x 8k).")
+    max_body_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1, description="Bytes of a request body; more: 413 (nginx: client_max_body_size).")
+    max_buffered_body_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1,
+        description="Bytes of request bodies being received or waiting their turn, all connections together; a "
+                    "request whose body would pass it: 503.")
+    head_timeout_seconds: float = Field(
+        default=60.0, gt=0,
+        description="Time to receive a whole request head; then 408 (nginx: client_header_timeout).")
+    body_timeout_seconds: float = Field(
+        default=60.0, gt=0,
+        description="Time between two reads of a request body; then 408 (nginx: client_body_timeout).")
+    send_timeout_seconds: float = Field(
+        default=60.0, gt=0,
+        description="Time a client may take no bytes of its answer while the front holds more for it; then the "
+                    "connection is dropped (nginx: send_timeout).")
+    keepalive_timeout_seconds: float = Field(
+        default=75.0, gt=0,
+        description="Time a connection may wait for its next request, from the end of the last answer (nginx: "
+                    "keepalive_timeout).")
 
 
 class RuntimeConfig(ApiModel):
