@@ -58,8 +58,7 @@ def guarded(step: Callable[Concatenate[RelayExchange, P], None]) -> Callable[Con
         try:
             step(exchange, *args, **kwargs)
         except Exception:  # noqa: BLE001 - any fault: the request ends, the connections serve on
-            log.exception("%s: the front failed relaying a request (in %s)", exchange.endpoint, step.__name__)
-            exchange.broken()
+            exchange.broken(step.__name__)
 
     return run
 
@@ -173,19 +172,25 @@ class RelayExchange:
         self._answer(200, orjson.dumps(data))
         self.record.end(200)
 
-    @guarded
     def _event(self, data: bytes) -> None:
-        out = self.rewriter.feed(data)  # type: ignore[union-attr]  # set before the stream starts
-        if not out:
+        """A piece of the stream. Guarded as the other steps are (`guarded`), inline: it runs once a token, where
+        the decorator's call costs 0.12 µs more."""
+        if self.faulted:
             return
-        if self.first_token is None and out != DONE:
-            self.first_token = time.monotonic() - self.record.started
-            self.relay.metrics.first_token(self.first_token)
-        if self.head_written:
-            self.client.event(out)
-        else:
-            self.client.start_events(out)
-            self.head_written = True
+        try:
+            out = self.rewriter.feed(data)  # type: ignore[union-attr]  # set before the stream starts
+            if not out:
+                return
+            if self.first_token is None and out != DONE:
+                self.first_token = time.monotonic() - self.record.started
+                self.relay.metrics.first_token(self.first_token)
+            if self.head_written:
+                self.client.event(out)
+            else:
+                self.client.start_events(out)
+                self.head_written = True
+        except Exception:  # noqa: BLE001 - any fault: the request ends, the connections serve on
+            self.broken("_event")
 
     @guarded
     def _events_ended(self, error: Exception | None) -> None:
@@ -230,10 +235,12 @@ class RelayExchange:
         write()
         self.answering = False
 
-    def broken(self) -> None:
-        """The front failed at some step: the backend request is abandoned, the client's answer ended (a 500, or
-        an error event), the request counted as the front's 500. The client's connection is dropped when its
-        answer was being completed, or when even the 500 fails."""
+    def broken(self, step: str) -> None:
+        """The front failed at `step` (logged, with the exception, without the request's body): the backend
+        request is abandoned, the client's answer ended (a 500, or an error event), the request counted as the
+        front's 500. The client's connection is dropped when its answer was being completed, or when even the
+        500 fails."""
+        log.exception("%s: the front failed relaying a request (in %s)", self.endpoint, step)
         self.faulted = True
         self._stop_timer()
         if self.call is not None:
