@@ -16,7 +16,7 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any, Callable, Concatenate, Mapping, ParamSpec, Protocol
+from typing import Any, Callable, Concatenate, ParamSpec, Protocol
 
 import orjson
 
