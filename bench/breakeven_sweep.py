@@ -34,7 +34,7 @@ from pathlib import Path
 
 import aiohttp
 import yaml
-from tests.runtime.helpers import parse_prometheus, serving
+from tests.runtime.helpers import parse_prometheus, serving, serving_front
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY, SCHEDULE_KEY
 from specdec.plan import Settings, plan
@@ -227,7 +227,7 @@ async def sweep(
         async def counters() -> dict[str, float]:
             return parse_prometheus(front.metrics.render().decode())
 
-        async with serving(front.app) as url:
+        async with serving_front(front) as url:
             return [await level(url, lambda: simulated.tokens_out, counters, n, args, headers) for n in args.levels]
 
 

@@ -308,6 +308,7 @@ def _runtime(
         target=target,
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
         speculation=speculation,
+        front_limits=spec.runtime.front,
     )
     return config, gpus
 

@@ -339,14 +339,24 @@ def test_the_draft_len_gauge_is_there_only_when_the_configuration_says():
 
 
 def test_a_client_slow_to_read_holds_the_backend_back_and_gets_every_byte(monkeypatch):
+    from specdec.runtime import upstream
     from specdec.runtime.http1 import Chunked
     from specdec.runtime.upstream import Response
 
-    pieces = tuple(f"{i:04d}" + "x" * 4000 for i in range(2000))  # 8 MB: past the sockets' buffers (4 MB at most)
+    pieces = tuple(f"{i:04d}" + "x" * 4000 for i in range(2000))  # 8 MB: past the sockets' buffers
     state = OpenAIState(pieces=pieces)
     pauses = []
     pause = Response.pause
     monkeypatch.setattr(Response, "pause", lambda self: (pauses.append(1), pause(self)))
+    # The front's socket to trtllm-serve gets a fixed receive buffer: autotuned, it may grow to tcp_rmem's
+    # maximum (32 MB on some machines) and take the whole answer while the relay is paused.
+    made = upstream.Connection.connection_made
+
+    def small_receive_buffer(connection: upstream.Connection, transport: asyncio.BaseTransport) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        made(connection, transport)
+
+    monkeypatch.setattr(upstream.Connection, "connection_made", small_receive_buffer)
 
     async def scenario():
         async with stack(state) as (front, url, _client):

@@ -12,6 +12,7 @@ import socket
 
 import pytest
 
+from specdec.api.runtime_config import FrontLimits
 from specdec.runtime import launch
 from specdec.runtime.front import Front
 from specdec.runtime.front_server import FrontServer
@@ -63,13 +64,14 @@ async def connection(url: str, receive_buffer: int | None = None):
 
 
 @contextlib.asynccontextmanager
-async def own_server(state: OpenAIState, *, shutdown_timeout: float = 1.0, idle_seconds: float | None = None):
-    """A FrontServer of the test's own on the trtllm-serve stand-in, stopped at the end (if the test did not)."""
+async def own_server(state: OpenAIState, *, shutdown_timeout: float = 1.0, **limits):
+    """A FrontServer of the test's own on the trtllm-serve stand-in, within FrontLimits but for `limits`, stopped
+    at the end (if the test did not)."""
     async with serving(state.app(), handler_cancellation=True) as backend_url:
         backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
-        server = FrontServer(Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=shutdown_timeout)
-        if idle_seconds is not None:
-            server.idle_seconds = idle_seconds
+        server = FrontServer(
+            Front(PYTORCH, backend, stats_interval=0), shutdown_timeout=shutdown_timeout, limits=FrontLimits(**limits)
+        )
         await server.start("127.0.0.1", 0)
         try:
             yield server, f"http://127.0.0.1:{server.port}"
@@ -138,9 +140,9 @@ def test_http_1_0_gets_the_stream_to_the_connections_end_and_expect_100_continue
             "Content-Length",
         ),
         (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
-        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n", 400, "not a length"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n", 400, "Content-Length"),
         (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n", 413, "larger than"),
-        (b"this is not HTTP\r\n\r\n", 400, "not an HTTP/1.1 request line"),
+        (b"this is not HTTP\r\n\r\n", 400, "not HTTP/1.1"),
         (b"GET /health HTTP/1.1\r\nX: " + b"y" * 70000 + b"\r\n\r\n", 431, "longer than"),
     ],
     ids=["chunked", "no-length", "bad-length", "too-large", "not-http", "head-too-long"],
@@ -161,22 +163,17 @@ def test_a_request_that_cannot_be_read_is_refused_in_openais_shape_and_the_conne
     assert says in json.loads(body)["error"]["message"] and not state.requests
 
 
-def test_a_method_a_path_does_not_take_is_405_and_a_path_there_is_not_404_on_a_connection_kept_alive():
-    """A HEAD's 405 ends its connection: a HEAD's client reads no body after the head."""
+def test_a_method_a_path_does_not_take_is_405_with_allow_and_a_path_there_is_not_404_on_a_connection_kept_alive():
     state = OpenAIState()
 
     async def scenario():
         async with stack(state) as (_front, url, _client), connection(url) as (reader, writer):
             writer.write(get("/v1/completions") + post("/health", {}) + get("/v2/nothing") + get("/health"))
-            answers = [await response(reader) for _ in range(4)]
-            writer.write(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + get("/health"))
-            head_answer = await reader.readuntil(b"\r\n\r\n")
-            await reader.read()  # a body a HEAD's client does not read: then the connection's end
-            return answers, head_answer
+            return [await response(reader) for _ in range(4)]
 
-    answers, head_answer = run(scenario())
+    answers = run(scenario())
     assert [status for status, _, _ in answers] == [405, 405, 404, 200]
-    assert b" 405 " in head_answer and b"Connection: close" in head_answer
+    assert answers[0][1]["allow"] == "POST" and answers[1][1]["allow"] == "GET, HEAD"
     assert "only POST" in json.loads(answers[0][2])["error"]["message"]
     assert "/v2/nothing" in json.loads(answers[2][2])["error"]["message"]
 
@@ -234,20 +231,24 @@ def test_a_generation_request_starts_no_task_of_the_front_once_its_backend_conne
     assert front_tasks == ["_answer"]  # the page's (GET /health): the count counts; the two generations started none
 
 
-def test_a_connection_that_sends_nothing_for_the_idle_time_is_closed_and_one_waiting_for_its_answer_is_not():
-    state = OpenAIState(pieces=tuple("ab"), chunk_delay=0.6)
+def test_a_connection_kept_alive_is_closed_after_the_keepalive_timeout_counted_from_the_end_of_its_answer():
+    """A stream longer than the keep-alive timeout, during which the client sends nothing, leaves its connection
+    open for the next request; then the silent connection is closed."""
+    state = OpenAIState(pieces=tuple("abc"), chunk_delay=0.4)
 
     async def scenario():
-        async with own_server(state, idle_seconds=0.4) as (_server, url):
-            async with connection(url) as (reader, writer), connection(url) as (half, half_writer):
+        async with own_server(state, keepalive_timeout_seconds=0.5) as (_server, url):
+            async with connection(url) as (reader, writer):
                 writer.write(post("/v1/completions", {"prompt": "Hi", "stream": True}))
-                half_writer.write(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{")
-                half_end = await asyncio.wait_for(half.read(), 2)  # a request that stopped half-way
                 status, _, body = await asyncio.wait_for(response(reader), 5)  # 1.2 s without a read
-                return half_end, status, data_lines(body.decode())
+                await asyncio.sleep(0.1)
+                writer.write(get("/health"))
+                health = await asyncio.wait_for(response(reader), 2)
+                closed = await asyncio.wait_for(reader.read(), 3)
+                return status, data_lines(body.decode()), health[0], closed
 
-    half_end, status, events = run(scenario())
-    assert half_end == b"" and status == 200 and events[-1] == "[DONE]"
+    status, events, health, closed = run(scenario())
+    assert status == 200 and events[-1] == "[DONE]" and health == 200 and closed == b""
 
 
 def test_a_client_that_sends_requests_and_takes_no_answers_is_not_read_further():
@@ -285,7 +286,7 @@ def test_a_fault_of_the_fronts_own_is_a_500_in_openais_shape_and_the_connection_
 
     front, ((status, _, body), (health, _, _)) = run(scenario())
     assert status == 500 and json.loads(body)["error"]["type"] == "server_error" and health == 200
-    assert "could not be sent on" in caplog.text and not state.requests
+    assert "failed relaying a request (in start)" in caplog.text and not state.requests
     assert metric(front, "specdec_requests_in_flight") == 0
     assert metric(front, "specdec_requests_total", endpoint="/v1/completions", status="500") == 1
     assert metric(front, "specdec_backend_errors_total", kind="server_error") == 0  # not trtllm-serve's

@@ -406,3 +406,32 @@ def test_bad_requests_are_400_and_never_reach_triton(tokenizer_dir, body, messag
     status, answer = run(scenario())
     assert status == 400 and message in answer["error"]["message"]
     assert state.requests == []
+
+
+def test_the_triton_route_is_served_by_the_fronts_own_server_with_its_rules_and_limits(tokenizer_dir):
+    """One server for both routes: a Triton-route request over a raw socket meets the same head parser,
+    HEAD/405 rules and refusal counts as the trtllm-serve route's, on a connection kept alive."""
+    from tests.runtime.test_front_server import connection, get, post, response
+
+    state = TritonState()
+
+    async def scenario():
+        async with stack(state, tokenizer_dir) as (front, url, _client), connection(url) as (reader, writer):
+            writer.write(
+                post("/v1/completions", {"prompt": "Hi", "max_tokens": 4})
+                + get("/v1/completions")
+                + post("/v1/completions", {"prompt": "Hi", "stream": True})
+            )
+            answers = [await asyncio.wait_for(response(reader), 5) for _ in range(3)]
+            writer.write(b"GET /health HTTP/1.1\nHost: x\n\n")
+            refused = await asyncio.wait_for(response(reader), 5)
+            return front, answers, refused
+
+    front, ((whole, _, body), (not_allowed, headers, _), (streamed, stream_headers, events)), refused = run(scenario())
+    assert whole == 200 and json.loads(body)["object"] == "text_completion"
+    assert not_allowed == 405 and headers["allow"] == "POST"
+    assert streamed == 200 and stream_headers["content-type"] == "text/event-stream"
+    assert events.decode().rstrip().endswith("data: [DONE]")
+    assert refused[0] == 400 and metric(front, "specdec_front_refusals_total", reason="bad_request") == 1
+    assert metric(front, "specdec_requests_in_flight") == 0
+    assert metric(front, "specdec_requests_total", endpoint="/v1/completions", status="200") == 2

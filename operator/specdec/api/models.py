@@ -19,6 +19,7 @@ from specdec import modes
 from specdec.api.capture import CaptureStatus
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
+from specdec.api.runtime_config import FrontLimits
 from specdec.modes.pytorch import PYTORCH_FP8
 from specdec.schema import k8s
 from specdec.schema.base import (  # noqa: F401 - the API's names, read from here
@@ -239,6 +240,11 @@ class RuntimeSpec(ApiModel):
     )
     affinity: Affinity | None = Field(None, description="Pod affinity, as in a Pod spec (core/v1 Affinity).")
     port: int = Field(8000, ge=1, le=65535, description="HTTP port of the OpenAI-compatible front.")
+    front: FrontLimits | None = Field(
+        None,
+        description="The front's limits on its clients (connections, request "
+        "sizes and timeouts); nginx's defaults where unset.",
+    )
 
 
 class BuildSpec(ApiModel):

@@ -69,6 +69,55 @@ RuntimeSpeculation = Annotated[  # type: ignore[valid-type]  # members known at 
 ]
 
 
+class FrontLimits(ApiModel):
+    """What the front's server lets one client hold (specdec.runtime.front_server), nginx's defaults where it
+    has one. A request past a limit is refused with its status (431, 413, 408, 503) and counted by reason in
+    specdec_front_refusals_total."""
+
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="Client connections at once; more are answered 503 and closed (nginx: worker_connections).",
+    )
+    max_header_fields: int = Field(
+        default=100, ge=1, description="Header fields in a request head; more: 431 (Apache's LimitRequestFields)."
+    )
+    max_head_bytes: int = Field(
+        default=32 * 1024,
+        ge=1024,
+        description="Bytes of a request head; more: 431 (nginx: large_client_header_buffers, 4 x 8k).",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1, description="Bytes of a request body; more: 413 (nginx: client_max_body_size)."
+    )
+    max_buffered_body_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1,
+        description="Bytes of request bodies being received or waiting their turn, all connections together; a "
+        "request whose body would pass it: 503.",
+    )
+    head_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="Time to receive a whole request head; then 408 (nginx: client_header_timeout)."
+    )
+    body_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Time between two reads of a request body; then 408 (nginx: client_body_timeout).",
+    )
+    send_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Time a client may take no bytes of its answer while the front holds more for it; then the "
+        "connection is dropped (nginx: send_timeout).",
+    )
+    keepalive_timeout_seconds: float = Field(
+        default=75.0,
+        gt=0,
+        description="Time a connection may wait for its next request, from the end of the last answer (nginx: "
+        "keepalive_timeout).",
+    )
+
+
 class RuntimeConfig(ApiModel):
     backend: Literal["tensorrt", "pytorch"]
     max_batch_size: int | None = Field(None, description="The engines' --max_batch_size, when the spec sets it.")
@@ -78,6 +127,9 @@ class RuntimeConfig(ApiModel):
     kv_cache: RuntimeKvCache
     speculation: RuntimeSpeculation = Field(  # type: ignore[valid-type]  # members known at run time only
         default_factory=RuntimeNone, description="The mode and what it needs."
+    )
+    front_limits: FrontLimits | None = Field(
+        None, description="The front's limits on its clients (FrontLimits' defaults without it)."
     )
 
     @property

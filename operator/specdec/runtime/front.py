@@ -3,8 +3,8 @@
 - triton: Triton's generate endpoint of the tensorrt_llm_bls model, OpenAI requests translated
   (specdec.runtime.triton_route);
 - openai: trtllm-serve's own OpenAI API, relayed (specdec.runtime.openai_relay).
-specdec.runtime.front_server serves it: a relaying route's requests on the connections themselves (generation
-requests in `exchanges`, the GET pages of `page`); the other route's through the aiohttp application (`app`).
+specdec.runtime.front_server serves it: the generation requests by the route's exchanges (`exchanges`), the GET
+pages by `page`.
 
 Requests are checked before a backend sees them (specdec.runtime.openai_request): an unknown model is 404
 model_not_found, a bad parameter 400 naming it, in OpenAI's error shape. Backend failures become clear 5xx
@@ -20,11 +20,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import aiohttp
-import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from specdec.api.runtime_config import RuntimeConfig
@@ -32,29 +30,17 @@ from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
 from specdec.modes.save_state import FILE_PREFIX
 from specdec.runtime.capture import CaptureDirectory
 from specdec.runtime.chat import Tokenizer
+from specdec.runtime.exchange import Page
 from specdec.runtime.launch import Backend
-from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
+from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_relay import OpenAIRelay
-from specdec.runtime.openai_request import APIError, model_not_found, parse_request
-from specdec.runtime.route import ClientGone, Route
+from specdec.runtime.openai_request import model_not_found
+from specdec.runtime.route import Route
 from specdec.runtime.triton_route import TritonRoute
 
 log = logging.getLogger("specdec.runtime")
-GENERATION = {"/v1/completions": False, "/v1/chat/completions": True}  # path -> chat
+GENERATION = ("/v1/completions", "/v1/chat/completions")
 MODELS_PREFIX = "/v1/models/"
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
-
-
-class Page(NamedTuple):
-    """A GET's answer."""
-
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-
-    @classmethod
-    def json(cls, data: Any, status: int = 200) -> Page:
-        return cls(status, orjson.dumps(data))
 
 
 def make_route(
@@ -125,15 +111,7 @@ class Front:
         self.created = int(time.time())
         self._tasks: list[asyncio.Task] = []
         # path -> the exchange answering it on the client's connection (specdec.runtime.front_server)
-        self.exchanges = {path: self.route.exchange for path in GENERATION} if self.route.relays else {}
-        self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-        if not self.route.relays:
-            self.app.router.add_post("/v1/completions", self.completions)
-            self.app.router.add_post("/v1/chat/completions", self.chat_completions)
-        for page in ("/v1/models", MODELS_PREFIX + "{model:.+}", "/health", "/metrics"):
-            self.app.router.add_get(page, self._page)
-        self.app.on_startup.append(self._startup)
-        self.app.on_cleanup.append(self._cleanup)
+        self.exchanges = {path: self.route.exchange for path in GENERATION}
 
     @property
     def backend(self) -> Backend:
@@ -141,7 +119,8 @@ class Front:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    async def _startup(self, _app) -> None:
+    async def start(self) -> None:
+        """Before the first request: the backend's client session, the route's start and its polls."""
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=True)
         self.route.session = self.session
         self.route.start()
@@ -157,7 +136,8 @@ class Front:
             except Exception:  # noqa: BLE001 - one bad page must not end the polling for good
                 log.exception("%s failed", poll.__name__)
 
-    async def _cleanup(self, _app) -> None:
+    async def stop(self) -> None:
+        """After the last request."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -211,44 +191,5 @@ class Front:
             return Page.json(self._model_card())
         return None
 
-    async def _page(self, request: web.Request) -> web.Response:
-        page = await self.page(request.path)
-        assert page is not None  # the app routes only the pages there are
-        return web.Response(body=page.body, status=page.status, headers={"Content-Type": page.content_type})
-
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.model, "object": "model", "created": self.created, "owned_by": "specdec"}
-
-    # --- requests ------------------------------------------------------------------------------------
-
-    async def _observed(self, request: web.Request, endpoint: str) -> web.StreamResponse:
-        record = RequestRecord(self.metrics, endpoint)
-        status = 500
-        try:
-            body = parse_request(
-                await request.read(),
-                chat=GENERATION[endpoint],
-                served_model=self.model,
-                triton=self.route.text_prompts_only,
-            )
-            handler = self.route.chat if GENERATION[endpoint] else self.route.completions
-            response = await handler(request, body, record.started)
-            status = response.status
-            return response
-        except ClientGone as gone:
-            status = 499
-            return gone.response
-        except APIError as error:
-            record.failed(error)
-            return error.response()
-        except (asyncio.CancelledError, ConnectionResetError):
-            status = 499  # the client went away; its backend request was cancelled with it
-            raise
-        finally:
-            record.end(status)
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._observed(request, "/v1/completions")
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._observed(request, "/v1/chat/completions")

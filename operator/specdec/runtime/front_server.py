@@ -1,16 +1,20 @@
-"""The front's listening server. On a route that relays (trtllm-serve's), the front serves its connections
-itself, in their callbacks: a generation request is read, checked and sent on to the backend in the read
-callback that completed it, and the backend's answer is written back in the callbacks that read it
-(specdec.runtime.relay_exchange). No task runs on that path, so no event loop iteration passes between a
+"""The front's listening server: one HTTP/1.1 server for the front's pages and both routes' generation
+requests. The front serves its connections itself, in their callbacks: a generation request is read and
+handed to its route's exchange in the read callback that completed it; the relaying route (trtllm-serve's)
+checks and sends it on to the backend there, and writes the backend's answer back in the callbacks that read
+it (specdec.runtime.relay_exchange). No task runs on that path, so no event loop iteration passes between a
 request's arrival and its backend request, or between the backend's head and the client's. aiohttp's server
 runs each request in a task that starts two loop iterations after its bytes arrive (one with Python 3.12's
 eager tasks), and under load an iteration lasts as long as relaying a burst of tokens to every stream does
-(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models) are answered by a task:
-they are not on the token path. On the Triton route, aiohttp's server serves every connection.
+(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models) and the Triton route's
+requests (answered whole) are answered by a task.
 
-What this server reads is HTTP/1.1 (or 1.0) requests with bodies of a known Content-Length: a body sent
-chunked is refused with 411 (send a Content-Length), a head that does not parse with 400, one over 64 KiB
-with 431, each in OpenAI's error shape and with the connection closed.
+What this server reads is HTTP/1.1 (or 1.0) requests with bodies of a known Content-Length, their heads
+parsed by llhttp (specdec.runtime.request_head): a body sent chunked is refused with 411 (send a
+Content-Length), a head that does not parse with 400, one over the limits (FrontLimits) with 431, a body over
+them with 413, a request that arrives too slowly with 408, each in OpenAI's error shape, counted by reason and
+with the connection closed. Past the connection limit, a client gets a 503 as it connects; one that takes
+nothing of its answer for the send timeout is dropped.
 """
 
 from __future__ import annotations
@@ -21,80 +25,63 @@ import logging
 import time
 from collections.abc import Awaitable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Protocol
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-
-from specdec.runtime.front import MAX_REQUEST_BYTES
-from specdec.runtime.http1 import MAX_HEAD, ProtocolError, parse_request_head
+from specdec.api.runtime_config import FrontLimits
+from specdec.runtime.exchange import Exchange, Page
 from specdec.runtime.openai_request import APIError
+from specdec.runtime.request_head import HeadReader, Refused, RequestHead
 
 if TYPE_CHECKING:
-    from specdec.runtime.front import Front, Page
+    from specdec.runtime.front import Front
 
 log = logging.getLogger("specdec.runtime")
 
 # Connections waiting to be accepted: past it, a burst of new clients waits for SYN retransmits (a second and
 # more). aiohttp's default is 128; 2048 is uvicorn's, the server trtllm-serve runs.
 LISTEN_BACKLOG = 2048
-PIPELINED_MAX = 64 * 1024  # requests sent ahead of their turn held before the connection stops being read
-IDLE_SECONDS = 75.0  # a connection with no request in flight that sends nothing for this long is closed (aiohttp's)
+PIPELINED_MAX = 64 * 1024  # bytes held past a whole request waiting its turn before the connection stops being read
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
-class Exchange(Protocol):
-    """One request answered on a FrontConnection: started once it is the connection's, told when the client's
-    connection is over its write buffer's high-water mark and back under it, and when the client has gone."""
-
-    def start(self) -> None: ...
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def client_gone(self) -> None: ...
-
-
 class FrontServer:
-    """Serves a Front on host:port until `stop`."""
+    """Serves a Front on host:port until `stop`, within `limits` (the runtime config's, else FrontLimits')."""
 
-    def __init__(self, front: Front, *, shutdown_timeout: float = 25.0):
+    def __init__(self, front: Front, *, shutdown_timeout: float = 25.0, limits: FrontLimits | None = None):
         self.front = front
         self.shutdown_timeout = shutdown_timeout
-        self.runner = web.AppRunner(
-            front.app, handler_cancellation=True, access_log=None, shutdown_timeout=shutdown_timeout
-        )
+        self.limits = limits or front.config.front_limits or FrontLimits()
         self.connections: set[FrontConnection] = set()
-        self.idle_seconds = IDLE_SECONDS
+        self.buffered_bodies = 0  # bytes of request bodies being received or waiting their turn, all connections
         self._server: asyncio.Server | None = None
         self._sweep: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int, backlog: int = LISTEN_BACKLOG) -> None:
-        """Listen (OSError when the address cannot be had); the front's start-up hooks run first."""
-        await self.runner.setup()  # the app's start-up hooks, and aiohttp's server
-        protocol = (lambda: FrontConnection(self)) if self.front.exchanges else self.runner.server
+        """Listen (OSError when the address cannot be had); the front starts first."""
+        await self.front.start()
         try:
             self._server = await asyncio.get_running_loop().create_server(
-                protocol,  # type: ignore[arg-type]  # setup() above made runner.server
-                host,
-                port,
-                backlog=backlog,
+                lambda: FrontConnection(self), host, port, backlog=backlog
             )
         except OSError:
-            await self.runner.cleanup()
+            await self.front.stop()
             raise
-        self._close_idle()
+        self._check_clocks()
 
-    def _close_idle(self) -> None:
-        """Close the connections idle for `idle_seconds` (within a quarter of it): kept-alive clients gone quiet,
-        and requests that stopped arriving half-way. A sweep rather than a timer per connection re-armed on
-        every read."""
-        quiet_since = time.monotonic() - self.idle_seconds
+    def _check_clocks(self) -> None:
+        """Hold every connection to its time limits (within a quarter of the shortest, a second at most): a sweep
+        rather than a timer per connection re-armed on every read."""
+        now = time.monotonic()
         for connection in list(self.connections):
-            if connection.exchange is None and connection.last_read < quiet_since:
-                connection.transport.close()
-        self._sweep = asyncio.get_running_loop().call_later(self.idle_seconds / 4, self._close_idle)
+            connection.check_clocks(now)
+        limits = self.limits
+        shortest = min(
+            limits.head_timeout_seconds,
+            limits.body_timeout_seconds,
+            limits.send_timeout_seconds,
+            limits.keepalive_timeout_seconds,
+        )
+        self._sweep = asyncio.get_running_loop().call_later(min(shortest / 4, 1.0), self._check_clocks)
 
     @property
     def port(self) -> int:
@@ -103,7 +90,7 @@ class FrontServer:
 
     async def stop(self) -> None:
         """Stop listening; the requests in flight get the shutdown timeout to finish, then their connections
-        are closed. The front's clean-up hooks run last. Once: a second call does nothing."""
+        are closed. The front stops last. Once: a second call does nothing."""
         if self._server is None:
             return
         self._server.close()
@@ -113,7 +100,7 @@ class FrontServer:
         for connection in list(self.connections):
             connection.close_when_idle()
         await self._drained()
-        await self.runner.cleanup()  # aiohttp's connections (drained alike) and the app's clean-up hooks
+        await self.front.stop()
 
     async def _drained(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
@@ -124,42 +111,65 @@ class FrontServer:
 
 
 class FrontConnection(asyncio.Protocol):
-    """One client connection: a request head read, its body, then its answer written by the request's
-    Exchange (`answer`, or `start_events`, `event`, ..., `end_events`); then the next request."""
+    """One client connection: requests read one at a time (a head, then its body), each answered by its
+    Exchange (`answer`, or `start_events`, `event`, ..., `end_events`) before the next starts. The request
+    after the one being answered is read meanwhile (so a client that sends it whole before reading its answers
+    does not wait on the server, nor the server on it), and nothing past it while it waits its turn."""
 
     def __init__(self, server: FrontServer):
         self.server = server
         self.front = server.front
+        self.limits = server.limits
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connection_made
         self.buffer = bytearray()  # appended to and taken from the front: both amortized O(1), a long body too
+        self.reader = HeadReader(self.limits.max_header_fields, self.limits.max_head_bytes)
+        self.head: RequestHead | None = None  # read; its body is being received
+        self.reserved = 0  # its body's bytes, counted in the server's buffered_bodies until the request starts
+        self.waiting: tuple[RequestHead, bytes] | Refused | None = None  # the next request, whole, or its refusal
         self.exchange: Exchange | None = None
-        self.length = -1  # of the body being read; -1 while reading a head
-        self.method = self.path = ""
+        self.method = self.path = ""  # of the request being answered
         self.keep_alive = True
         self.chunked = True  # the answer's framing: chunks on HTTP/1.1, to the connection's end on 1.0
         self.closing = False  # the server stops: close once the request in flight is answered
-        self.reading_paused = False  # requests sent ahead of their turn fill the buffer
+        self.refused = False  # a refusal is pending or written: nothing more is read
+        self.reading_paused = False  # a whole request waits its turn
         self.writing_paused = False  # the client is not taking its answers: no next request until it does
-        self.last_read = time.monotonic()
+        now = time.monotonic()
+        self.idle_since = now  # the end of the last answer (keep-alive)
+        self.head_since: float | None = None  # the first byte of a head not yet whole arrived
+        self.last_read = now  # of a body being received
+        self.stalled_since = now  # the client stopped taking its answer (while writing_paused)
         self._reading = False
 
     # --- the transport's callbacks ---------------------------------------------------------------------------
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if len(self.server.connections) >= self.limits.max_connections:
+            self.refused = True
+            self.front.metrics.refused("too_many_connections")
+            self.keep_alive = False
+            body = APIError(
+                503, f"The front serves {self.limits.max_connections} connections at most; try again.", "server_busy"
+            ).body()
+            transport.write(
+                self._status_head(503, "application/json") + b"Retry-After: 1\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+            )
+            transport.close()
+            return
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
         self.last_read = time.monotonic()
         self.buffer += data
-        if self.exchange is None and not self.writing_paused:
-            self._read()
-        elif len(self.buffer) > PIPELINED_MAX and not self.reading_paused:
-            self.reading_paused = True
-            self.transport.pause_reading()
+        self._read()
 
     def pause_writing(self) -> None:
         self.writing_paused = True
+        self.stalled_since = time.monotonic()
         if self.exchange is not None:
             self.exchange.pause()
 
@@ -167,95 +177,169 @@ class FrontConnection(asyncio.Protocol):
         self.writing_paused = False
         if self.exchange is not None:
             self.exchange.resume()
-        elif self.buffer:
+        else:
             self._read()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        self._release_body()
+        self.buffer = bytearray()
+        self.waiting = None
         exchange, self.exchange = self.exchange, None
         if exchange is not None:
             exchange.client_gone()
 
+    def check_clocks(self, now: float) -> None:
+        """Drop a client that has taken nothing of its answer for the send timeout; refuse (408) one whose
+        request takes too long to arrive; close one kept alive and silent for the keep-alive timeout."""
+        limits = self.limits
+        if self.writing_paused or self.transport.is_closing():  # the latter: closed, its last answer unsent
+            since = self.stalled_since if self.writing_paused else self.idle_since
+            if now - since > limits.send_timeout_seconds:
+                self.front.metrics.refused("send_timeout")
+                self.transport.abort()
+        elif self.exchange is not None or self.refused or self.waiting is not None:
+            return
+        elif self.head is not None:
+            if now - self.last_read > limits.body_timeout_seconds:
+                self._refuse_now(
+                    Refused(
+                        408,
+                        "body_timeout",
+                        f"The request's body did not come within {limits.body_timeout_seconds:g}s of a read.",
+                    )
+                )
+        elif self.head_since is not None:
+            if now - self.head_since > limits.head_timeout_seconds:
+                self._refuse_now(
+                    Refused(
+                        408, "head_timeout", f"The request's head did not come within {limits.head_timeout_seconds:g}s."
+                    )
+                )
+        elif now - self.idle_since > limits.keepalive_timeout_seconds:
+            self.transport.close()
+
     # --- reading requests --------------------------------------------------------------------------------------
 
     def _read(self) -> None:
-        """Take the requests in the buffer, one at a time: each is answered before the next is read, and none
-        while the client's connection holds more answers than its high-water mark."""
+        """Read the next request while the one before it is answered, and start it once that one is done and the
+        client takes its answers."""
         if self._reading:  # an answer done while its request starts: the loop below goes on
             return
         self._reading = True
         try:
-            while self.exchange is None and self.buffer and not self.writing_paused and not self.transport.is_closing():
-                if self.length < 0:
-                    end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
-                    if end < 0:
-                        if len(self.buffer) >= MAX_HEAD + 4:
-                            self._refuse(431, f"The request's head is longer than {MAX_HEAD} bytes.")
-                        return
-                    head = bytes(self.buffer[:end])
-                    del self.buffer[: end + 4]
-                    if not self._head(head):
-                        return
-                if len(self.buffer) < self.length:
-                    return
-                body = bytes(self.buffer[: self.length])
-                del self.buffer[: self.length]
-                self.length = -1
-                self.exchange = exchange = self._exchange(body)
+            while not self.transport.is_closing():
+                if self.waiting is None and not self.refused:
+                    self.waiting = self._next_request()
+                if self.waiting is None or self.exchange is not None or self.writing_paused:
+                    break
+                waiting, self.waiting = self.waiting, None
+                self._release_body()  # its body is the exchange's now
+                if isinstance(waiting, Refused):
+                    self._refuse_now(waiting)
+                    break
+                self.exchange = exchange = self._exchange(*waiting)
                 exchange.start()
+            self._hold_reading(self.waiting is not None and len(self.buffer) > PIPELINED_MAX)
         finally:
             self._reading = False
 
-    def _head(self, head: bytes) -> bool:
-        """Take a request head: False when the request was refused (and the connection is closing)."""
+    def _next_request(self) -> tuple[RequestHead, bytes] | Refused | None:
+        """The request at the buffer's front when it is whole (its head and body taken from the buffer), its
+        refusal, or None while more of it is to come."""
         try:
-            self.method, target, version, headers = parse_request_head(head)
-        except ProtocolError as error:
-            return self._refuse(400, f"{error}.")
-        self.path = unquote(target.partition("?")[0])
-        self.chunked = version == "HTTP/1.1"
-        self.keep_alive = self.chunked and "close" not in headers.get("connection", "").lower()
-        length = headers.get("content-length", "0")
-        if "transfer-encoding" in headers or (self.method == "POST" and "content-length" not in headers):
-            return self._refuse(
-                411, "Send the request body with a Content-Length header (a body sent chunked is not read here)."
-            )
-        if not length.isdigit():
-            return self._refuse(400, f"Content-Length is not a length: {length[:40]!r}.")
-        if int(length) > MAX_REQUEST_BYTES:
-            return self._refuse(413, f"The request body is larger than {MAX_REQUEST_BYTES} bytes.")
-        self.length = int(length)
-        if headers.get("expect", "").lower() == "100-continue" and len(self.buffer) < self.length:
-            self.transport.write(CONTINUE)
-        return True
+            if self.head is None:
+                if not self.buffer:
+                    return None
+                if self.head_since is None:
+                    self.head_since = time.monotonic()
+                read = self.reader.read(self.buffer)
+                if read is None:
+                    return None
+                head, size = read
+                del self.buffer[:size]
+                self.head_since, self.last_read = None, time.monotonic()
+                self._check(head)
+                self.head = head
+            head = self.head
+            if self.exchange is None and head.expects_continue and len(self.buffer) < head.length:
+                self.transport.write(CONTINUE)  # its turn: the client may send the body
+                head.expects_continue = False
+            if len(self.buffer) < head.length:
+                return None
+        except Refused as refused:
+            self.refused = True
+            self.buffer = bytearray()
+            return refused
+        body = bytes(self.buffer[: head.length])
+        del self.buffer[: head.length]
+        self.head = None
+        return head, body
 
-    def _exchange(self, body: bytes) -> Exchange:
+    def _check(self, head: RequestHead) -> None:
+        """The server's limits on a request head (Refused)."""
+        if head.chunked or (head.method == "POST" and not head.has_length):
+            raise Refused(
+                411,
+                "length_required",
+                "Send the request body with a Content-Length header (a body sent chunked is not read here).",
+            )
+        if head.length > self.limits.max_body_bytes:
+            raise Refused(413, "body_too_large", f"The request body is larger than {self.limits.max_body_bytes} bytes.")
+        server = self.server
+        if server.buffered_bodies + head.length > self.limits.max_buffered_body_bytes:
+            raise Refused(
+                503, "bodies_buffered", "The front is receiving as many request bodies as it holds; try again."
+            )
+        server.buffered_bodies += head.length
+        self.reserved = head.length
+
+    def _release_body(self) -> None:
+        self.server.buffered_bodies -= self.reserved
+        self.reserved = 0
+
+    def _hold_reading(self, hold: bool) -> None:
+        if hold != self.reading_paused and not self.transport.is_closing():
+            self.reading_paused = hold
+            if hold:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def _exchange(self, head: RequestHead, body: bytes) -> Exchange:
+        self.method, self.path, self.keep_alive, self.chunked = (
+            head.method,
+            head.path,
+            head.keep_alive,
+            head.version == "1.1",
+        )
         method, path = self.method, self.path
         exchange = self.front.exchanges.get(path)
         if exchange is not None and method == "POST":
-            return exchange(self, path, body)
-        if exchange is None and method == "GET":
+            return exchange(self, path, body, head.fields)
+        if exchange is None and method in ("GET", "HEAD"):
             return PageExchange(self, self.front.page(path))
-        allowed = "GET" if exchange is None else "POST"
-        if method == "HEAD":
-            self.keep_alive = False  # the client reads no body after a HEAD's head: the connection ends it
+        allowed = "GET, HEAD" if exchange is None else "POST"
         return Answered(
-            self, APIError(405, f"{method} is not allowed on {path} (only {allowed}).", "invalid_request_error")
+            self,
+            APIError(405, f"{method} is not allowed on {path} (only {allowed}).", "invalid_request_error"),
+            b"Allow: %s\r\n" % allowed.encode(),
         )
 
-    def _refuse(self, status: int, message: str) -> bool:
+    def _refuse_now(self, refused: Refused) -> None:
         """Answer a request that cannot be read, and close: what follows it cannot be told apart."""
-        self.keep_alive = False
-        self.answer(status, APIError(status, message, "invalid_request_error").body())
-        return False
+        self.refused = True
+        self._release_body()
+        self.front.metrics.refused(refused.reason)
+        self.keep_alive, self.method = False, ""
+        self.answer(refused.status, APIError(refused.status, refused.message, "invalid_request_error").body())
 
     # --- writing the answer ------------------------------------------------------------------------------------
 
-    def answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        """A whole answer; the request is done."""
-        self.transport.write(
-            self._status_head(status, content_type) + b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
-        )
+    def answer(self, status: int, body: bytes, content_type: str = "application/json", headers: bytes = b"") -> None:
+        """A whole answer (its head only to a HEAD); the request is done."""
+        head = self._status_head(status, content_type) + headers + b"Content-Length: %d\r\n\r\n" % len(body)
+        self.transport.write(head if self.method == "HEAD" else head + body)
         self._done()
 
     def start_events(self, first: bytes = b"") -> None:
@@ -279,6 +363,9 @@ class FrontConnection(asyncio.Protocol):
             self.transport.write(last)  # and the connection's end ends the stream (keep_alive is False)
         self._done()
 
+    def abort(self) -> None:
+        self.transport.abort()
+
     def close_when_idle(self) -> None:
         self.closing = True
         if self.exchange is None:
@@ -288,7 +375,7 @@ class FrontConnection(asyncio.Protocol):
         connection = b"" if self.keep_alive and not self.closing else b"Connection: close\r\n"
         return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nDate: %s\r\nServer: specdec-runtime\r\n%b" % (
             status,
-            HTTPStatus(status).phrase.encode(),
+            reason_phrase(status),
             content_type.encode(),
             http_date(),
             connection,
@@ -296,24 +383,33 @@ class FrontConnection(asyncio.Protocol):
 
     def _done(self) -> None:
         self.exchange = None
+        self.idle_since = now = time.monotonic()
+        if self.head_since is not None:  # the next request's time to arrive counts from its turn
+            self.head_since = now
+        self.last_read = max(self.last_read, now)
         if not self.keep_alive or self.closing:
+            self.refused = True  # nothing more is read
             self.transport.close()
             return
-        if self.reading_paused:
-            self.reading_paused = False
-            self.transport.resume_reading()
-        if self.buffer:
-            self._read()  # a request sent before this answer was done
+        self._read()  # a request sent before this answer was done
+
+
+def reason_phrase(status: int) -> bytes:
+    """The status line's reason (empty for a status Python does not name, e.g. a backend's 499)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 class Answered:
-    """An error answered at once (a method a path does not take)."""
+    """An error answered at once (a method a path does not take, with its `Allow` header)."""
 
-    def __init__(self, client: FrontConnection, error: APIError):
-        self.client, self.error = client, error
+    def __init__(self, client: FrontConnection, error: APIError, headers: bytes = b""):
+        self.client, self.error, self.headers = client, error, headers
 
     def start(self) -> None:
-        self.client.answer(self.error.status, self.error.body())
+        self.client.answer(self.error.status, self.error.body(), headers=self.headers)
 
     def pause(self) -> None:
         pass

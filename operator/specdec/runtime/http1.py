@@ -1,7 +1,7 @@
-"""HTTP/1.1 as the front speaks it (RFC 9112). As its backend client: the request it sends, the response head
-it reads, and the body framings (chunked, Content-Length, to the end of the connection). As the server of its
-token path: the request head it reads. Pure: bytes in, parts out, no I/O (specdec.runtime.upstream and
-specdec.runtime.front_server do the I/O).
+"""HTTP/1.1 as the front speaks it (RFC 9112) as its backend's client: the request it sends, the response
+head it reads, and the body framings (chunked, Content-Length, to the end of the connection); the request
+heads the front reads as a server are llhttp's (specdec.runtime.request_head). Pure: bytes in, parts out,
+no I/O (specdec.runtime.upstream does the I/O).
 """
 
 from __future__ import annotations
@@ -34,16 +34,6 @@ def parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
         raise ProtocolError(f"not an HTTP/1.1 status line: {status_line[:100]!r}")
     return int(code), _fields(lines)
-
-
-def parse_request_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, target, version, headers by lower-case name) of a request head without its blank line."""
-    request_line, *lines = head.decode("latin-1").split("\r\n")
-    parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
-        raise ProtocolError(f"not an HTTP/1.1 request line: {request_line[:100]!r}")
-    method, target, version = parts
-    return method, target, version, _fields(lines)
 
 
 def _fields(lines: list[str]) -> dict[str, str]:

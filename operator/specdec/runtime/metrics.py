@@ -41,6 +41,15 @@ class RuntimeMetrics:
         self._backend_errors = Counter(
             "specdec_backend_errors_total", "Failed calls to the backend, by kind.", ["kind"], registry=r
         )
+        self._refusals = Counter(
+            "specdec_front_refusals_total",
+            "Requests and connections the front's server refused, by reason (bad_request, "
+            "version, length_required, head_too_large, too_many_fields, body_too_large, "
+            "bodies_buffered, head_timeout, body_timeout, send_timeout, "
+            "too_many_connections).",
+            ["reason"],
+            registry=r,
+        )
         self._prompt_tokens = Counter("specdec_prompt_tokens_total", "Prompt (input) tokens.", registry=r)
         self._completion_tokens = Counter("specdec_completion_tokens_total", "Generated (output) tokens.", registry=r)
         self._draft_tokens = Counter("specdec_draft_tokens_total", "Draft tokens proposed.", registry=r)
@@ -138,6 +147,9 @@ class RuntimeMetrics:
 
     def backend_error(self, kind: str) -> None:
         self._backend_errors.labels(kind=kind).inc()
+
+    def refused(self, reason: str) -> None:
+        self._refusals.labels(reason=reason).inc()
 
     def tokens(self, prompt: int, completion: int) -> None:
         self._prompt_tokens.inc(max(prompt, 0))

@@ -11,23 +11,21 @@ counters.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
 from specdec.runtime.backend_stats import iteration_load, iteration_speculation
 from specdec.runtime.config import request_defaults
+from specdec.runtime.exchange import Client
 from specdec.runtime.relay_exchange import RelayExchange
 from specdec.runtime.route import Route
 from specdec.runtime.upstream import Upstream
 
-if TYPE_CHECKING:
-    from specdec.runtime.front_server import FrontConnection
-
 
 class OpenAIRelay(Route):
     kind = "openai"
-    relays = True
     _connections: Upstream | None = None
 
     def known_draft_len(self) -> int | None:
@@ -55,7 +53,7 @@ class OpenAIRelay(Route):
             if it.draft_seconds is not None and it.target_seconds is not None:
                 self.metrics.compute_time(it.draft_seconds, it.target_seconds)
 
-    def exchange(self, client: FrontConnection, endpoint: str, raw: bytes) -> RelayExchange:
+    def exchange(self, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]) -> RelayExchange:
         return RelayExchange(self, client, endpoint, raw)
 
     def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]:
@@ -76,8 +74,8 @@ class OpenAIRelay(Route):
         """Count trtllm-serve's usage; its completion tokens, when it has them."""
         if not isinstance(usage, dict):
             return None
-        completion = int(usage.get("completion_tokens") or 0)
-        self.metrics.tokens(int(usage.get("prompt_tokens") or 0), completion)
+        completion = _count(usage.get("completion_tokens"))
+        self.metrics.tokens(_count(usage.get("prompt_tokens")), completion)
         return completion
 
     def connections(self) -> Upstream:
@@ -91,3 +89,8 @@ class OpenAIRelay(Route):
     def stop(self) -> None:
         if self._connections is not None:
             self._connections.close()
+
+
+def _count(value: Any) -> int:
+    """A token count as trtllm-serve reports it; 0 for anything that is not a count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

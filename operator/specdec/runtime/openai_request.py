@@ -15,7 +15,6 @@ import json
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 # name -> (lowest, highest), OpenAI's ranges; null is the default everywhere.
 NUMBERS = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
@@ -42,9 +41,6 @@ class APIError(Exception):
 
     def body(self) -> bytes:
         return orjson.dumps(error_body(self.message, self.kind, self.param, self.code))
-
-    def response(self) -> web.Response:
-        return web.Response(body=self.body(), status=self.status, content_type="application/json")
 
 
 def invalid(message: str, param: str | None, code: str | None) -> APIError:

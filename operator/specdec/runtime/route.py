@@ -1,54 +1,41 @@
 """What the front asks of a backend route, and the failures every route answers the same way.
 
-The front (specdec.runtime.front) routes /v1/completions and /v1/chat/completions to one Route, in one of
-two ways:
-- a route that relays answers each request on the client's connection itself, in the connection's callbacks
-  (`relays`, `exchange`: the OpenAI relay to trtllm-serve, specdec.runtime.openai_relay);
-- any other answers it in aiohttp's handlers (`completions`, `chat`: the translation to Triton's generate
-  endpoint, specdec.runtime.triton_route), the front having checked the request and keeping its counts.
+The front (specdec.runtime.front) hands /v1/completions and /v1/chat/completions to one Route, whose
+`exchange` answers each request on the client's connection (specdec.runtime.exchange), in one of two ways:
+- a route that relays answers in the connections' callbacks, no task on the token path (the OpenAI relay to
+  trtllm-serve, specdec.runtime.openai_relay);
+- any other answers whole, in a task (RouteExchange): the request checked, `reply` awaited, its answer written
+  and counted (the translation to Triton's generate endpoint, specdec.runtime.triton_route, whose BLS does not
+  stream while speculating).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 import aiohttp
-import orjson
-from aiohttp import web
 
 from specdec.api.runtime_config import RuntimeConfig
+from specdec.runtime.exchange import Client, Exchange, Page
 from specdec.runtime.launch import Backend
-from specdec.runtime.metrics import RuntimeMetrics
-from specdec.runtime.openai_request import APIError
+from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
+from specdec.runtime.openai_request import APIError, parse_request
 from specdec.runtime.upstream import Unreachable, UpstreamError
 
-if TYPE_CHECKING:
-    from specdec.runtime.front_server import Exchange, FrontConnection
-
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+log = logging.getLogger("specdec.runtime")
 JSON_HEADERS = {"Content-Type": "application/json"}
+CHAT = "/v1/chat/completions"
+OWN_FAULT = "The front failed on this request; its log says why."
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, headers=JSON_HEADERS)
+class Events(NamedTuple):
+    """A whole answer sent as an event stream (200): each item one event's bytes."""
 
-
-class ClientGone(Exception):
-    """The client closed the connection while its response was being written."""
-
-    def __init__(self, response: web.StreamResponse):
-        super().__init__("client gone")
-        self.response = response
-
-
-async def write(response: web.StreamResponse, data: bytes) -> None:
-    try:
-        await response.write(data)
-    except ConnectionResetError:
-        raise ClientGone(response) from None
+    events: list[bytes]
 
 
 class FrontError(APIError):
@@ -81,7 +68,6 @@ class Route:
 
     kind = ""
     text_prompts_only = False  # the request checks' `triton` rules: one choice, text prompts
-    relays = False  # answers generation requests on the client's connection (`exchange`)
 
     def __init__(self, config: RuntimeConfig, backend: Backend, metrics: RuntimeMetrics, *, request_timeout: float):
         self.config, self.backend, self.metrics = config, backend, metrics
@@ -103,14 +89,15 @@ class Route:
         """What to poll every stats interval (backend statistics, live settings)."""
         return []
 
-    def exchange(self, client: FrontConnection, endpoint: str, raw: bytes) -> Exchange:
-        """A generation request (its body as received) to answer on the client's connection."""
-        raise NotImplementedError
+    def exchange(self, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]) -> Exchange:
+        """A generation request (its body as received, its header fields by lower-case name) to answer on the
+        client's connection."""
+        return RouteExchange(self, client, endpoint, raw, fields)
 
-    async def completions(self, request: web.Request, body: dict[str, Any], started: float) -> web.StreamResponse:
-        raise NotImplementedError
-
-    async def chat(self, request: web.Request, body: dict[str, Any], started: float) -> web.StreamResponse:
+    async def reply(
+        self, body: dict[str, Any], *, chat: bool, started: float, fields: Mapping[bytes, bytes]
+    ) -> Page | Events:
+        """The whole answer to a checked request (RouteExchange's); APIError for a failure to answer."""
         raise NotImplementedError
 
     async def fetch(self, url: str) -> str | None:
@@ -121,3 +108,54 @@ class Route:
                 return await resp.text() if resp.status == 200 else None
         except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
             return None
+
+
+class RouteExchange:
+    """A generation request a route answers whole (Route.reply), in a task: checked, answered, counted. A
+    client that goes away cancels it (and with it the backend request)."""
+
+    def __init__(self, route: Route, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]):
+        self.route, self.client, self.endpoint, self.raw, self.fields = route, client, endpoint, raw, fields
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._answer())
+
+    async def _answer(self) -> None:
+        route, client, chat = self.route, self.client, self.endpoint == CHAT
+        record = RequestRecord(route.metrics, self.endpoint)
+        try:
+            body = parse_request(self.raw, chat=chat, served_model=route.model, triton=route.text_prompts_only)
+            reply = await route.reply(body, chat=chat, started=record.started, fields=self.fields)
+        except APIError as error:
+            record.failed(error)
+            client.answer(error.status, error.body())
+            return
+        except asyncio.CancelledError:
+            record.end(499)  # the client went away; its backend request was cancelled with it
+            raise
+        except Exception:  # noqa: BLE001 - the front's own fault: a 500 and the reason in the log, not a hang
+            log.exception("%s: the front failed on a request", self.endpoint)
+            record.end(500)
+            client.answer(500, APIError(500, OWN_FAULT, "server_error").body())
+            return
+        if isinstance(reply, Events):
+            first, *rest = reply.events
+            client.start_events(first)
+            for event in rest:
+                client.event(event)
+            client.end_events(b"")
+            record.end(200)
+        else:
+            client.answer(reply.status, reply.body, reply.content_type)
+            record.end(reply.status)
+
+    def pause(self) -> None:
+        """The answer is written whole: the transport holds what the client has not taken."""
+
+    def resume(self) -> None:
+        pass
+
+    def client_gone(self) -> None:
+        if self.task is not None:
+            self.task.cancel()

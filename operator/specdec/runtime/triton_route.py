@@ -23,23 +23,24 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
-from aiohttp import web
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY, DRAFT_LEN_KEY, SCHEDULE_KEY, RuntimeConfig
 from specdec.runtime import triton
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.config_map_key import ConfigMapKey
+from specdec.runtime.exchange import Page
 from specdec.runtime.in_flight import InFlight
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
 from specdec.runtime.openai_request import invalid
-from specdec.runtime.route import JSON_HEADERS, SSE_HEADERS, FrontError, Route, backend_errors, json_response, write
+from specdec.runtime.route import JSON_HEADERS, Events, FrontError, Route, backend_errors
 from specdec.speculation import load_model
 
 log = logging.getLogger("specdec.runtime")
@@ -123,11 +124,13 @@ class TritonRoute(Route):
         polls = [self._poll_triton_metrics] if self.backend.metrics_url else []
         return polls + ([self._poll_operator_keys] if self.operator_keys else [])
 
-    async def completions(self, request, body, started):
-        return await self._triton_completions(request, body, started)
-
-    async def chat(self, request, body, started):
-        return await self._triton_chat(request, body, started)
+    async def reply(
+        self, body: dict[str, Any], *, chat: bool, started: float, fields: Mapping[bytes, bytes]
+    ) -> Page | Events:
+        opted_out = fields.get(OPT_OUT_HEADER.lower().encode(), b"").strip().lower() == b"off"
+        if chat:
+            return await self._triton_chat(body, started, opted_out)
+        return await self._triton_completions(body, started, opted_out)
 
     async def _poll_triton_metrics(self) -> None:
         """Triton's cumulative compute time of the draft and target models, counted as it grows."""
@@ -305,11 +308,10 @@ class TritonRoute(Route):
         value = body.get("max_completion_tokens") if value is None else value
         return default if value is None else value
 
-    async def _triton_completions(self, request: web.Request, body: dict[str, Any], started: float):
+    async def _triton_completions(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         prompt = body["prompt"]
         prompts = [prompt] if isinstance(prompt, str) else prompt
         max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
-        opted_out = _opted_out(request)
         results = await asyncio.gather(*(self._triton_one(p, body, max_tokens, opted_out) for p in prompts))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         usage = _sum_usage([r["usage"] for r in results])
@@ -324,8 +326,8 @@ class TritonRoute(Route):
                 }
                 for i, r in enumerate(results)
             ]
-            return await self._sse(request, chunks, usage, body, rid, created, "text_completion", started)
-        return json_response(
+            return self._sse(chunks, usage, body, rid, created, "text_completion", started)
+        return Page.json(
             {
                 "id": rid,
                 "object": "text_completion",
@@ -345,13 +347,13 @@ class TritonRoute(Route):
             }
         )
 
-    async def _triton_chat(self, request: web.Request, body: dict[str, Any], started: float):
+    async def _triton_chat(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         try:
             prompt = self.tokenizer.chat_prompt(body["messages"])
         except ValueError as error:
             raise invalid(str(error), "messages", None) from None
         max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
-        result = await self._triton_one(prompt, body, max_tokens, _opted_out(request))
+        result = await self._triton_one(prompt, body, max_tokens, opted_out)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
             chunks = [
@@ -369,10 +371,8 @@ class TritonRoute(Route):
                     ],
                 }
             ]
-            return await self._sse(
-                request, chunks, result["usage"], body, rid, created, "chat.completion.chunk", started
-            )
-        return json_response(
+            return self._sse(chunks, result["usage"], body, rid, created, "chat.completion.chunk", started)
+        return Page.json(
             {
                 "id": rid,
                 "object": "chat.completion",
@@ -390,7 +390,16 @@ class TritonRoute(Route):
             }
         )
 
-    async def _sse(self, request, chunks, usage, body, rid, created, kind, started) -> web.StreamResponse:
+    def _sse(
+        self,
+        chunks: list[dict[str, Any]],
+        usage: dict[str, int] | None,
+        body: dict[str, Any],
+        rid: str,
+        created: int,
+        kind: str,
+        started: float,
+    ) -> Events:
         """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
         every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -399,18 +408,8 @@ class TritonRoute(Route):
                 *({**chunk, "usage": None} for chunk in chunks),
                 {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [], "usage": usage},
             ]
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
         self.metrics.first_token(time.monotonic() - started)
-        for chunk in chunks:
-            await write(response, b"data: " + orjson.dumps(chunk) + b"\n\n")
-        await write(response, b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
-
-
-def _opted_out(request: web.Request) -> bool:
-    return request.headers.get(OPT_OUT_HEADER, "").strip().lower() == "off"
+        return Events([*(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks), b"data: [DONE]\n\n"])
 
 
 def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
