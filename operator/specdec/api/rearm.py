@@ -30,16 +30,17 @@ class RearmStatus(ApiModel):
         "When the last one was asked for: the runtime pod template's specdec.io/rearmed-at annotation."))
 
 
+_DYNAMIC = [m.name for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)]
+
 # On the whole spec (SpeculativeDeploymentSpec).
 REARM_RULES = (
     cel(f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
         f"!(self.speculation.mode in {modes.not_speculating()})",
         "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
         ".speculation.rearm"),
-    cel("!has(self.speculation.rearm) || !self.speculation.rearm.enabled || " + " && ".join(
-        f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
-        f"!has(self.speculation.{m.name}.draftLenSchedule)))"
-        for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)),
+    *([cel("!has(self.speculation.rearm) || !self.speculation.rearm.enabled || " + " && ".join(
+        f"(!has(self.speculation.{name}) || (!has(self.speculation.{name}.maxConcurrency) && "
+        f"!has(self.speculation.{name}.draftLenSchedule)))" for name in _DYNAMIC),
         "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
-        "only drop the requests in flight; enable rearm without them", ".speculation.rearm"),
+        "only drop the requests in flight; enable rearm without them", ".speculation.rearm")] if _DYNAMIC else []),
 )
