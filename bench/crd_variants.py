@@ -73,6 +73,23 @@ def _generate(variant: str) -> dict[str, Any]:
     return _without_rules(crd) if variant == "no-cel" else crd
 
 
+def evaluated_rules(schema: dict[str, Any], obj: Any, path: str = "") -> list[tuple[str, dict[str, str]]]:
+    """(path, rule) of each CEL rule the API server evaluates on a write of `obj` (defaults applied): those
+    of the schema nodes `obj` has a value at (a rule on an absent field does not run)."""
+    if obj is None:
+        return []
+    found = [(path, rule) for rule in schema.get("x-kubernetes-validations") or []]
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            sub = (schema.get("properties") or {}).get(key) or schema.get("additionalProperties")
+            if isinstance(sub, dict):
+                found += evaluated_rules(sub, value, f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(obj):
+            found += evaluated_rules(schema["items"], item, f"{path}[{i}]")
+    return found
+
+
 def sd_crd(variant: str) -> dict[str, Any]:
     """The SpeculativeDeployment CRD of `variant` (one of VARIANTS)."""
     if variant not in VARIANTS:

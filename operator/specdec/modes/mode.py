@@ -9,6 +9,7 @@ from typing import Any, Callable
 from pydantic.alias_generators import to_snake
 
 from specdec.schema.base import ApiModel, ModelSource, cel
+from specdec.schema.cel import mode_guard
 
 BACKENDS = ("tensorrt", "pytorch")
 
@@ -110,11 +111,11 @@ class Mode:
 
     def cel_rules(self) -> list[dict[str, str]]:
         """The rules on the whole spec: the backends that serve the mode, then its own."""
-        chosen = f"self.speculation.mode != '{self.name}'"
+        chosen = mode_guard(self.name)
         rules = []
         if tuple(self.backends) != BACKENDS:
             served = ", ".join(self.backends)
-            rules.append(cel(f"{chosen} || self.backend in {list(self.backends)}",
+            rules.append(cel(f"{chosen}self.backend in {list(self.backends)}",
                              f"{self.name} is served by backend {served} only", ".speculation.mode"))
-        rules += [cel(f"{chosen} || ({r.rule})", r.message, r.field_path) for r in self.rules]
+        rules += [cel(f"{chosen}({r.rule})", r.message, r.field_path) for r in self.rules]
         return rules

@@ -88,6 +88,12 @@ def _program(rule: str) -> celpy.Runner:
     return environment.program(environment.compile(rule), functions=KUBERNETES_FUNCTIONS)
 
 
+def mode_guard(mode: str) -> str:
+    """The start of a rule on the whole spec that applies when `mode` is chosen (specdec.modes.mode): for a
+    deployment of any other mode it holds there, and evaluation stops (`true || x`)."""
+    return f"self.speculation.mode != '{mode}' || "
+
+
 def transition_rule(rule: str) -> bool:
     """Rules on `oldSelf` compare with the stored object: only the API server can judge them."""
     return "oldSelf" in rule
