@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import statistics
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -35,8 +36,10 @@ from bench.crd_variants import VARIANTS, sd_crd
 from specdec import conditions
 from specdec.kube.client import Kube
 
-# After a CRD is Established, the API server swaps its handler for the new schema in the background.
-SETTLE_SECONDS = 5.0
+# After a CRD is Established, the API server swaps its handler for the new schema and rebuilds its OpenAPI
+# documents in the background: the next measurement waits until its CPU is quiet.
+QUIET_CPU = 0.05  # CPU seconds per second of kube-apiserver + etcd, over QUIET_SECONDS
+QUIET_SECONDS = 2.0
 Figures = dict[str, dict[str, float]]
 
 
@@ -48,8 +51,18 @@ def measure(cluster: Path, count: int, write: Callable[[int], object]) -> dict[s
             "wall_ms": (time.monotonic() - start) / count * 1000}
 
 
-def apply_crd(extensions: client.ApiextensionsV1Api, crd: dict[str, Any]) -> None:
-    """Create or replace the CRD, then wait until it is Established and its handler has been swapped."""
+def quiet(cluster: Path, timeout: float = 60.0) -> None:
+    """Wait until the cluster's API server and etcd are (nearly) idle, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = server_cpu(cluster)
+        time.sleep(QUIET_SECONDS)
+        if server_cpu(cluster) - before < QUIET_CPU * QUIET_SECONDS:
+            return
+
+
+def apply_crd(extensions: client.ApiextensionsV1Api, cluster: Path, crd: dict[str, Any]) -> None:
+    """Create or replace the CRD, then wait until it is Established and the API server is quiet again."""
     name = crd["metadata"]["name"]
     body = copy.deepcopy(crd)
     try:
@@ -66,7 +79,7 @@ def apply_crd(extensions: client.ApiextensionsV1Api, crd: dict[str, Any]) -> Non
         if time.monotonic() > deadline:
             raise RuntimeError(f"CRD {name} not Established after 60 s")
         time.sleep(0.5)
-    time.sleep(SETTLE_SECONDS)
+    quiet(cluster)
 
 
 def in_namespace(core: client.CoreV1Api, what: Callable[[str], Figures]) -> Figures:
@@ -130,14 +143,16 @@ def main() -> int:
     by_variant: dict[str, list[Figures]] = {variant: [] for variant in variants}
     others: list[Figures] = []
     try:
-        for _ in range(args.rounds):  # the variants interleaved: a machine's load changes over minutes
-            for variant in variants:
-                apply_crd(extensions, crds[variant])
+        for r in range(args.rounds):  # interleaved, in a rotated order: a machine's load changes over minutes
+            for variant in variants[r % len(variants):] + variants[:r % len(variants)]:
+                apply_crd(extensions, cluster, crds[variant])
                 by_variant[variant].append(in_namespace(core, lambda ns: sd_writes(kube, cluster, args.count, ns)))
+                print(f"round {r + 1}, CRD {variant}: SD create {by_variant[variant][-1]['SD create']['cpu_ms']:.2f} "
+                      "ms CPU", file=sys.stderr)
             others.append(in_namespace(core, lambda ns: other_writes(kube, cluster, args.count, ns)))
     finally:
         if variants != ["full"]:
-            apply_crd(extensions, sd_crd("full"))
+            apply_crd(extensions, cluster, sd_crd("full"))
     result: dict[str, Figures] = {variant: medians(rounds) for variant, rounds in by_variant.items()}
     result["other"] = medians(others)
     for variant in variants:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bench.crd_variants import evaluated_rules, sd_crd
+from bench.crd_variants import ROOT, evaluated_rules, sd_crd
 from specdec.plan import parse_spec
 from specdec.schema import cel
 from tests.unit.helpers import load_example
@@ -54,3 +54,13 @@ def test_a_write_of_a_mode_evaluates_its_own_rules():
     rules = [rule["rule"] for _, rule in evaluated_rules(_schema("full"), _stored("llama-2-13b-draft-7b-logits"))]
     assert any(r.startswith(cel.mode_guard("draftTarget")) for r in rules)
     assert any(r.startswith("self.mode == 'draftTarget' ? ") for r in rules)
+
+
+def test_the_cel_cost_tool_runs_the_local_clusters_validator():
+    """bench/cel_cost measures kube-apiserver's CEL validator at the version the local cluster runs."""
+    from specdec.dev.toolchain import KUBERNETES_VERSION
+
+    staging = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
+    go_mod = (ROOT / "bench" / "cel_cost" / "go.mod").read_text()
+    for module in ("k8s.io/apiextensions-apiserver", "k8s.io/apiserver", "k8s.io/apimachinery"):
+        assert f"\t{module} {staging}\n" in go_mod, module
