@@ -27,8 +27,9 @@ Run = dict[str, Any]
 class Figure:
     label: str
     value: Callable[[Run, dict[str, Any]], float | None]  # of the run and its largest fleet
-    # The largest rise (relative) that is still noise: runs of the same code on this shared machine differed
-    # by ~10 % in all Ready; a ratio to the loaded floor moves less, a resync pass's few seconds more.
+    # The largest rise (relative) that is still noise, from runs of the same code on this shared machine: ~10 %
+    # in all Ready; the ratios to the loaded floor by up to 20 % at p50 and nearly 2x at p95 (a p95 of ~100
+    # probes, and of fan-outs a shared Job's end releases at once); a resync pass's few seconds by 30 %.
     tolerance: float
     digits: int = 1
 
@@ -58,12 +59,12 @@ FIGURES = (
     Figure("all applied in (s)", _get("apply_seconds"), 0.15),
     Figure("apply → first Job p50 (s)", _get("apply_to_job", "p50"), 0.25, 3),
     Figure("apply → first Job p95 (s)", _get("apply_to_job", "p95"), 0.25, 3),
-    Figure("apply → first Job, operator / loaded floor p50", _get("apply_to_job", "loaded_ratio_p50"), 0.1, 2),
-    Figure("apply → first Job, operator / loaded floor p95", _get("apply_to_job", "loaded_ratio_p95"), 0.1, 2),
+    Figure("apply → first Job, operator / loaded floor p50", _get("apply_to_job", "loaded_ratio_p50"), 0.2, 2),
+    Figure("apply → first Job, operator / loaded floor p95", _get("apply_to_job", "loaded_ratio_p95"), 1.0, 2),
     Figure("Jobs done → Deployment, operator / loaded floor p50",
-           _get("jobs_done_to_deployment", "loaded_ratio_p50"), 0.1, 2),
+           _get("jobs_done_to_deployment", "loaded_ratio_p50"), 0.2, 2),
     Figure("Jobs done → Deployment, operator / loaded floor p95",
-           _get("jobs_done_to_deployment", "loaded_ratio_p95"), 0.1, 2),
+           _get("jobs_done_to_deployment", "loaded_ratio_p95"), 1.0, 2),
     Figure("kube-apiserver CPU (s)", _get("cpu_seconds_by_process", "kube-apiserver"), 0.15),
     Figure("etcd CPU (s)", _get("cpu_seconds_by_process", "etcd"), 0.15),
     Figure("operator CPU (s)", _get("operator_cpu_seconds"), 0.15),
