@@ -61,12 +61,18 @@ def quiet(cluster: Path, timeout: float = 60.0) -> None:
             return
 
 
+def established(crd: client.V1CustomResourceDefinition) -> bool:
+    conditions = crd.status.conditions if crd.status else None
+    return any(c.type == "Established" and c.status == "True" for c in conditions or [])
+
+
 def apply_crd(extensions: client.ApiextensionsV1Api, cluster: Path, crd: dict[str, Any]) -> None:
     """Create or replace the CRD, then wait until it is Established and the API server is quiet again."""
     name = crd["metadata"]["name"]
     body = copy.deepcopy(crd)
     try:
-        body["metadata"]["resourceVersion"] = extensions.read_custom_resource_definition(name).metadata.resource_version
+        existing = extensions.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = existing.metadata.resource_version if existing.metadata else None
         extensions.replace_custom_resource_definition(name, body)
     except ApiException as error:
         if error.status != 404:
@@ -74,8 +80,7 @@ def apply_crd(extensions: client.ApiextensionsV1Api, cluster: Path, crd: dict[st
         body["metadata"].pop("resourceVersion", None)
         extensions.create_custom_resource_definition(body)
     deadline = time.monotonic() + 60
-    while not any(c.type == "Established" and c.status == "True"
-                  for c in extensions.read_custom_resource_definition(name).status.conditions or []):
+    while not established(extensions.read_custom_resource_definition(name)):
         if time.monotonic() > deadline:
             raise RuntimeError(f"CRD {name} not Established after 60 s")
         time.sleep(0.5)

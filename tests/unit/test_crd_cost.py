@@ -8,6 +8,7 @@ import functools
 from typing import Any
 
 from bench.crd_variants import ROOT, evaluated_rules, sd_crd
+from specdec.api.models import SpeculativeDeploymentSpec
 from specdec.plan import parse_spec
 from specdec.schema import cel
 from tests.unit.helpers import load_example
@@ -22,6 +23,7 @@ def _stored(stem: str) -> dict[str, Any]:
     """An example as the API server stores it: its spec with every default applied."""
     body = load_example(stem)
     spec = parse_spec(body["spec"])
+    assert isinstance(spec, SpeculativeDeploymentSpec), spec
     return {**body, "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
 
 
