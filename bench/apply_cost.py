@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
 
 
-def server_cpu() -> float:
-    """CPU seconds so far of kube-apiserver and etcd."""
-    seconds = cluster_cpu()
+def server_cpu(cluster: Path) -> float:
+    """CPU seconds so far of the kube-apiserver and etcd of the cluster in directory `cluster`."""
+    seconds = cluster_cpu(cluster)
     return seconds.get("kube-apiserver", 0.0) + seconds.get("etcd", 0.0)
 
 
@@ -51,7 +51,7 @@ def children(namespace: str) -> list[dict]:
     return objs
 
 
-def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, dict[str, float]]:
+def run(kube: Kube, core: client.CoreV1Api, cluster: Path, how: str, count: int) -> dict[str, dict[str, float]]:
     namespace = f"cost-{how}-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
     out = {}
@@ -62,11 +62,11 @@ def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, d
                 obj = copy.deepcopy(template)
                 obj["metadata"]["name"] = f"{template['metadata']['name']}-{i}"
                 copies.append(obj)
-            cpu, start = server_cpu(), time.monotonic()
+            cpu, start = server_cpu(cluster), time.monotonic()
             for obj in copies:
                 kube.create(obj) if how == "create" else kube.server_side_apply(obj)
             out[template["kind"]] = {
-                "cpu_ms": (server_cpu() - cpu) / count * 1000,
+                "cpu_ms": (server_cpu(cluster) - cpu) / count * 1000,
                 "wall_ms": (time.monotonic() - start) / count * 1000,
             }
     finally:
@@ -74,25 +74,30 @@ def run(kube: Kube, core: client.CoreV1Api, how: str, count: int) -> dict[str, d
     return out
 
 
-def cost_command(doc: str, rounds: int) -> tuple[argparse.Namespace, Kube, client.CoreV1Api]:
-    """The arguments of a write-cost script (--kubeconfig, --count, --rounds) and its clients."""
+def cost_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """The arguments every write-cost script takes: --kubeconfig (a local cluster's, in its directory, whose
+    processes' CPU is measured), --count, --rounds."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--kubeconfig", required=True, type=Path)
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=rounds)
-    args = parser.parse_args()
+    return parser
+
+
+def cost_clients(args: argparse.Namespace) -> tuple[client.ApiClient, Kube, client.CoreV1Api]:
     configuration = client.Configuration()
-    config.load_kube_config(args.kubeconfig, client_configuration=configuration)
+    config.load_kube_config(str(args.kubeconfig), client_configuration=configuration)
     api = client.ApiClient(configuration)
-    return args, Kube(api), client.CoreV1Api(api)
+    return api, Kube(api), client.CoreV1Api(api)
 
 
 def main() -> int:
-    args, kube, core = cost_command(__doc__, rounds=2)
-    rounds = {"create": [], "apply": []}
+    args = cost_parser(__doc__, rounds=2).parse_args()
+    _, kube, core = cost_clients(args)
+    rounds: dict[str, list[dict[str, dict[str, float]]]] = {"create": [], "apply": []}
     for _ in range(args.rounds):
         for how in rounds:
-            rounds[how].append(run(kube, core, how, args.count))
+            rounds[how].append(run(kube, core, args.kubeconfig.parent, how, args.count))
     result = {}
     for kind in rounds["create"][0]:
         row = {

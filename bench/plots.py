@@ -33,7 +33,7 @@ def fleet_runs(results: Path = RESULTS) -> list[dict]:
     return runs
 
 
-def _clean(run: dict) -> bool:
+def clean(run: dict) -> bool:
     """A run of committed code without a profiler attached."""
     commit = str(run.get("commit") or "")
     return bool(commit) and " " not in commit and "+" not in commit and not run.get("args", {}).get("profile")
@@ -43,7 +43,7 @@ def newest_per_n(runs: list[dict]) -> dict[int, tuple[dict, dict]]:
     """N -> (run, fleet) of the newest clean run with a fleet of N."""
     out: dict[int, tuple[dict, dict]] = {}
     for run in runs:
-        if not _clean(run):
+        if not clean(run):
             continue
         for fleet in run["scales"]:
             if fleet.get("all_ready_seconds") and fleet.get("ready") == fleet.get("deployments"):
@@ -52,7 +52,7 @@ def newest_per_n(runs: list[dict]) -> dict[int, tuple[dict, dict]]:
 
 
 def latest(runs: list[dict]) -> dict:
-    return [r for r in runs if _clean(r)][-1]
+    return [r for r in runs if clean(r)][-1]
 
 
 def _setup():

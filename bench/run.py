@@ -26,9 +26,11 @@ sys.path.insert(0, str(ROOT))  # the bench's modules, when run as a script witho
 
 from bench.audit_log import AUDIT_POLICY, apply_chain, audit_writes, writes_by_client  # noqa: E402
 from bench.floor import floor, floor_fanout, floor_scale  # noqa: E402
+from bench.history import previous_run, render_comparison  # noqa: E402
 from bench.idle import idle  # noqa: E402
 from bench.metrics import METRICS_PORT, delta, scrape  # noqa: E402
 from bench.observer import Observer  # noqa: E402
+from bench.plots import fleet_runs  # noqa: E402
 from bench.processes import cpu_by_process, process_stats  # noqa: E402
 from bench.rollouts import latency, scale  # noqa: E402
 from bench.table import render_table  # noqa: E402
@@ -107,6 +109,9 @@ def main() -> int:
         "commit": commit + ("+dirty" if dirty else ""),
         "machine": f"{os.cpu_count()} cores, {os.uname().machine}",
         "args": vars(args),
+        "command": " ".join(["bench/run.py", *sys.argv[1:]]),
+        # 1-minute load averages: how busy the shared machine was, beside the figures
+        "load_average": {"before": os.getloadavg()[0]},
     }
     try:
         api = config.new_client_from_config(config_file=str(local.kubeconfig))
@@ -164,11 +169,13 @@ def main() -> int:
             print(f"scale: {n} deployments", file=sys.stderr)
             audit = local.logs_dir / "audit.log"
             counters, stats, offset = scrape(METRICS_PORT), process_stats(pid), audit.stat().st_size
-            cpu = cpu_by_process(pid)
+            cpu = cpu_by_process(pid, local.directory)
             row = scale(api, observer, n, args.models, args.own_every)
             ready_at = row.pop("ready_at")  # this process's clock (now())
             after = process_stats(pid)
-            row["cpu_seconds_by_process"] = {k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid).items()}
+            row["cpu_seconds_by_process"] = {
+                k: round(v - cpu.get(k, 0.0), 1) for k, v in cpu_by_process(pid, local.directory).items()
+            }
             row["requests"] = delta(scrape(METRICS_PORT), counters)
             row["writes"] = audit_writes(audit, offset)
             row["apply_chain"] = apply_chain(
@@ -197,11 +204,13 @@ def main() -> int:
     finally:
         if not args.keep:
             dev.down(local)
+    results["load_average"]["after"] = os.getloadavg()[0]
     out = ROOT / "bench" / "results" / f"{results['date'].replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(render_table(results))
-    print(f"\nwritten: {out}")
+    print(f"\nwritten: {out}\n")
+    print(render_comparison(results, previous_run(fleet_runs(), results)))
     return 0
 
 

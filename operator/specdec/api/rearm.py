@@ -36,6 +36,8 @@ class RearmStatus(ApiModel):
     )
 
 
+_DYNAMIC = [m.name for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)]
+
 # On the whole spec (SpeculativeDeploymentSpec).
 REARM_RULES = (
     cel(
@@ -44,16 +46,21 @@ REARM_RULES = (
         "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
         ".speculation.rearm",
     ),
-    cel(
-        "!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
-        + " && ".join(
-            f"(!has(self.speculation.{m.name}) || (!has(self.speculation.{m.name}.maxConcurrency) && "
-            f"!has(self.speculation.{m.name}.draftLenSchedule)))"
-            for m in modes.MODES.values()
-            if m.block and issubclass(m.block, DynamicSpeculation)
-        ),
-        "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
-        "only drop the requests in flight; enable rearm without them",
-        ".speculation.rearm",
+    *(
+        [
+            cel(
+                "!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
+                + " && ".join(
+                    f"(!has(self.speculation.{name}) || (!has(self.speculation.{name}.maxConcurrency) && "
+                    f"!has(self.speculation.{name}.draftLenSchedule)))"
+                    for name in _DYNAMIC
+                ),
+                "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
+                "only drop the requests in flight; enable rearm without them",
+                ".speculation.rearm",
+            )
+        ]
+        if _DYNAMIC
+        else []
     ),
 )

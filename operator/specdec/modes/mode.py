@@ -11,6 +11,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from pydantic.alias_generators import to_snake
 
 from specdec.schema.base import ApiModel, ModelSource, cel
+from specdec.schema.cel import mode_guard
 from specdec.schema.served_model import ServedModel
 
 BACKENDS = ("tensorrt", "pytorch")
@@ -44,7 +45,7 @@ class BuildStep:
 @dataclasses.dataclass(frozen=True)
 class EngineDrafter:
     """What drafts inside the target's engine, as admission counts it on the target's GPUs
-    (specdec.admission_memory): a checkpoint of its own loaded beside the target's weights, and the layers
+    (specdec.admission.memory): a checkpoint of its own loaded beside the target's weights, and the layers
     whose K and V it caches in the target's KV-cache budget."""
 
     label: str  # for messages: "EAGLE-3 head"
@@ -187,18 +188,18 @@ class Mode(Generic[BlockT]):
 
     def cel_rules(self) -> list[dict[str, str]]:
         """The rules on the whole spec: the backends that serve the mode, then its own."""
-        chosen = f"self.speculation.mode != '{self.name}'"
+        chosen = mode_guard(self.name)
         rules: list[dict[str, str]] = []
         if tuple(self.backends) != BACKENDS:
             served = ", ".join(self.backends)
             rules.append(
                 cel(
-                    f"{chosen} || self.backend in {list(self.backends)}",
+                    f"{chosen}self.backend in {list(self.backends)}",
                     f"{self.name} is served by backend {served} only",
                     ".speculation.mode",
                 )
             )
-        rules += [cel(f"{chosen} || ({r.rule})", r.message, r.field_path) for r in self.rules]
+        rules += [cel(f"{chosen}({r.rule})", r.message, r.field_path) for r in self.rules]
         return rules
 
 

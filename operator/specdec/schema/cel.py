@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import celpy
+import lark
 from celpy import celtypes
+from celpy.evaluation import CELEvalError, Evaluator, Result
 
 from specdec.schema import k8s
 
@@ -51,10 +53,57 @@ KUBERNETES_FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+class _ShortCircuit(Evaluator):
+    """cel-python evaluates both sides of `||` and `&&`; CEL lets an evaluation stop at a left side that
+    decides (`true || x` is true and `false && x` false, whatever x, an error included), as the API server's
+    cel-go does. Evaluating every side made a rule guarded by its mode or by an unset field (`mode != 'x' ||
+    ...`) cost as much as the rule, and each spec's offline check grew with the modes' rules."""
+
+    def _logical(self, tree: lark.Tree, operator: str, decides: bool) -> Result:
+        if len(tree.children) != 2:
+            return (
+                self.visit_children(tree)[0]
+                if len(tree.children) == 1
+                else getattr(super(), "conditionalor" if operator == "_||_" else "conditionaland")(tree)
+            )
+        left = self.visit(tree.children[0])
+        if isinstance(left, celtypes.BoolType) and bool(left) == decides:
+            return left
+        right = self.visit(tree.children[1])
+        try:
+            return self.activation.resolve_function(operator)(left, right)
+        except TypeError as error:  # as cel-python's own
+            value = CELEvalError(
+                f"found no matching overload for {operator} applied to '({type(left)}, {type(right)})'",
+                error.__class__,
+                error.args,
+                tree=tree,
+            )
+            value.__cause__ = error
+            return value
+
+    def conditionalor(self, tree: lark.Tree) -> Result:
+        return self._logical(tree, "_||_", True)
+
+    def conditionaland(self, tree: lark.Tree) -> Result:
+        return self._logical(tree, "_&&_", False)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: celpy.Context) -> celtypes.Value:
+        return _ShortCircuit(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 @functools.cache
 def _program(rule: str) -> celpy.Runner:
-    environment = celpy.Environment()
+    environment = celpy.Environment(runner_class=_Runner)
     return environment.program(environment.compile(rule), functions=KUBERNETES_FUNCTIONS)
+
+
+def mode_guard(mode: str) -> str:
+    """The start of a rule on the whole spec that applies when `mode` is chosen (specdec.modes.mode): for a
+    deployment of any other mode it holds there, and evaluation stops (`true || x`)."""
+    return f"self.speculation.mode != '{mode}' || "
 
 
 def transition_rule(rule: str) -> bool:
