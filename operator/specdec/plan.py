@@ -27,6 +27,7 @@ from specdec.api.runtime_config import (
     RuntimeSpeculativeConfig,
     ServedModel,
 )
+from specdec.api.shared_objects import BuildPodSpec, EngineBuildSpec, EngineRecipe, ModelCacheSpec
 from specdec.modes.mode import Chosen
 from specdec.problem import Problem
 from specdec.settings import Settings
@@ -39,14 +40,14 @@ MANAGED_CACHE_PREFIX = "specdec-engine-cache"
 @dataclasses.dataclass(frozen=True)
 class ModelCachePlan:
     name: str
-    spec: models.ModelCacheSpec
+    spec: ModelCacheSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class EnginePlan:
     role: str  # "target" or "draft"
     name: str
-    spec: models.EngineBuildSpec
+    spec: EngineBuildSpec
     inputs: tuple[ModelCachePlan, ...] = ()  # checkpoints its build reads: fetched before it is created
 
 
@@ -135,7 +136,7 @@ def cache_claim_name(spec: models.SpeculativeDeploymentSpec) -> str:
 
 def _recipe(
     source: models.ModelSource, spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any], image: str, role: str
-) -> models.EngineRecipe:
+) -> EngineRecipe:
     limits = spec.engine
     fields: dict[str, Any] = dict(
         model=source.model,
@@ -157,7 +158,7 @@ def _recipe(
         if role == "target":
             fields["speculative_decoding_mode"] = engine.decoding_mode
         fields.update(engine.recipe(mode.block, role))
-    return models.EngineRecipe(**fields)
+    return EngineRecipe(**fields)
 
 
 # The EngineRecipe's optional fields that its hash holds even when null: the names of the engines already
@@ -180,7 +181,7 @@ HASHED_WHEN_NULL = frozenset(
 )
 
 
-def engine_name(recipe: models.EngineRecipe, cache_claim: str) -> str:
+def engine_name(recipe: EngineRecipe, cache_claim: str) -> str:
     """Names the engine's bytes: its directory in the cache (and its EngineBuild, by default)."""
     model = recipe.model.split("://", 1)[1].rsplit("/", 1)[-1]
     identity = {k: v for k, v in recipe.model_dump(mode="json").items() if v is not None or k in HASHED_WHEN_NULL}
@@ -199,20 +200,20 @@ def model_cache(uri: str, revision: str | None, cache: CachePlan, pod: models.Fe
         name = f"{name}-{content_hash(pod.model_dump(mode='json'), 6)}"
     return ModelCachePlan(
         name,
-        models.ModelCacheSpec(
+        ModelCacheSpec(
             model=uri, revision=revision, cache_claim=cache.claim_name, path=cache_path(uri, revision), pod=pod
         ),
     )
 
 
-def recipe_models(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
+def recipe_models(recipe: EngineRecipe) -> list[tuple[str, str]]:
     """The checkpoints (uri, revision) an engine build reads: its model, and its mode's (EnginePath.engine_models)."""
     engine = modes.engine_path(recipe)
     extra = engine.engine_models(recipe) if engine else ()
     return [(recipe.model, recipe.revision or "main"), *((uri, "main") for uri in extra)]
 
 
-def recipe_checkpoints(recipe: models.EngineRecipe) -> list[tuple[str, str]]:
+def recipe_checkpoints(recipe: EngineRecipe) -> list[tuple[str, str]]:
     """The hf:// checkpoints (uri, revision) an engine build reads from the cache."""
     return [(uri, revision) for uri, revision in recipe_models(recipe) if uri.startswith("hf://")]
 
@@ -233,7 +234,7 @@ def _engine(
     recipe = _recipe(source, spec, mode, spec.build.image or settings.build_image, role)
     engine = engine_name(recipe, cache.claim_name)
     build = spec.build
-    pod = models.BuildPodSpec(
+    pod = BuildPodSpec(
         node_selector=build.node_selector,
         tolerations=build.tolerations,
         resources=build.resources,
@@ -242,12 +243,12 @@ def _engine(
         pod_labels=build.pod_labels,
         pod_annotations=build.pod_annotations,
     )
-    name = engine if pod == models.BuildPodSpec() else f"{engine}-{content_hash(pod.model_dump(mode='json'), 6)}"
+    name = engine if pod == BuildPodSpec() else f"{engine}-{content_hash(pod.model_dump(mode='json'), 6)}"
     inputs = tuple(model_cache(uri, rev, cache, spec.cache.fetch) for uri, rev in recipe_checkpoints(recipe))
     return EnginePlan(
         role,
         name,
-        models.EngineBuildSpec(recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod),
+        EngineBuildSpec(recipe=recipe, cache_claim=cache.claim_name, engine_path=f"engines/{engine}", pod=pod),
         inputs,
     )
 

@@ -30,7 +30,7 @@ def test_committed_crds_are_up_to_date(file_name):
     committed = ROOT / "crds" / file_name
     assert committed.is_file(), f"{committed} is missing: run `specdec crds`"
     assert committed.read_text() == render_crds()[file_name], (
-        f"crds/{file_name} differs from the models in operator/specdec/api/models.py: run `specdec crds`"
+        f"crds/{file_name} differs from the models in operator/specdec/api/: run `specdec crds`"
     )
 
 

@@ -81,8 +81,8 @@ def test_the_engine_path_has_no_speculative_config():
 
 
 def test_the_engine_recipe_and_the_runtime_union_are_the_registry():
-    from specdec.api.models import EngineRecipe
     from specdec.api.runtime_config import RuntimeConfig
+    from specdec.api.shared_objects import EngineRecipe
 
     schema = EngineRecipe.model_json_schema(by_alias=True)
     assert schema["properties"]["speculativeDecodingMode"]["enum"] == [

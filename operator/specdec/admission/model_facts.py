@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specdec.api.models import ModelCacheFacts
+from specdec.api.shared_objects import ModelCacheFacts
 
 CATALOG_SOURCE = "the operator's model catalog (simulated fetch data)"
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from specdec import yamlio
-from specdec.api import models
+from specdec.api import models, shared_objects
 
 DROP_KEYS = {"title", "additionalProperties"}
 
@@ -186,8 +186,8 @@ def crds() -> dict[str, dict]:
             "EngineBuild",
             "enginebuilds",
             ["eb"],
-            models.EngineBuildSpec,
-            models.EngineBuildStatus,
+            shared_objects.EngineBuildSpec,
+            shared_objects.EngineBuildStatus,
             "One TensorRT-LLM engine recipe, content-addressed and immutable, built once by a Job and shared.",
             [
                 {"name": "Model", "type": "string", "jsonPath": ".spec.recipe.model"},
@@ -201,8 +201,8 @@ def crds() -> dict[str, dict]:
             "ModelCache",
             "modelcaches",
             ["mc"],
-            models.ModelCacheSpec,
-            models.ModelCacheStatus,
+            shared_objects.ModelCacheSpec,
+            shared_objects.ModelCacheStatus,
             "One hf:// checkpoint at one revision, fetched into a cache claim by a Job on a CPU node before any "
             "GPU build reads it; content-addressed, immutable and shared.",
             [

@@ -16,7 +16,7 @@ import json
 import shlex
 
 from specdec import modes
-from specdec.api import models
+from specdec.api import shared_objects
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.modes.mode import BuildStep
 from specdec.plan import model_dir
@@ -60,7 +60,7 @@ def _cmd(*argv: str | int) -> str:
     return " ".join(_quote(a) for a in argv)
 
 
-def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> Step:
+def _checkpoint_step(recipe: shared_objects.EngineRecipe, out: str, calib_size: int) -> Step:
     source = model_dir(recipe.model, recipe.revision)
     tp = recipe.tensor_parallel_size
     if recipe.quantization == "fp8":
@@ -102,14 +102,14 @@ def _checkpoint_step(recipe: models.EngineRecipe, out: str, calib_size: int) -> 
     return Step(name, f"rm -rf {shlex.quote(out)}\n{_cmd(*argv)}", uses_gpus=True)
 
 
-def _mode_step(step: BuildStep, recipe: models.EngineRecipe, base: str, out: str) -> Step:
+def _mode_step(step: BuildStep, recipe: shared_objects.EngineRecipe, base: str, out: str) -> Step:
     args = step.args(recipe, base, out, lambda uri: model_dir(uri, None))
     return Step(
         step.name, f"rm -rf {shlex.quote(out)}\n{_cmd('python3', f'{EXAMPLES}/{step.script}', *args)}", uses_gpus=True
     )
 
 
-def trtllm_build_args(recipe: models.EngineRecipe, checkpoint: str, out: str) -> list[str | int]:
+def trtllm_build_args(recipe: shared_objects.EngineRecipe, checkpoint: str, out: str) -> list[str | int]:
     gemm = "fp8" if recipe.quantization == "fp8" else recipe.dtype
     argv: list[str | int] = [
         "trtllm-build",
@@ -152,7 +152,7 @@ def trtllm_build_args(recipe: models.EngineRecipe, checkpoint: str, out: str) ->
     return argv
 
 
-def build_steps(name: str, spec: models.EngineBuildSpec, calib_size: int) -> list[Step]:
+def build_steps(name: str, spec: shared_objects.EngineBuildSpec, calib_size: int) -> list[Step]:
     """The ordered steps that turn `spec.recipe` into an engine at `spec.enginePath` in the cache."""
     recipe = spec.recipe
     work = f"{CACHE_MOUNT}/.work/{name}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.admission.gpu_nodes import node_selector
-from specdec.api import models
+from specdec.api import shared_objects
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
 from specdec.builders.build_steps import build_steps
@@ -26,7 +26,7 @@ def build_job(engine_build: dict[str, Any], settings: Settings) -> dict[str, Any
     """The Job for an EngineBuild object (as read from the API server: it owns the Job)."""
     meta = engine_build["metadata"]
     name = meta["name"]
-    spec = models.EngineBuildSpec.model_validate(engine_build["spec"])
+    spec = shared_objects.EngineBuildSpec.model_validate(engine_build["spec"])
     recipe, pod = spec.recipe, spec.pod
     gpus = recipe.tensor_parallel_size
     env = [{"name": "TRTLLM_EXAMPLES_DIR", "value": settings.trtllm_examples_dir}, *common.hf_env()]

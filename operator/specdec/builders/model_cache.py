@@ -9,7 +9,7 @@ from typing import Any
 
 from specdec.admission import checkpoint_facts
 from specdec.admission.gpu_nodes import node_selector
-from specdec.api import models
+from specdec.api import shared_objects
 from specdec.api.runtime_config import CACHE_MOUNT
 from specdec.builders import common
 from specdec.plan import ModelCachePlan, slug
@@ -29,7 +29,7 @@ def build_model_cache(namespace: str, cache: ModelCachePlan) -> dict[str, Any]:
     return common.shared_object("ModelCache", "model", cache.name, namespace, slug(model, 63), cache.spec)
 
 
-def fetch_script(name: str, spec: models.ModelCacheSpec) -> str:
+def fetch_script(name: str, spec: shared_objects.ModelCacheSpec) -> str:
     """Download into a directory of this ModelCache's own, then publish it by a rename under a lock:
     a reader never sees half a checkpoint, and of two fetches of one checkpoint (ModelCaches with
     different placement) the first finished wins. Then specdec.admission.checkpoint_facts (its source, run by the
@@ -72,7 +72,7 @@ def build_fetch_job(model_cache: dict[str, Any], settings: Settings) -> dict[str
     GPU node selector or toleration: only the placement its spec asks for."""
     meta = model_cache["metadata"]
     name = meta["name"]
-    spec = models.ModelCacheSpec.model_validate(model_cache["spec"])
+    spec = shared_objects.ModelCacheSpec.model_validate(model_cache["spec"])
     pod = spec.pod
     container = {
         "name": "fetch",

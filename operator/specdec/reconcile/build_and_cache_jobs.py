@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from specdec.api import models
+from specdec.api import shared_objects
 from specdec.builders import common
 from specdec.builders import engine as engine_builders
 from specdec.builders import model_cache as cache_builders
@@ -125,7 +125,7 @@ class SharedJobs:
 
     def checkpoints_awaited(self, eb: dict[str, Any]) -> list[str]:
         """The checkpoints this EngineBuild reads that are not in the cache yet, as uri@revision."""
-        spec = models.EngineBuildSpec.model_validate(eb["spec"])
+        spec = shared_objects.EngineBuildSpec.model_validate(eb["spec"])
         cached = self._fetched_checkpoints(eb["metadata"]["namespace"], spec.cache_claim)
         return [f"{uri}@{rev}" for uri, rev in recipe_checkpoints(spec.recipe) if (uri, rev) not in cached]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specdec.api import models
+from specdec.api import shared_objects
 from specdec.kube.client import Kube
 from specdec.plan import Plan, recipe_checkpoints
 from specdec.reconcile.bookkeeping.users import Users
@@ -63,6 +63,6 @@ class UserFanout:
         meta, spec = model_cache["metadata"], model_cache.get("spec") or {}
         checkpoint = (spec.get("model"), spec.get("revision"))
         for eb in self.kube.list("EngineBuild", meta["namespace"]):
-            build = models.EngineBuildSpec.model_validate(eb["spec"])
+            build = shared_objects.EngineBuildSpec.model_validate(eb["spec"])
             if build.cache_claim == spec.get("cacheClaim") and checkpoint in recipe_checkpoints(build.recipe):
                 self.enqueue("EngineBuild", meta["namespace"], eb["metadata"]["name"], urgent=True)
