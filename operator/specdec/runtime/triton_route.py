@@ -1,4 +1,5 @@
 """The Triton route: OpenAI requests translated to Triton's generate endpoint of the tensorrt_llm_bls model.
+The translation itself is pure (specdec.runtime.triton_openai); here are its I/O, draft length and metrics.
 
 Every request gets `num_draft_tokens` (the draft length) and `use_draft_logits` (logit acceptance), which is
 what makes the BLS speculate, and `return_perf_metrics`, whose `acceptance_rate`,
@@ -31,7 +32,7 @@ import aiohttp
 import orjson
 
 from specdec.api.runtime_config import BREAK_EVEN_KEY, DRAFT_LEN_KEY, SCHEDULE_KEY, RuntimeConfig
-from specdec.runtime import triton
+from specdec.runtime import triton, triton_openai
 from specdec.runtime.backend_stats import Increases, triton_compute_us, triton_iteration_gauges
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.config_map_key import ConfigMapKey
@@ -45,30 +46,7 @@ from specdec.speculation import load_model
 
 log = logging.getLogger("specdec.runtime")
 
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI default for /v1/completions
-CHAT_DEFAULT_MAX_TOKENS = 512
 OPT_OUT_HEADER = "X-Specdec-Speculation"  # "off": this request is sent without draft tokens
-
-
-def strip_prompt(text: str, prompt: str) -> str:
-    """The BLS answers a speculative request with prompt + completion (it merges the target's outputs)."""
-    if prompt and text.startswith(prompt):
-        return text[len(prompt) :]
-    stripped = prompt.strip()
-    if stripped and text.lstrip().startswith(stripped):
-        return text.lstrip()[len(stripped) :]
-    return text
-
-
-def _scalar(value: Any) -> Any:
-    while isinstance(value, list) and value:
-        value = value[0]
-    return value
-
-
-def _number(value: Any) -> float | None:
-    value = _scalar(value)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _parse_draft_len(text: str, limit: int) -> int | None:
@@ -212,37 +190,9 @@ class TritonRoute(Route):
             self.draft_len = value
             self.metrics.draft_length(value)
 
-    def _sampling(self, body: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in (
-            "temperature",
-            "top_p",
-            "top_k",
-            "seed",
-            "presence_penalty",
-            "frequency_penalty",
-            "repetition_penalty",
-        ):
-            if body.get(key) is not None:
-                out[key] = body[key]
-        stop = body.get("stop")
-        if isinstance(stop, str):
-            out["stop_words"] = [stop]
-        elif isinstance(stop, list) and stop:
-            out["stop_words"] = stop
-        return out
-
     async def _generate(self, prompt: str, max_tokens: int, sampling: dict[str, Any], draft_len: int) -> dict[str, Any]:
         assert self.session is not None
-        payload = {
-            "text_input": prompt,
-            "max_tokens": max_tokens,
-            "stream": False,
-            "num_draft_tokens": draft_len,
-            "use_draft_logits": self.backend.use_draft_logits,
-            "return_perf_metrics": True,
-            **sampling,
-        }
+        payload = triton_openai.generate_request(prompt, max_tokens, sampling, draft_len, self.backend.use_draft_logits)
         url = f"{self.backend.url}/v2/models/{triton.BLS_MODEL}/generate"
         with backend_errors("the Triton server", self.request_timeout):
             async with self.session.post(
@@ -276,7 +226,7 @@ class TritonRoute(Route):
         }
 
     async def _triton_one(self, prompt: str, body: dict[str, Any], max_tokens: int, opted_out: bool) -> dict[str, Any]:
-        sampling, started = self._sampling(body), time.monotonic()
+        sampling, started = triton_openai.sampling(body), time.monotonic()
         draft_len = self._draft_len_now(opted_out)
         self.load.join(draft_len)
         try:
@@ -284,11 +234,11 @@ class TritonRoute(Route):
         finally:
             self.load.leave(draft_len)
         seconds = time.monotonic() - started
-        text = strip_prompt(str(_scalar(data["text_output"]) or ""), prompt)
+        text = triton_openai.strip_prompt(str(triton_openai.scalar(data["text_output"]) or ""), prompt)
         usage = self._usage(prompt, text)
-        draft = int(_number(data.get("total_draft_tokens")) or 0)
-        accepted = int(_number(data.get("total_accepted_draft_tokens")) or 0)
-        rate = _number(data.get("acceptance_rate"))
+        draft = int(triton_openai.number(data.get("total_draft_tokens")) or 0)
+        accepted = int(triton_openai.number(data.get("total_accepted_draft_tokens")) or 0)
+        rate = triton_openai.number(data.get("acceptance_rate"))
         # The BLS proposes draft_len tokens a step (fewer only on the last), so this counts its steps. Today's
         # BLS answers with its last target request's perf metrics only (tensorrt_llm_bls/1/lib/decode.py,
         # _spec_generate): one step per response, a sample of the request rather than its total.
@@ -302,93 +252,30 @@ class TritonRoute(Route):
         speculation = {"acceptance_rate": rate, "accepted_draft_tokens": accepted, "draft_tokens": draft}
         return {"text": text, "usage": usage, "finish_reason": finish, "speculation": speculation}
 
-    @staticmethod
-    def _max_tokens(body: dict[str, Any], default: int) -> int:
-        value = body.get("max_tokens")
-        value = body.get("max_completion_tokens") if value is None else value
-        return default if value is None else value
-
     async def _triton_completions(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         prompt = body["prompt"]
         prompts = [prompt] if isinstance(prompt, str) else prompt
-        max_tokens = self._max_tokens(body, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        max_tokens = triton_openai.max_tokens(body, triton_openai.COMPLETIONS_DEFAULT_MAX_TOKENS)
         results = await asyncio.gather(*(self._triton_one(p, body, max_tokens, opted_out) for p in prompts))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        usage = _sum_usage([r["usage"] for r in results])
         if body.get("stream"):
-            chunks = [
-                {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": self.model,
-                    "choices": [{"index": i, "text": r["text"], "logprobs": None, "finish_reason": r["finish_reason"]}],
-                }
-                for i, r in enumerate(results)
-            ]
+            chunks = triton_openai.completion_chunks(results, rid, created, self.model)
+            usage = triton_openai.sum_usage([r["usage"] for r in results])
             return self._sse(chunks, usage, body, rid, created, "text_completion", started)
-        return Page.json(
-            {
-                "id": rid,
-                "object": "text_completion",
-                "created": created,
-                "model": self.model,
-                "choices": [
-                    {
-                        "index": i,
-                        "text": (prompts[i] if body.get("echo") else "") + r["text"],
-                        "logprobs": None,
-                        "finish_reason": r["finish_reason"],
-                    }
-                    for i, r in enumerate(results)
-                ],
-                "usage": usage,
-                "speculation": _sum_speculation(results),
-            }
-        )
+        return Page.json(triton_openai.completion(results, prompts, body, rid, created, self.model))
 
     async def _triton_chat(self, body: dict[str, Any], started: float, opted_out: bool) -> Page | Events:
         try:
             prompt = self.tokenizer.chat_prompt(body["messages"])
         except ValueError as error:
             raise invalid(str(error), "messages", None) from None
-        max_tokens = self._max_tokens(body, CHAT_DEFAULT_MAX_TOKENS)
+        max_tokens = triton_openai.max_tokens(body, triton_openai.CHAT_DEFAULT_MAX_TOKENS)
         result = await self._triton_one(prompt, body, max_tokens, opted_out)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.get("stream"):
-            chunks = [
-                {
-                    "id": rid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": self.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "delta": {"role": "assistant", "content": result["text"]},
-                            "finish_reason": result["finish_reason"],
-                        }
-                    ],
-                }
-            ]
+            chunks = triton_openai.chat_chunks(result, rid, created, self.model)
             return self._sse(chunks, result["usage"], body, rid, created, "chat.completion.chunk", started)
-        return Page.json(
-            {
-                "id": rid,
-                "object": "chat.completion",
-                "created": created,
-                "model": self.model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": result["text"]},
-                        "finish_reason": result["finish_reason"],
-                    }
-                ],
-                "usage": result["usage"],
-                "speculation": result["speculation"],
-            }
-        )
+        return Page.json(triton_openai.chat_completion(result, rid, created, self.model))
 
     def _sse(
         self,
@@ -400,30 +287,6 @@ class TritonRoute(Route):
         kind: str,
         started: float,
     ) -> Events:
-        """The whole answer as a stream; with stream_options.include_usage, as OpenAI sends it: `usage` null in
-        every chunk, then one chunk with the usage (null without the tokenizer's counts) and no choices."""
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        if include_usage:
-            chunks = [
-                *({**chunk, "usage": None} for chunk in chunks),
-                {"id": rid, "object": kind, "created": created, "model": self.model, "choices": [], "usage": usage},
-            ]
+        events = triton_openai.events(chunks, usage, body, rid, created, kind, self.model)
         self.metrics.first_token(time.monotonic() - started)
-        return Events([*(b"data: " + orjson.dumps(chunk) + b"\n\n" for chunk in chunks), b"data: [DONE]\n\n"])
-
-
-def _sum_usage(usages: list[dict[str, int] | None]) -> dict[str, int] | None:
-    known = [u for u in usages if u is not None]
-    if not usages or len(known) < len(usages):
-        return None
-    return {k: sum(u[k] for u in known) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-
-
-def _sum_speculation(results: list[dict[str, Any]]) -> dict[str, Any]:
-    draft = sum(r["speculation"]["draft_tokens"] for r in results)
-    accepted = sum(r["speculation"]["accepted_draft_tokens"] for r in results)
-    return {
-        "acceptance_rate": accepted / draft if draft else None,
-        "accepted_draft_tokens": accepted,
-        "draft_tokens": draft,
-    }
+        return Events(events)
