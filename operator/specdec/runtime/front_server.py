@@ -6,8 +6,8 @@ it (specdec.runtime.relay_exchange). No task runs on that path, so no event loop
 request's arrival and its backend request, or between the backend's head and the client's. aiohttp's server
 runs each request in a task that starts two loop iterations after its bytes arrive (one with Python 3.12's
 eager tasks), and under load an iteration lasts as long as relaying a burst of tokens to every stream does
-(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models) and the Triton route's
-requests (answered whole) are answered by a task.
+(docs/performance/runtime-front.md). The front's GET pages (health, metrics, models:
+specdec.runtime.front_pages) and the Triton route's requests (answered whole) are answered by a task.
 
 What this server reads is HTTP/1.1 (or 1.0) requests with bodies of a known Content-Length, their heads
 parsed by llhttp (specdec.runtime.request_head): a body sent chunked is refused with 411 (send a
@@ -20,15 +20,14 @@ nothing of its answer for the send timeout is dropped.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import time
-from collections.abc import Awaitable
-from http import HTTPStatus
 from typing import TYPE_CHECKING
 
 from specdec.api.runtime_config import FrontLimits
-from specdec.runtime.exchange import Exchange, Page
+from specdec.runtime import http1
+from specdec.runtime.exchange import Exchange
+from specdec.runtime.front_pages import Answered, PageExchange
 from specdec.runtime.openai_request import APIError
 from specdec.runtime.request_head import HeadReader, Refused, RequestHead
 
@@ -318,7 +317,7 @@ class FrontConnection(asyncio.Protocol):
         if exchange is not None and method == "POST":
             return exchange(self, path, body, head.fields)
         if exchange is None and method in ("GET", "HEAD"):
-            return PageExchange(self, self.front.page(path))
+            return PageExchange(self, path, self.front.page(path))
         allowed = "GET, HEAD" if exchange is None else "POST"
         return Answered(
             self,
@@ -372,14 +371,7 @@ class FrontConnection(asyncio.Protocol):
             self.transport.close()
 
     def _status_head(self, status: int, content_type: str) -> bytes:
-        connection = b"" if self.keep_alive and not self.closing else b"Connection: close\r\n"
-        return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nDate: %s\r\nServer: specdec-runtime\r\n%b" % (
-            status,
-            reason_phrase(status),
-            content_type.encode(),
-            http_date(),
-            connection,
-        )
+        return http1.answer_head(status, content_type, close=self.closing or not self.keep_alive)
 
     def _done(self) -> None:
         self.exchange = None
@@ -392,72 +384,3 @@ class FrontConnection(asyncio.Protocol):
             self.transport.close()
             return
         self._read()  # a request sent before this answer was done
-
-
-def reason_phrase(status: int) -> bytes:
-    """The status line's reason (empty for a status Python does not name, e.g. a backend's 499)."""
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
-class Answered:
-    """An error answered at once (a method a path does not take, with its `Allow` header)."""
-
-    def __init__(self, client: FrontConnection, error: APIError, headers: bytes = b""):
-        self.client, self.error, self.headers = client, error, headers
-
-    def start(self) -> None:
-        self.client.answer(self.error.status, self.error.body(), headers=self.headers)
-
-    def pause(self) -> None:
-        pass
-
-    resume = pause
-    client_gone = pause
-
-
-class PageExchange:
-    """A GET answered by the front's page (Front.page) in a task; 404 when there is no such page."""
-
-    def __init__(self, client: FrontConnection, page: Awaitable[Page | None]):
-        self.client, self.page = client, page
-        self.task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._answer())
-
-    async def _answer(self) -> None:
-        client = self.client
-        try:
-            page = await self.page
-        except Exception:  # noqa: BLE001 - the client gets a 500, the log the reason
-            log.exception("GET %s failed", client.path)
-            client.answer(500, APIError(500, "The page failed; the front's log says why.", "server_error").body())
-            return
-        if page is None:
-            client.answer(404, APIError(404, f"There is no {client.path} here.", "invalid_request_error").body())
-        else:
-            client.answer(page.status, page.body, page.content_type)
-
-    def pause(self) -> None:
-        pass
-
-    resume = pause
-
-    def client_gone(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-
-
-_date = (0, b"")
-
-
-def http_date() -> bytes:
-    """The Date header's value (RFC 9110 6.6.1), made once a second."""
-    global _date
-    now = int(time.time())
-    if _date[0] != now:
-        _date = (now, email.utils.formatdate(now, usegmt=True).encode())
-    return _date[1]

@@ -1,10 +1,14 @@
 """HTTP/1.1 as the front speaks it (RFC 9112) as its backend's client: the request it sends, the response
-head it reads, and the body framings (chunked, Content-Length, to the end of the connection); the request
-heads the front reads as a server are llhttp's (specdec.runtime.request_head). Pure: bytes in, parts out,
-no I/O (specdec.runtime.upstream does the I/O).
+head it reads, and the body framings (chunked, Content-Length, to the end of the connection); as a server,
+the head of its answers (the request heads it reads are llhttp's: specdec.runtime.request_head). Pure: bytes
+in, parts out, no I/O (specdec.runtime.upstream and specdec.runtime.front_server do the I/O).
 """
 
 from __future__ import annotations
+
+import email.utils
+import time
+from http import HTTPStatus
 
 MAX_HEAD = 64 * 1024  # a response head longer than this is not a server the front talks to
 MAX_SIZE_LINE = 4096  # a chunk-size line (hex digits and extensions)
@@ -169,3 +173,38 @@ def body_framing(status: int, headers: dict[str, str]) -> Body:
             raise ProtocolError(f"not a Content-Length: {length[:40]!r}")
         return Sized(int(length))
     return UntilClose()
+
+
+# --- as a server -----------------------------------------------------------------------------------------
+
+
+def answer_head(status: int, content_type: str, *, close: bool) -> bytes:
+    """An answer's status line and first fields, up to the framing's (open: more fields may follow)."""
+    connection = b"Connection: close\r\n" if close else b""
+    return b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nDate: %s\r\nServer: specdec-runtime\r\n%b" % (
+        status,
+        reason_phrase(status),
+        content_type.encode(),
+        http_date(),
+        connection,
+    )
+
+
+def reason_phrase(status: int) -> bytes:
+    """The status line's reason (empty for a status Python does not name, e.g. a backend's 499)."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+_date = (0, b"")
+
+
+def http_date() -> bytes:
+    """The Date header's value (RFC 9110 6.6.1), made once a second."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, email.utils.formatdate(now, usegmt=True).encode())
+    return _date[1]
