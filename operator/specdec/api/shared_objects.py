@@ -1,8 +1,9 @@
 """The shared objects' API (`specdec.io/v1alpha1`): EngineBuild and ModelCache, the content-addressed,
 immutable objects that SpeculativeDeployments share, built or fetched once by one Job each.
 
-The operator writes them from its plan (`specdec.plan`); nobody edits them. Their pod placement fields are
-the SpeculativeDeployment's own types (`specdec.api.models`), as is the status every kind has.
+The operator writes them from its plan (`specdec.plan`); nobody edits them. Their pod placement is made of
+the Pod fields both kinds pass through (`specdec.api.pod_fields`); the status every kind has and the fetch
+pods' placement are the SpeculativeDeployment's (`specdec.api.models`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pydantic import ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
 from specdec import modes
-from specdec.api.models import Annotations, FetchSpec, Labels, Resources, StatusBase, Tolerations
+from specdec.api.models import FetchSpec, StatusBase
+from specdec.api.pod_fields import Annotations, Labels, Resources, Tolerations
 from specdec.schema.base import ApiModel, cel
 from specdec.schema.base import validations as _validations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.api import models, shared_objects
+from specdec.api import models, pod_fields, shared_objects
 from specdec.api.runtime_config import MODELS_MOUNT
 
 MANAGED_BY = "specdec-operator"
@@ -63,7 +63,7 @@ def container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}
 
 
-def tolerations(settings_tolerations: tuple[dict, ...], extra: list[models.Toleration] | None) -> list[dict]:
+def tolerations(settings_tolerations: tuple[dict, ...], extra: list[pod_fields.Toleration] | None) -> list[dict]:
     merged = [dict(t) for t in settings_tolerations]
     for t in extra or []:
         item = t.model_dump(by_alias=True, exclude_none=True)
@@ -72,7 +72,7 @@ def tolerations(settings_tolerations: tuple[dict, ...], extra: list[models.Toler
     return merged
 
 
-def resources(extra: models.Resources | None, gpus: int, gpu_resource: str) -> dict[str, Any]:
+def resources(extra: pod_fields.Resources | None, gpus: int, gpu_resource: str) -> dict[str, Any]:
     """User CPU/memory plus the GPU limit we derive; GPUs are never taken from the user."""
     out: dict[str, dict[str, str]] = {}
     if extra:
