@@ -45,7 +45,7 @@ from kubernetes import client, config
 from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
-from specdec.builders.serving import RUNTIME_CANARY
+from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
@@ -59,7 +59,8 @@ from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_d
 
 log = logging.getLogger("specdec_dev.podrunner")
 
-POD_SELECTOR = f"{common.LABEL_COMPONENT}=runtime,{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
+# Both arms' runtime pods: the runtime's and, while a canary runs, the canary's.
+POD_SELECTOR = f"{common.LABEL_COMPONENT} in ({RUNTIME},{RUNTIME_CANARY}),{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_MAP_SELECTOR = f"{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_VOLUME = "config"
 REFRESH_SECONDS = 2.0
