@@ -206,3 +206,30 @@ def test_without_a_canary_policy_a_draft_change_rolls_out_at_once():
     rig.converge()
     assert rig.deployment(f"{rig.name}-canary") is None and "canary" not in rig.status()
     assert draft_len_served(rig.runtime_config(f"{rig.name}-runtime")) == 6
+
+
+def test_a_restarted_operator_resumes_the_running_canary_without_starting_another(rig):
+    rig.change_draft_len(6)
+    rig.converge()
+    state = CanaryState()
+    for _ in range(3):  # three windows read, not yet a decision
+        state, decision = observe(state, window(0.030), window(0.029), CanaryPolicy())
+        assert decision is None
+    status = rig.status()["canary"]
+    rig.reading = rollout.Reading(status["generation"], status["retry"], state, {}, 15.0, None)
+    rig.reconcile()
+    before = rig.status()["canary"]
+    assert before["state"] == "InProgress" and before["test"]["windows"] == 3
+    canary_uid = rig.deployment(f"{rig.name}-canary")["metadata"]["uid"]
+    events = list(rig.cluster.events)
+
+    rig.controller = deployment_controller(rig.cluster, rig.queues, [])  # another operator: nothing in memory
+    rig.reading = None  # its monitor has read nothing yet
+    rig.controller.canary_reading = lambda namespace, name: rig.reading
+    rig.converge()
+    after = rig.status()["canary"]
+    assert (
+        after["state"] == "InProgress" and after["test"] == before["test"] and after["startedAt"] == before["startedAt"]
+    )
+    assert rig.deployment(f"{rig.name}-canary")["metadata"]["uid"] == canary_uid  # the same canary
+    assert [e for e in rig.cluster.events[len(events) :] if e[0].startswith("Canary")] == []
