@@ -67,15 +67,20 @@ def _simulate(local: cluster.LocalCluster, args: argparse.Namespace) -> None:
         for option, name in SIMULATE_OPTIONS.items()
         if getattr(args, option) is not None
     }
-    if not values:
+    if not values and args.canary_acceptance is None:
         raise simulation_profile.ProfileError(
-            f"nothing to set: give {', '.join('--' + o.replace('_', '-') for o in SIMULATE_OPTIONS)}"
+            f"nothing to set: give {', '.join('--' + o.replace('_', '-') for o in SIMULATE_OPTIONS)} "
+            "or --canary-acceptance"
         )
     if not local.exists():
         raise cluster.ClusterError(f"no cluster {local.name!r} (run `specdec dev up`)")
     deployment = f"{args.namespace}/{args.deployment}"
-    profile = simulation_profile.update(local.simulator_profile, deployment, values)
-    print(f"{deployment}: {json.dumps(profile.model_dump(by_alias=True))} (the pod runner applies it within seconds)")
+    updates = [(deployment, values)] if values else []
+    if args.canary_acceptance is not None:
+        updates.append((simulation_profile.canary_key(deployment), {"acceptance": args.canary_acceptance}))
+    for key, entry in updates:
+        profile = simulation_profile.update(local.simulator_profile, key, entry)
+        print(f"{key}: {json.dumps(profile.model_dump(by_alias=True))} (the pod runner applies it within seconds)")
 
 
 # What the Prometheus UI screenshot test looks with: {command: Debian package}.
@@ -215,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         simulate.add_argument(
             f"--{option.replace('_', '-')}", **kind, help=f"{field.description} (default {field.default})"
         )
+    simulate.add_argument(
+        "--canary-acceptance",
+        type=float,
+        help="the acceptance of the pods of the deployment's canary arm (spec.rollout.canary); the rest of their "
+        "profile is the deployment's",
+    )
     simulate.add_argument("--show", action="store_true", help="print the profiles file")
     for sub in dev_commands.choices.values():
         sub.add_argument(

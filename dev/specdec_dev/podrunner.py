@@ -45,6 +45,7 @@ from kubernetes import client, config
 from specdec.api.ports import TRITON_HTTP_PORT, TRITON_METRICS_PORT, TRTLLM_SERVE_PORT
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RUNTIME_CONFIG_KEY, RuntimeConfig
 from specdec.builders import common
+from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.runtime import config as cfg
 from specdec.runtime import launch
 from specdec.runtime.chat import Tokenizer
@@ -58,7 +59,8 @@ from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_d
 
 log = logging.getLogger("specdec_dev.podrunner")
 
-POD_SELECTOR = f"{common.LABEL_COMPONENT}=runtime,{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
+# Both arms' runtime pods: the runtime's and, while a canary runs, the canary's.
+POD_SELECTOR = f"{common.LABEL_COMPONENT} in ({RUNTIME},{RUNTIME_CANARY}),{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_MAP_SELECTOR = f"{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_VOLUME = "config"
 REFRESH_SECONDS = 2.0
@@ -249,7 +251,7 @@ class PodRunner:
 
     async def _start(self, key: Key, pod: dict[str, Any], config_dir: Path) -> None:
         ip = pod["status"]["podIP"]
-        deployment = f"{key[0]}/{pod['metadata'].get('labels', {}).get(common.LABEL_INSTANCE, key[1])}"
+        deployment = profile_key(key, pod)
         try:
             config = self._claims_written(key, pod, cfg.load(config_dir / RUNTIME_CONFIG_KEY))
             launch_plan = launch.plan_launch(config, str(config_dir.parent / "work"), read_engines=False)
@@ -320,6 +322,15 @@ class PodRunner:
         for running in self.running.values():
             running.backend.profile = simulation_profile.resolve(self._profiles, running.deployment)
         log.info("profiles from %s applied", self.profile_path)
+
+
+def profile_key(key: Key, pod: dict[str, Any]) -> str:
+    """The simulation profile a pod serves with: its deployment's, or its canary arm's (simulation_profile)."""
+    labels = pod["metadata"].get("labels", {})
+    deployment = f"{key[0]}/{labels.get(common.LABEL_INSTANCE, key[1])}"
+    if labels.get(common.LABEL_COMPONENT) == RUNTIME_CANARY:
+        return simulation_profile.canary_key(deployment)
+    return deployment
 
 
 def _pre_stop_seconds(pod: dict[str, Any]) -> float:

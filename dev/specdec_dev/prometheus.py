@@ -91,7 +91,11 @@ def scrape_config(
         "metrics_path": "/metrics",
         "kubernetes_sd_configs": [discovery],
         "relabel_configs": [
-            {"source_labels": [label + "app_kubernetes_io_component"], "regex": "runtime", "action": "keep"},
+            {
+                "source_labels": [label + "app_kubernetes_io_component"],
+                "regex": "runtime|runtime-canary",
+                "action": "keep",
+            },
             {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "http", "action": "keep"},
             {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Succeeded|Failed", "action": "drop"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},

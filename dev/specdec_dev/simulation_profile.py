@@ -2,7 +2,8 @@
 
     {"default": {"acceptance": 0.7, ...}, "deployments": {"<namespace>/<name>": {"acceptance": 0.9}}}
 
-A deployment's profile is the built-in defaults, overridden by "default", overridden by its own entry.
+A deployment's profile is the built-in defaults, overridden by "default", overridden by its own entry. The pods of
+its canary arm (spec.rollout.canary) read "<namespace>/<name>/canary", over the deployment's own profile.
 `specdec dev simulate` writes entries; the pod runner re-reads the file when it changes.
 """
 
@@ -17,6 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 FILE_NAME = "simulator.json"
+CANARY_SUFFIX = "/canary"
+
+
+def canary_key(deployment: str) -> str:
+    """The profile key of a deployment's canary arm."""
+    return deployment + CANARY_SUFFIX
 
 
 class Profile(BaseModel):
@@ -94,9 +101,16 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def resolve(document: dict[str, Any], deployment: str) -> Profile:
-    """The profile of `namespace/name` in a checked document."""
+    """The profile of `namespace/name` (or of its canary arm, `namespace/name/canary`) in a checked document."""
+    return Profile.model_validate({**document.get("default", {}), **_entry(document, deployment)})
+
+
+def _entry(document: dict[str, Any], deployment: str) -> dict[str, Any]:
+    """A key's own entry; a canary arm's over its deployment's."""
     entry = document.get("deployments", {}).get(deployment, {})
-    return Profile.model_validate({**document.get("default", {}), **entry})
+    if deployment.endswith(CANARY_SUFFIX):
+        return {**document.get("deployments", {}).get(deployment.removesuffix(CANARY_SUFFIX), {}), **entry}
+    return entry
 
 
 def update(path: Path, deployment: str, values: dict[str, Any]) -> Profile:
@@ -104,7 +118,7 @@ def update(path: Path, deployment: str, values: dict[str, Any]) -> Profile:
     in one step, so the pod runner never reads half of it."""
     document = read(path)
     entry = {**document.get("deployments", {}).get(deployment, {}), **values}
-    profile = _checked({**document.get("default", {}), **entry}, deployment)
+    profile = _checked({**document.get("default", {}), **_entry(document, deployment), **values}, deployment)
     document.setdefault("deployments", {})[deployment] = entry
     partial = path.with_suffix(".json.partial")
     partial.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -31,6 +31,7 @@ from specdec.builders.common import (
     LABEL_MODEL_CACHE,
     MANAGED_BY,
 )
+from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.kube import gc_pacing, kopf_patches
 from specdec.kube.cache import Store
 from specdec.kube.client import KINDS, Kube
@@ -313,7 +314,7 @@ async def pod_event(event, namespace, name, labels, memo: kopf.Memo, **_) -> Non
     owner = _worker_of(labels)
     if owner:
         reconciler(memo).enqueue(owner[0], namespace, owner[1])
-    elif labels.get(LABEL_COMPONENT) == "runtime" and LABEL_INSTANCE in labels:
+    elif labels.get(LABEL_COMPONENT) in (RUNTIME, RUNTIME_CANARY) and LABEL_INSTANCE in labels:
         # Only why a runtime pod is blocked (unschedulable, a container that will not start or keeps exiting): its
         # readiness wakes the deployment through its Deployment's status, and a reconcile per pod event was 2-3
         # more per deployment in a fleet (bench/run.py).

@@ -18,7 +18,7 @@ def test_runtime_pods_are_found_like_a_pod_monitor_finds_them(tmp_path: Path):
     ]
     keeps = {r["source_labels"][0]: r["regex"] for r in runtime["relabel_configs"] if r.get("action") == "keep"}
     assert keeps == {
-        "__meta_kubernetes_pod_label_app_kubernetes_io_component": "runtime",
+        "__meta_kubernetes_pod_label_app_kubernetes_io_component": "runtime|runtime-canary",
         "__meta_kubernetes_pod_container_port_name": "http",
     }
     targets = {r["target_label"]: r["source_labels"][0] for r in runtime["relabel_configs"] if "target_label" in r}

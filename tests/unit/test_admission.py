@@ -399,3 +399,17 @@ def test_served_models_follow_the_device_lists_on_tensorrt_and_the_target_on_pyt
     assert trt == {"target": (1,), "draft": (0,)}
     torch = served_models(parse_spec(load_example("llama-3.1-8b-draft-1b-pytorch")["spec"]), Observed())
     assert [(m.role, m.devices, m.tensor_parallel_size) for m in torch] == [("target", (0,), 1), ("draft", (0,), 1)]
+
+
+def test_a_canary_that_cannot_fit_beside_the_runtime_is_refused_with_the_numbers():
+    spec = load_example("llama-2-13b-draft-7b-logits")["spec"]  # 2 GPUs a pod; the A100 node has 8: room for 4 pods
+    spec["rollout"] = {"canary": {"enabled": True, "replicas": 3}}
+    assert isinstance(admitted(spec, observed(SIMULATED_A100_40GB)), Plan)  # 1 + 3 pods
+    spec["runtime"] = {**spec.get("runtime", {}), "replicas": 2}
+    message = refused(spec, "CanaryDoesNotFit", observed(SIMULATED_A100_40GB))
+    assert message.startswith(
+        "2 runtime and 3 canary pod(s) of 2 GPU(s) each need 10 GPUs; the 1 node(s) they may land on have room "
+        "for 4 such pod(s) (8 allocatable GPUs)"
+    )
+    spec["rollout"]["canary"]["enabled"] = False
+    assert isinstance(admitted(spec, observed(SIMULATED_A100_40GB)), Plan)  # no canary: not its check

@@ -120,7 +120,19 @@ def test_status_subresource_on_both():
 
 def test_printer_columns():
     columns = {c["name"]: c for c in version(SD_CRD)["additionalPrinterColumns"]}
-    assert list(columns) == ["Mode", "Ready", "Reason", "Replicas", "Accept", "Speedup", "DraftLen", "Drafting", "Age"]
+    assert list(columns) == [
+        "Mode",
+        "Ready",
+        "Reason",
+        "Replicas",
+        "Accept",
+        "Speedup",
+        "DraftLen",
+        "Drafting",
+        "Canary",
+        "Age",
+    ]
+    assert columns["Canary"]["jsonPath"] == '.status.conditions[?(@.type=="Canary")].reason'
     assert columns["Mode"]["jsonPath"] == ".spec.speculation.mode"
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'

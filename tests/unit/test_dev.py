@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from specdec import cli
-from specdec_dev import cluster, nodes, toolchain
+from specdec_dev import cluster, nodes, podrunner, simulation_profile, toolchain
 
 
 def _docs(text: str) -> list[dict]:
@@ -217,3 +217,26 @@ def test_dev_simulate_writes_a_deployments_profile_and_refuses_what_cannot_be_si
     assert cli.main(["dev", "simulate", "--show", "--name", "c"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown == {"deployments": {"ns/llama": {"acceptance": 0.9, "requestsPerSecond": 4.0}}}
+
+
+def test_dev_simulate_gives_a_canary_arm_its_own_acceptance_over_its_deployments_profile(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    local = cluster.LocalCluster(name="c")
+    local.directory.mkdir(parents=True)
+    (local.directory / "kwok.yaml").write_text("{}")
+    argv = ["dev", "simulate", "llama", "-n", "ns", "--acceptance", "0.55", "--rps", "4"]
+    assert cli.main([*argv, "--canary-acceptance", "0.7", "--name", "c"]) == 0
+    document = simulation_profile.read(local.simulator_profile)
+    assert document["deployments"]["ns/llama/canary"] == {"acceptance": 0.7}
+    canary = simulation_profile.resolve(document, simulation_profile.canary_key("ns/llama"))
+    current = simulation_profile.resolve(document, "ns/llama")
+    assert (current.acceptance, canary.acceptance) == (0.55, 0.7)
+    assert canary.requests_per_second == current.requests_per_second == 4.0  # the same traffic
+    assert cli.main(["dev", "simulate", "llama", "-n", "ns", "--canary-acceptance", "1.5", "--name", "c"]) == 1
+    assert "acceptance: Input should be less than or equal to 1 (got 1.5)" in capsys.readouterr().err
+    assert podrunner.profile_key(("ns", "llama-canary-x"), canary_pod("runtime-canary")) == "ns/llama/canary"
+    assert podrunner.profile_key(("ns", "llama-x"), canary_pod("runtime")) == "ns/llama"
+
+
+def canary_pod(component: str) -> dict:
+    return {"metadata": {"labels": {"app.kubernetes.io/instance": "llama", "app.kubernetes.io/component": component}}}

@@ -324,6 +324,9 @@ def test_reads_what_the_runtime_front_exposes():
     metrics.request("/v1/chat/completions", "400", 0.1)
     metrics.tokens(prompt=7, completion=12)
     metrics.target_iterations(10, 0.5, 3, 5)  # 10 iterations of 3 sequences with 5 draft tokens each
+    metrics.token_time(1.0, 10)  # 0.1 s per token
+    metrics.token_time(1.5, 11, first_token=0.5)  # 0.1 s per token after the first
+    metrics.backend_error("timeout")
     sample = parse_sample(metrics.render().decode())
     assert sample.counters == {
         "draft": 10,
@@ -337,6 +340,9 @@ def test_reads_what_the_runtime_front_exposes():
         "iteration_seconds": 0.5,
         "batch_sequences": 30,
         "batch_draft_tokens": 150,
+        "tpot_sum": pytest.approx(0.2),  # what a canary's arms compare (specdec.canary.windows)
+        "tpot_count": 2,
+        "errors": 1,
     }
     assert sample.draft_len == 5
 

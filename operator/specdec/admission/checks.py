@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from specdec import modes
 from specdec.admission import model_catalog
-from specdec.admission.gpu_nodes import GpuNodes
+from specdec.admission.gpu_nodes import GpuNodes, candidates
 from specdec.admission.memory import Served, check_gpu_memory
 from specdec.admission.model_facts import CATALOG_SOURCE, HEAD_ESTIMATE, ModelFacts, estimated_head, same_tokenizer
 from specdec.api.models import SpeculativeDeploymentSpec
@@ -203,12 +203,39 @@ def admit(
         check_target_fits_mode(spec, served),
         check_tensor_parallel(served),
         check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len),
+        check_canary_fits(spec, gpus, node_selector, observed.gpu_nodes),
     )
     for result in results:
         if isinstance(result, Problem):
             return Problem(result.reason, f"{result.message} ({_origins(served)})")
         notes += result
     return tuple(notes)
+
+
+def check_canary_fits(
+    spec: SpeculativeDeploymentSpec, gpus: int, node_selector: dict[str, str], nodes: GpuNodes
+) -> Problem | list[str]:
+    """With spec.rollout.canary on, the runtime's replicas and the canary's must fit the allocatable GPUs of the
+    nodes their pods may land on, together: a canary that can never be scheduled would never decide."""
+    canary = spec.rollout.canary
+    if not canary.enabled or gpus < 1:
+        return []
+    if nodes.nodes is None:
+        return [f"the canary's GPUs, as {nodes.why_unknown}"]
+    pool = candidates(nodes.nodes, node_selector, gpus)
+    slots = sum(n.gpus // gpus for n in pool)
+    wanted = spec.runtime.replicas + canary.replicas
+    if slots >= wanted:
+        return []
+    return Problem(
+        "CanaryDoesNotFit",
+        (
+            f"{spec.runtime.replicas} runtime and {canary.replicas} canary pod(s) of {gpus} GPU(s) each need "
+            f"{wanted * gpus} GPUs; the {len(pool)} node(s) they may land on have room for {slots} such pod(s) "
+            f"({sum(n.gpus for n in pool)} allocatable GPUs). Lower spec.rollout.canary.replicas or "
+            "spec.runtime.replicas, or turn the canary off"
+        ),
+    )
 
 
 # --- vocabulary ------------------------------------------------------------------------------------

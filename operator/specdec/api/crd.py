@@ -168,6 +168,7 @@ def crds() -> dict[str, dict]:
                 {"name": "Speedup", "type": "number", "jsonPath": ".status.speculation.estimatedSpeedup"},
                 {"name": "DraftLen", "type": "integer", "jsonPath": ".status.speculation.draftLen", "priority": 1},
                 {**_condition_column("Drafting", "reason", "SpeculationActive"), "priority": 1},
+                _condition_column("Canary", "reason", "Canary"),
                 AGE,
             ],
             scale={

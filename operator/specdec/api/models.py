@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from specdec import modes
+from specdec.api.canary import CanaryStatus, RolloutSpec
 from specdec.api.capture import CaptureStatus
 from specdec.api.pod_fields import Affinity, Annotations, Image, Labels, Resources, Tolerations
 from specdec.api.ports import RESERVED_PORTS
@@ -260,6 +261,9 @@ class SpeculativeDeploymentSpec(ApiModel):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Serving pods.")
     build: BuildSpec = Field(default_factory=BuildSpec, description="Build Jobs.")
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Where checkpoints and engines are cached.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a change of spec.speculation is rolled out (docs/canary.md)."
+    )
 
 
 class Condition(ApiModel):
@@ -336,3 +340,4 @@ class SpeculativeDeploymentStatus(StatusBase):
     speculation: SpeculationStatus | None = Field(None, description="Is speculation paying off? (runtime metrics)")
     rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
     capture: CaptureStatus | None = Field(None, description="Mode saveState: what the capture directory holds.")
+    canary: CanaryStatus | None = Field(None, description="The canary of a change of spec.speculation.")

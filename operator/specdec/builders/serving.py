@@ -27,14 +27,17 @@ POD_TEMPLATE_VERSION = 1
 # server (25 more at most); the kubelet's kill comes after all of that.
 PRE_STOP_SLEEP_SECONDS = 5
 TERMINATION_GRACE_SECONDS = 60
+# The runtime's two arms while a canary runs (specdec.canary.rollout): the main Deployment serves the recorded
+# speculation, `<name>-canary` the spec's; the Service selects both. The main Deployment's selector is unchanged.
+RUNTIME, RUNTIME_CANARY = "runtime", "runtime-canary"
 
 
-def runtime_name(plan: Plan) -> str:
-    return plan.name
+def runtime_name(plan: Plan, canary: bool = False) -> str:
+    return f"{plan.name}-canary" if canary else plan.name
 
 
-def config_map_name(plan: Plan) -> str:
-    return runtime_config_map_name(plan.name)
+def config_map_name(plan: Plan, canary: bool = False) -> str:
+    return runtime_config_map_name(runtime_name(plan, canary))
 
 
 def runtime_config_map_name(deployment: str) -> str:
@@ -51,8 +54,8 @@ def told_schedule(config_map: dict[str, Any] | None) -> trtllm_schedule.Schedule
         return None
 
 
-def selector_labels(plan: Plan) -> dict[str, str]:
-    return {common.LABEL_INSTANCE: plan.name, common.LABEL_COMPONENT: "runtime"}
+def selector_labels(plan: Plan, canary: bool = False) -> dict[str, str]:
+    return {common.LABEL_INSTANCE: plan.name, common.LABEL_COMPONENT: RUNTIME_CANARY if canary else RUNTIME}
 
 
 def _metadata(plan: Plan, name: str, owner_uid: str, component: str) -> dict[str, Any]:
@@ -94,7 +97,11 @@ def served_plan(plan: Plan, chosen_draft_len: int | None, schedule: trtllm_sched
 
 
 def build_config_map(
-    plan: Plan, owner_uid: str, chosen_draft_len: int | None = None, load_keys: dict[str, str] | None = None
+    plan: Plan,
+    owner_uid: str,
+    chosen_draft_len: int | None = None,
+    load_keys: dict[str, str] | None = None,
+    canary: bool = False,
 ) -> dict[str, Any]:
     """The draft length (live_draft_len) and the load model's keys
     (specdec.feedback.load_schedules.LoadSchedules.config_map_keys: the break-even and the draft lengths by load)
@@ -110,7 +117,7 @@ def build_config_map(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(plan, config_map_name(plan), owner_uid, "runtime"),
+        "metadata": _metadata(plan, config_map_name(plan, canary), owner_uid, RUNTIME_CANARY if canary else RUNTIME),
         "data": data,
     }
 
@@ -132,8 +139,10 @@ def build_cache_claim(plan: Plan) -> dict[str, Any]:
     }
 
 
-def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str, Any]:
+def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: bool = False) -> dict[str, Any]:
+    """`canary`: the canary arm (its own name, ConfigMap, pod labels and spec.rollout.canary.replicas)."""
     spec = plan.spec
+    component = RUNTIME_CANARY if canary else RUNTIME
     runtime = spec.runtime
     mounts = [
         {"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
@@ -141,7 +150,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": config_map_name(plan)}},
+        {"name": "config", "configMap": {"name": config_map_name(plan, canary)}},
         {"name": "tmp", "emptyDir": {}},
         # Triton's Python backend and NCCL need far more shared memory than the default 64 MiB.
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
@@ -183,19 +192,19 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings) -> dict[str
     }
     if runtime.affinity:
         pod_spec["affinity"] = runtime.affinity
-    selector = selector_labels(plan)
-    template = {"metadata": {"labels": {**common.labels("runtime"), **selector}}, "spec": pod_spec}
+    selector = selector_labels(plan, canary)
+    template = {"metadata": {"labels": {**common.labels(component), **selector}}, "spec": pod_spec}
     # Roll the pods when their template or the runtime config changes (the ConfigMap keeps its name).
     rollout_hash = content_hash([POD_TEMPLATE_VERSION, template, runtime_config_json(plan)])
     template["metadata"]["annotations"] = {common.ANNOTATION_CONFIG_HASH: rollout_hash}
-    metadata = _metadata(plan, runtime_name(plan), owner_uid, "runtime")
+    metadata = _metadata(plan, runtime_name(plan, canary), owner_uid, component)
     metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": runtime.replicas,
+            "replicas": spec.rollout.canary.replicas if canary else runtime.replicas,
             "selector": {"matchLabels": selector},
             # Surge one pod and never drop one: the old engines keep serving until the new pod is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
@@ -211,7 +220,7 @@ def build_service(plan: Plan, owner_uid: str) -> dict[str, Any]:
         "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(plan),
+            "selector": {common.LABEL_INSTANCE: plan.name},  # both arms' pods while a canary runs
             "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }

@@ -30,8 +30,11 @@ from typing import Any
 
 from specdec import conditions, modes
 from specdec.admission.validation import parse_spec
+from specdec.api.canary import CanarySpec
 from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
+from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.feedback.autopilot import Autopilot
+from specdec.feedback.canary_watch import CANARY, CURRENT, CanaryWatch, running
 from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
 from specdec.feedback.forget import forget_absent
 from specdec.feedback.load_schedules import LoadSchedules
@@ -69,6 +72,7 @@ class Facts:
     restarts: bool  # a new draft length takes new pods (trtllm-serve reads it at start)
     port: int
     rearm_cooldown: float | None  # payoff.rearm: None when off
+    canary: CanarySpec | None = None  # spec.rollout.canary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +107,7 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         restarts=spec.backend == "pytorch",
         port=spec.runtime.port,
         rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None,
+        canary=spec.rollout.canary,
     )
 
 
@@ -142,6 +147,7 @@ class SpeculationMonitor:
         self.guard_policy = guard_policy
         self.rearm = Rearm(post_event, wall_clock)
         self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
+        self.canary = CanaryWatch(enqueue)  # a running canary's test: status.canary
         self.scraper = Scraper()
         self._samples: dict[str, tuple[payoff.Sample, float]] = {}  # pod uid -> last sample, when
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
@@ -196,19 +202,21 @@ class SpeculationMonitor:
             return
         now = time.monotonic() if now is None else now
         work = []
+        canaries: list[tuple[dict[str, Any], Facts, dict[str, list[dict[str, Any]]]]] = []
         deployments = self.store.list("SpeculativeDeployment", None)
         for sd in deployments:
             facts = self._facts_of(sd)
             if facts is None:
                 continue
             meta = sd["metadata"]
-            pods = [
-                p
-                for p in self.store.list(
-                    "Pod", meta["namespace"], f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}=runtime"
-                )
-                if scrapable(p)
-            ]
+            arms = {
+                arm: self.store.list("Pod", meta["namespace"], f"{LABEL_INSTANCE}={meta['name']},{LABEL_COMPONENT}={c}")
+                for arm, c in ((CURRENT, RUNTIME), (CANARY, RUNTIME_CANARY))
+            }
+            pods = [p for p in arms[CURRENT] if scrapable(p)]
+            if isinstance(facts, Facts) and facts.canary is not None and facts.canary.enabled and running(sd):
+                canaries.append((sd, facts, arms))
+                pods += [p for p in arms[CANARY] if scrapable(p)]
             if pods:
                 work.append((sd, facts, pods))
         scraped = self.scraper.scrape(
@@ -228,10 +236,17 @@ class SpeculationMonitor:
             if isinstance(facts, CaptureFacts):
                 self.capture.account(sd, facts, [scraped.get(p["metadata"]["uid"]) for p in pods], now)
             else:
-                self._account(sd, facts, pods, scraped, now)
+                main = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_COMPONENT) == RUNTIME]
+                self._account(sd, facts, main, scraped, now)
+        for sd, facts, arms in canaries:
+            assert facts.canary is not None  # for mypy: checked where listed
+            live.update(p["metadata"]["uid"] for pods in arms.values() for p in pods)
+            self.canary.account(sd, arms, scraped, now, facts.canary)
         self._samples = {uid: s for uid, s in self._samples.items() if uid in live}
         self.scraper.forget_gone(live)
-        self._forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments})
+        present = {(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments}
+        self._forget_gone(present)
+        self.canary.forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd, _, _ in canaries}, live)
 
     def _facts_of(self, sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         meta = sd["metadata"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import urllib3
 
+from specdec.canary import windows
 from specdec.feedback.metric_text import metric_values
 from specdec.speculation import load_model, payoff
 from specdec.status.pods import condition_true
@@ -22,7 +23,7 @@ SCRAPERS = 8  # concurrent scrapes; each waits on the network, not the CPU
 MAX_SKIPPED_PASSES = 16
 MAX_DRAFT_LEN = 64  # the API's bound on any draft length
 MAX_BODY_BYTES = 1 << 20  # a runtime pod's metrics are a few KiB; a pod is not trusted with our memory
-_COUNTERS = {**payoff.COUNTERS, **load_model.COUNTERS}
+_COUNTERS = {**payoff.COUNTERS, **load_model.COUNTERS, **windows.COUNTERS}
 _WANTED = tuple(_COUNTERS.values()) + (payoff.DRAFT_LEN_GAUGE,)
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specdec import metrics
+from specdec import conditions, metrics
 from specdec.builders import common
 from specdec.builders.serving import endpoint, selector_labels
+from specdec.canary import rollout
 from specdec.kube.client import Kube
-from specdec.plan import Plan
+from specdec.plan import Plan, Problem
 from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
 from specdec.reconcile.bookkeeping.locks import Locks
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
@@ -40,6 +41,7 @@ class DeploymentController:
         locks: Locks,
         forget: Callable[[str, str], None],
         active: Callable[[], bool],
+        canary_reading: Callable[[str, str], rollout.Reading | None] = lambda namespace, name: None,
     ):
         self.kube = kube
         self.plans = plans
@@ -51,6 +53,7 @@ class DeploymentController:
         self.locks = locks
         self.forget = forget
         self.active = active
+        self.canary_reading = canary_reading  # the monitor's latest reading of a running canary
 
     def reconcile(self, namespace: str, name: str) -> None:
         key = ("SpeculativeDeployment", namespace, name)
@@ -76,7 +79,8 @@ class DeploymentController:
         """Act on the plan and write the full status; True when something failed (retry later)."""
         meta = sd["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        result = self.plans.plan(sd)
+        written = self.plans.plan(sd)  # the spec as written
+        result, canary, stage = self._arms(sd, written)
         states: dict[str, BuildState] = {}  # by EngineBuild
         caches: dict[str, BuildState] = {}  # by ModelCache
         deployment = None
@@ -86,7 +90,14 @@ class DeploymentController:
         if isinstance(result, Plan):
             try:
                 caches, states = self.inputs.ensure(sd, result)
+                if canary is not None:
+                    canary_caches, canary_states = self.inputs.ensure(sd, canary)
+                    caches, states = {**caches, **canary_caches}, {**states, **canary_states}
                 deployment, current, service_current = self.runtime.apply(sd, result, states, caches)
+                if canary is not None:
+                    self.runtime.apply_canary(sd, canary, states, caches)
+                elif stage is None or not stage.promoted or (current and rolled_out(deployment)):
+                    self.runtime.remove_canary(sd, result)  # a promoted canary serves until the main arm rolled
             except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
                 log_failure("SpeculativeDeployment", namespace, name, error)
                 failure = failure_condition(error)
@@ -94,7 +105,12 @@ class DeploymentController:
                 common.ANNOTATION_ENGINE_BUILDS, ""
             )
             previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
-            in_use = sorted(set(result.engine_names) | {n for n in deployed.split(",") if n} | set(previous))
+            in_use = sorted(
+                set(result.engine_names)
+                | set(canary.engine_names if canary else ())
+                | {n for n in deployed.split(",") if n}
+                | set(previous)
+            )
         pods = []
         if deployment is not None and isinstance(result, Plan):
             pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector_labels(result).items()))
@@ -116,5 +132,49 @@ class DeploymentController:
                 served_before=served_this_generation(sd),
             )
         )
-        self.status.write(sd, result, phase, conds, deployment, in_use)
+        canary_status = stage.status if stage is not None else None
+        canary_condition = rollout.condition(canary_status)
+        self.status.write(
+            sd,
+            result,
+            phase,
+            [*conds, canary_condition] if canary_condition else conds,
+            deployment,
+            in_use,
+            canary_status,
+        )
         return failed
+
+    def _arms(
+        self, sd: dict[str, Any], written: Plan | Problem
+    ) -> tuple[Plan | Problem, Plan | None, rollout.Stage | None]:
+        """(the main runtime's plan, the canary's plan or None, the canary's stage or None without a policy).
+        The main runtime serves the speculation status.canary records; the canary the spec as written."""
+        if not isinstance(written, Plan):
+            return written, None, None
+        now = conditions.now()
+        stage = rollout.stage(sd, written.spec.rollout.canary, now)
+        if stage.status is None:
+            return written, None, None
+        meta = sd["metadata"]
+        reading = self.canary_reading(meta["namespace"], meta["name"])
+        stage = rollout.with_reading(stage, reading)
+        if stage.canary and reading is not None and reading.decision is not None and stage.status is not None:
+            if (reading.generation, reading.retry) == (stage.status.get("generation"), stage.status.get("retry")):
+                stage = rollout.apply_decision(sd, stage, reading.decision, now)
+        if stage.served == rollout.spec_block(sd):
+            return written, None, stage
+        return self.plans.plan(sd, stage.served), written if stage.canary else None, stage
+
+
+def rolled_out(deployment: dict[str, Any] | None) -> bool:
+    """Whether a Deployment's rollout is done: every replica updated and ready, as its controller last saw it."""
+    if deployment is None:
+        return False
+    want, status = deployment["spec"].get("replicas", 1), deployment.get("status") or {}
+    return (
+        status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+        and status.get("updatedReplicas", 0) == want
+        and status.get("readyReplicas", 0) >= want
+        and status.get("replicas", 0) == want
+    )

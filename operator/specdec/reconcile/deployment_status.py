@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from specdec import conditions
 from specdec.builders.serving import endpoint, selector_labels
+from specdec.canary import rollout
 from specdec.kube.client import Kube
 from specdec.modes import save_state
 from specdec.plan import Plan, Problem
@@ -66,8 +67,10 @@ class DeploymentStatusWriter:
         conds: list[conditions.Cond],
         deployment: dict[str, Any] | None,
         in_use: list[str],
+        canary: dict[str, Any] | None = None,
     ) -> None:
-        """`deployment` may still run the previous engines: its pods are what serves now."""
+        """`deployment` may still run the previous engines: its pods are what serves now. `canary`: status.canary
+        (specdec.canary.rollout); a change of its state is an Event."""
         meta = sd["metadata"]
         status = sd.get("status") or {}
         generation = meta.get("generation")
@@ -86,6 +89,7 @@ class DeploymentStatusWriter:
                 speculation=None,
                 rearm=None,
                 capture=None,
+                canary=canary,
             )
             if result.mode.mode.speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
@@ -108,6 +112,9 @@ class DeploymentStatusWriter:
             if error.status == 404:  # deleted meanwhile (or its namespace is going): nothing to tell
                 return
             raise
+        said = rollout.event(status.get("canary"), desired.get("canary"))
+        if said:
+            self.kube.event(sd, said[0], said[1], warning=said[2])
         ready = next(c for c in conds if c.type == "Ready")
         old_ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
         if worth_an_event(old_ready, ready, status.get("phase"), phase):

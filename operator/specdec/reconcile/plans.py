@@ -6,6 +6,7 @@ every deployment each time was a tenth of the operator's Python CPU at N=300, py
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -53,15 +54,20 @@ class PlanMemo:
         self.settings = settings
         self.gpu_nodes = gpu_nodes
         self.model_caches = model_caches
-        self._plans: dict[tuple[str, str], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}
+        self._plans: dict[tuple[str, ...], tuple[tuple, GpuNodes, dict, Plan | Problem]] = {}
         self._facts_by_namespace: dict[str, tuple[tuple, dict]] = {}
 
-    def plan(self, sd: dict[str, Any]) -> Plan | Problem:
+    def plan(self, sd: dict[str, Any], speculation: dict[str, Any] | None = None) -> Plan | Problem:
         """plan() of this deployment, kept while its spec (uid, generation), the GPU nodes and the facts of
-        the checkpoints it looked up are the same."""
+        the checkpoints it looked up are the same. `speculation`: plan the spec with this speculation block
+        instead of its own (the block the main runtime serves while a canary runs: specdec.canary.rollout)."""
         meta = sd["metadata"]
         nodes = self.gpu_nodes.snapshot()
-        key, version = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        key: tuple[str, ...] = (meta["namespace"], meta["name"])
+        version: tuple = (meta.get("uid"), meta.get("generation"))
+        if speculation is not None:
+            key, version = (*key, "served"), (*version, json.dumps(speculation, sort_keys=True))
+            sd = {**sd, "spec": {**(sd.get("spec") or {}), "speculation": speculation}}
         facts = self.fetched_facts(meta["namespace"])
         known = self._plans.get(key)
         if (
@@ -83,6 +89,7 @@ class PlanMemo:
 
     def forget(self, namespace: str, name: str) -> None:
         self._plans.pop((namespace, name), None)
+        self._plans.pop((namespace, name, "served"), None)
 
     def fetched_facts(self, namespace: str) -> dict[tuple[str, str], ModelFacts | None]:
         """Admission's facts of the namespace's Fetched ModelCaches, by checkpoint (uri, revision); None:

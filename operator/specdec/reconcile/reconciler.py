@@ -119,6 +119,7 @@ class Reconciler:
             self.locks,
             self.forget,
             active,
+            self.speculation.canary.reading,
         )
         self.services = ServiceLane(
             kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active

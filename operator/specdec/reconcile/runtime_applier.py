@@ -21,7 +21,7 @@ from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.bookkeeping.failures import ServiceFailures
-from specdec.reconcile.ownership import Children
+from specdec.reconcile.ownership import Children, controlled_by
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
@@ -71,11 +71,7 @@ class RuntimeApplier:
         it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
         uid = sd["metadata"]["uid"]
         existing = self.children.get("Deployment", p.namespace, runtime_name(p), uid)
-        if not (
-            all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
-            and runtime_inputs_fetched(p, caches)
-            and not p.facts_awaited
-        ):
+        if not _inputs_ready(p, states, caches):
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch(
                     "Deployment", p.namespace, runtime_name(p), {"spec": {"replicas": p.spec.runtime.replicas}}
@@ -107,9 +103,52 @@ class RuntimeApplier:
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
         return deployment, True, service_current
 
+    def apply_canary(
+        self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]
+    ) -> dict[str, Any] | None:
+        """The canary arm of plan `p` (the spec as written): its ConfigMap and Deployment once its engines are built
+        and its checkpoints fetched (its Deployment, None until then). It starts where draftLen: auto starts."""
+        uid = sd["metadata"]["uid"]
+        existing = self.children.get("Deployment", p.namespace, runtime_name(p, canary=True), uid)
+        if not _inputs_ready(p, states, caches):
+            return existing
+        config_map = self.children.get("ConfigMap", p.namespace, config_map_name(p, canary=True), uid)
+        self.children.write(build_config_map(served_plan(p, None), uid, canary=True), config_map, uid)
+        deployment, written = self.children.write(
+            build_deployment(served_plan(p, None), uid, self.settings, canary=True), existing, uid
+        )
+        if written and existing is None:
+            self.kube.event(
+                sd, "CanaryApplied", f"created Deployment {runtime_name(p, canary=True)} ({p.gpus} GPU(s) per pod)"
+            )
+        return deployment
+
+    def remove_canary(self, sd: dict[str, Any], p: Plan) -> bool:
+        """Delete the canary arm's Deployment and ConfigMap where this deployment controls them (never another's);
+        whether there was something to delete."""
+        uid, removed = sd["metadata"]["uid"], False
+        for kind, name in (
+            ("Deployment", runtime_name(p, canary=True)),
+            ("ConfigMap", config_map_name(p, canary=True)),
+        ):
+            found = self.kube.get(kind, p.namespace, name)
+            if found is not None and controlled_by(found, uid) and not found["metadata"].get("deletionTimestamp"):
+                self.kube.delete(kind, p.namespace, name)
+                removed = True
+        return removed
+
     def _chosen_draft_len(self, p: Plan, config_map: dict[str, Any] | None) -> int | None:
         """draftLen: auto: the monitor's choice; after a restart of the operator, what the pods were last
         told (the ConfigMap)."""
         chosen = self.draft_len_choice(p.namespace, p.name)
         told = ((config_map or {}).get("data") or {}).get(DRAFT_LEN_KEY, "")
         return chosen if chosen is not None else int(told) if told.isdigit() else None
+
+
+def _inputs_ready(p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]) -> bool:
+    """Every engine of the plan built and (backend pytorch) every checkpoint it reads fetched and admitted."""
+    return (
+        all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
+        and runtime_inputs_fetched(p, caches)
+        and not p.facts_awaited
+    )
