@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specdec.api.canary import ANNOTATION_CANARY_RETRY
-from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
+from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
 from specdec.canary import rollout
 from specdec.canary.decision import ArmWindow, CanaryPolicy, CanaryState, Decision, observe
 from specdec.reconcile.deployment import DeploymentController
@@ -129,7 +129,10 @@ def test_a_first_deployment_records_what_it_serves_and_runs_no_canary(rig):
     assert rig.deployment(f"{rig.name}-canary") is None
     assert rig.condition("Canary") is None
     service = rig.cluster.store.get("Service", "ns", rig.name)
-    assert service["spec"]["selector"] == {LABEL_INSTANCE: rig.name}  # both arms' pods
+    assert service["spec"]["selector"] == {
+        LABEL_INSTANCE: rig.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }  # both arms, ours only
 
 
 def test_a_draft_change_runs_as_a_canary_and_is_promoted_when_faster(rig):

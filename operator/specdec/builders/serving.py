@@ -220,7 +220,9 @@ def build_service(plan: Plan, owner_uid: str) -> dict[str, Any]:
         "metadata": _metadata(plan, runtime_name(plan), owner_uid, "runtime"),
         "spec": {
             "type": "ClusterIP",
-            "selector": {common.LABEL_INSTANCE: plan.name},  # both arms' pods while a canary runs
+            # Both arms' pods while a canary runs, and only ours: a Helm release of the same name sets the same
+            # instance label on its pods; the pods carry managed-by already, so no pod restarts for this selector.
+            "selector": {common.LABEL_INSTANCE: plan.name, common.LABEL_MANAGED_BY: common.MANAGED_BY},
             "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
