@@ -12,6 +12,7 @@ import yaml
 from specdec.api.crd import crds
 from specdec.builders.build_steps import Step, build_steps
 from specdec.plan import EnginePlan, Plan, Problem, plan
+from specdec.schema import cel
 from specdec.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,6 +111,14 @@ def schema_at(schema: dict[str, Any], json_path: str) -> dict[str, Any]:
 def validations(schema: dict[str, Any]) -> list[tuple[str, dict[str, str]]]:
     """(node path, rule) for every x-kubernetes-validations entry in the schema."""
     return [(path, rule) for path, node in schema_nodes(schema) for rule in node.get("x-kubernetes-validations") or []]
+
+
+def reported(rule: dict[str, str], spec: dict[str, Any], path: str) -> str:
+    """The message `rule`, at the spec schema's node `path` (simple dotted), reports refusing `spec`."""
+    node = spec
+    for part in path.strip(".").split("."):
+        node = (node.get(part) or {}) if part else node
+    return cel.message(rule, node)
 
 
 class Recorded:

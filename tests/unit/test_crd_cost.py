@@ -28,9 +28,15 @@ def _stored(stem: str) -> dict[str, Any]:
     return {**body, "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
 
 
+BACKEND_RULE = "!(self.speculation.mode in {"  # specdec.modes.backend_rule: one for every mode
+
+
 def _guard(rule: str) -> str | None:
     """The part of a rule that decides it for a deployment of another mode: `mode != 'x'` of a mode's
-    rule on the whole spec, `mode == 'x'` of the rule that its block is set exactly when it is chosen."""
+    rule on the whole spec, `mode == 'x'` of the rule that its block is set exactly when it is chosen, the
+    mode not among those one backend alone serves of the backend rule."""
+    if rule.startswith(BACKEND_RULE):
+        return rule.split(" || ")[0]
     for guard in (cel.mode_guard("toy"), "self.mode == 'toy' ? "):
         if rule.startswith(guard):
             return guard.removesuffix(" || ").removesuffix(" ? ")
@@ -42,14 +48,16 @@ def test_one_mode_more_adds_only_guards_that_decide_at_once():
     before = evaluated_rules(_schema("full"), obj)
     after = evaluated_rules(_schema("plus-toy"), obj)
     added = [(path, rule) for path, rule in after if (path, rule) not in before]
-    assert [(path, rule) for path, rule in before if (path, rule) not in after] == []
-    assert len(added) == 3, added  # backend, its rule on the whole spec, its block exactly when chosen
+    removed = [(path, rule) for path, rule in before if (path, rule) not in after]
+    # the one backend rule gains the new mode's entry; no other rule changes
+    assert [rule["rule"][: len(BACKEND_RULE)] for _, rule in removed] == [BACKEND_RULE]
+    assert len(added) == 3, added  # the backend rule, its rule on the whole spec, its block exactly when chosen
     for path, rule in added:
         guard = _guard(rule["rule"])
         assert guard, f"{path}: {rule['rule']} is evaluated in full for every mode's deployments"
         node = obj if path == "" else obj["spec"] if path == ".spec" else obj["spec"]["speculation"]
         # the guard alone decides the rule: `mode != 'toy'` true, or the ternary's `mode == 'toy'` false
-        assert cel.violations([{"rule": guard if "!=" in guard else f"!({guard})", "message": ""}], node) == []
+        assert cel.violations([{"rule": guard if "==" not in guard else f"!({guard})", "message": ""}], node) == []
 
 
 def test_a_write_of_a_mode_evaluates_its_own_rules():

@@ -7,6 +7,7 @@ import pytest
 
 from specdec.api.models import SpeculationSpec, SpeculativeDeploymentSpec
 from specdec.modes import MODES
+from specdec.schema import cel
 from tests.unit.helpers import make_plan
 from tests.unit.invalid_specs import TARGET, eagle3, spec
 
@@ -18,13 +19,15 @@ def test_the_api_union_is_the_registry():
 
 
 @pytest.mark.parametrize("mode", [m for m in MODES.values() if len(m.backends) == 1], ids=lambda m: m.name)
-def test_a_mode_one_backend_serves_has_a_cel_rule_saying_so(mode):
-    rules = [
-        r
-        for r in SpeculativeDeploymentSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]
-        if r["rule"].startswith(f"self.speculation.mode != '{mode.name}' || self.backend in")
-    ]
-    assert [r["message"] for r in rules] == [f"{mode.name} is served by backend {mode.backends[0]} only"]
+def test_a_mode_one_backend_serves_is_refused_on_the_other_saying_so(mode):
+    """One rule for every such mode (specdec.modes.backend_rule); its message names the chosen mode."""
+    other = next(b for b in ("tensorrt", "pytorch") if b not in mode.backends)
+    rules = SpeculativeDeploymentSpec.model_config["json_schema_extra"]["x-kubernetes-validations"]
+    refused = cel.violations(rules, {"backend": other, "speculation": {"mode": mode.name}})
+    assert ("speculation.mode", f"{mode.name} is served by backend {mode.backends[0]} only") in refused
+    assert ("speculation.mode", f"{mode.name} is served by backend {mode.backends[0]} only") not in cel.violations(
+        rules, {"backend": mode.backends[0], "speculation": {"mode": mode.name}}
+    )
 
 
 @pytest.mark.parametrize("mode", [m for m in MODES.values() if m.pytorch], ids=lambda m: m.name)

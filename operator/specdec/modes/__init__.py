@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, create_model
 
 from specdec.modes import auto, dflash, draft_target, dspark, eagle3, mtp, ngram, none, pard, redrafter, sa, save_state
-from specdec.modes.mode import Chosen, EnginePath, Mode
+from specdec.modes.mode import BACKENDS, Chosen, EnginePath, Mode
 from specdec.schema.base import ApiModel, cel, validations
 
 MODES: dict[str, Mode[Any]] = {
@@ -73,7 +73,27 @@ def speculation_spec(**fields: Any) -> type[ApiModel]:
 
 def spec_rules() -> list[dict[str, str]]:
     """The modes' CEL rules on the whole spec (SpeculativeDeploymentSpec)."""
-    return [rule for m in MODES.values() for rule in m.cel_rules()]
+    return [*backend_rule(), *(rule for m in MODES.values() for rule in m.cel_rules())]
+
+
+def backend_rule() -> list[dict[str, str]]:
+    """One rule for every mode that one backend alone serves, its message naming the chosen mode. Each rule
+    reading `spec.speculation` costs the API server a copy of that object's schema, a property per mode, at
+    every write (docs/performance): with a rule per mode, each mode more made every deployment's write dearer."""
+    served = {m.name: list(m.backends) for m in MODES.values() if tuple(m.backends) != BACKENDS}
+    if not served:
+        return []
+    names = {name: ", ".join(backends) for name, backends in served.items()}
+    by_backend = {b: ", ".join(n for n in names if names[n] == b) for b in names.values()}
+    mode = "self.speculation.mode"
+    return [
+        cel(
+            f"!({mode} in {served}) || self.backend in {served}[{mode}]",
+            "the chosen mode is served by one backend only: " + "; ".join(f"{n} by {b}" for b, n in by_backend.items()),
+            ".speculation.mode",
+            message_expression=f"{mode} + ' is served by backend ' + {names}[{mode}] + ' only'",
+        )
+    ]
 
 
 def not_speculating() -> list[str]:

@@ -187,20 +187,10 @@ class Mode(Generic[BlockT]):
         return cast(BlockT, getattr(speculation, self.field, None) if self.block else None)
 
     def cel_rules(self) -> list[dict[str, str]]:
-        """The rules on the whole spec: the backends that serve the mode, then its own."""
+        """Its own rules on the whole spec, each decided at its mode guard for a deployment of another mode.
+        The backends that serve it are checked by one rule for every mode (specdec.modes.backend_rule)."""
         chosen = mode_guard(self.name)
-        rules: list[dict[str, str]] = []
-        if tuple(self.backends) != BACKENDS:
-            served = ", ".join(self.backends)
-            rules.append(
-                cel(
-                    f"{chosen}self.backend in {list(self.backends)}",
-                    f"{self.name} is served by backend {served} only",
-                    ".speculation.mode",
-                )
-            )
-        rules += [cel(f"{chosen}({r.rule})", r.message, r.field_path) for r in self.rules]
-        return rules
+        return [cel(f"{chosen}({r.rule})", r.message, r.field_path) for r in self.rules]
 
 
 @dataclasses.dataclass(frozen=True)

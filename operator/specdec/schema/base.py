@@ -35,9 +35,14 @@ NAME_RULE_MESSAGE = (
 MODEL_URI_HELP = "`hf://org/name` (fetched from the Hugging Face Hub) or `pvc://claim/path` (a claim in this namespace)"
 
 
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """One x-kubernetes-validations entry; `field_path` makes the API server name the field."""
+def cel(
+    rule: str, message: str, field_path: str | None = None, message_expression: str | None = None
+) -> dict[str, str]:
+    """One x-kubernetes-validations entry; `field_path` makes the API server name the field; a
+    `message_expression` (CEL, a string) is the message a refusal shows, `message` its fallback."""
     entry = {"rule": rule, "message": message}
+    if message_expression:
+        entry["messageExpression"] = message_expression
     if field_path:
         entry["fieldPath"] = field_path
     return entry

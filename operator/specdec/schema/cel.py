@@ -125,5 +125,18 @@ def violations(rules: list[dict[str, str]], obj: dict[str, Any]) -> list[tuple[s
         except celpy.CELEvalError:  # as at the API server, an evaluation error fails the rule
             result = False
         if not bool(result):
-            broken.append((rule.get("fieldPath", "").lstrip("."), rule["message"]))
+            broken.append((rule.get("fieldPath", "").lstrip("."), message(rule, obj)))
     return broken
+
+
+def message(rule: dict[str, str], obj: dict[str, Any]) -> str:
+    """What a refusal by `rule` of `obj` says: its messageExpression's value; as at the API server, its
+    `message` where the expression fails or gives no text."""
+    if "messageExpression" in rule:
+        try:
+            text = _program(rule["messageExpression"]).evaluate({"self": celpy.json_to_cel(obj)})
+        except celpy.CELEvalError:
+            text = None
+        if isinstance(text, str) and text.strip():  # cel-python gives a str for `+` of strings
+            return str(text)
+    return rule["message"]
