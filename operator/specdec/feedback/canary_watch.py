@@ -107,12 +107,9 @@ class CanaryWatch:
             if sample is None:
                 continue
             ready += 1
-            previous = self._samples.get(uid)
-            self._samples[uid] = (sample, now)
+            previous = payoff.advance(self._samples, uid, sample, now, window)
             if previous is None:
                 continue
-            for name, value in payoff.delta(previous[0], sample).items():
-                window[name] = window.get(name, 0.0) + value
             seconds.append(now - previous[1])
         if not seconds:
             return None

@@ -272,12 +272,9 @@ class SpeculationMonitor:
             sample = scraped.get(uid)
             if sample is None:
                 continue  # unreachable this time: its next scrape covers both windows
-            previous = self._samples.get(uid)
-            self._samples[uid] = (sample, now)
+            previous = payoff.advance(self._samples, uid, sample, now, window)
             if previous is None:
                 continue
-            for name, value in payoff.delta(previous[0], sample).items():
-                window[name] = window.get(name, 0.0) + value
             seconds.append(now - previous[1])
             counted += 1
             switched |= previous[0].draft_len != sample.draft_len

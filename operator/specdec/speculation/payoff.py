@@ -110,6 +110,19 @@ def delta(previous: Sample | None, current: Sample) -> dict[str, float]:
     return out
 
 
+def advance(
+    samples: dict[str, tuple[Sample, float]], uid: str, sample: Sample, now: float, window: dict[str, float]
+) -> tuple[Sample, float] | None:
+    """Keep a pod's new sample (and when it was taken) in `samples`, and add what its counters grew by since its
+    last one into `window`. Returns that last (sample, time); None for the pod's first scrape, the baseline."""
+    previous = samples.get(uid)
+    samples[uid] = (sample, now)
+    if previous is not None:
+        for name, value in delta(previous[0], sample).items():
+            window[name] = window.get(name, 0.0) + value
+    return previous
+
+
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     """What the window says about a deployment's speculation."""
