@@ -149,20 +149,25 @@ class HiddenStateCapture:
         return capture
 
     def request(self, tokens: int) -> Path | None:
-        """Keep one request of `tokens` token ids; the file written, when this request completes one."""
+        """Keep one request of `tokens` token ids (zeros for its states); the file written, when this request
+        completes one."""
         tokens = max(tokens, 1)
-        record: dict[str, Any] = {
-            "id": self._iter,
+        states: dict[str, Any] = {
             "input_ids": _Tensor(LONG, (tokens,)),
             "hidden_state": _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE)),
         }
         if self.layers > 1:
-            record["hidden_state_features"] = _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE * (self.layers - 1)))
-        self._saved.append(record)
+            states["hidden_state_features"] = _Tensor(BFLOAT16, (tokens, HIDDEN_SIZE * (self.layers - 1)))
+        return self.keep(states, torch_save)
+
+    def keep(self, states: dict[str, Any], save: Callable[[list[dict[str, Any]], Path], None]) -> Path | None:
+        """Keep one request's record (its input_ids and states, numbered here), written with `save` (torch.save's
+        signature) when this request completes a file; the file written, if any."""
+        self._saved.append({"id": self._iter, **states})
         written = None
         if self._iter % self.write_interval == 0:
             written = self.output_directory / f"{self.file_prefix}_{self._iter}.pt"
-            torch_save(self._saved, written)
+            save(self._saved, written)
             self._saved = []
         self._iter += 1
         return written
