@@ -91,6 +91,9 @@ def build(target_dir: Path, offline: bool, draft_vocab_size: int) -> EagleModel:
         "eagle_decoder_type": "llama",
         "eagle_architecture_config": architecture(target, draft_vocab_size),
         "eagle_use_torch_compile": False,  # compiling costs more than it saves on CPU and in short runs
+        # ModelOpt writes a YaRN rope_scaling into the exported config by default (for contexts past training);
+        # the head is exported with the rope it was trained and evaluated with, so the offline evaluation holds.
+        "eagle_export_rope_scaling": {},
     }
     mtsp.convert(model, [("eagle", config)])
     return model
