@@ -5,6 +5,7 @@ keeps it only when its offline acceptance length beats the running draft's (docs
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -14,6 +15,8 @@ from specdec.modes.save_state import RELATIVE_PATH
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
 
+SAMPLES_MOUNT = "/drafter-samples"  # in the runtime pod: the samples' directory of the claim
+SAMPLES_VOLUME = "drafter-samples"
 OPT_OUT_HEADER = "X-Specdec-No-Capture"
 TRAFFIC_CLASS_HEADER = "X-Specdec-Traffic-Class"
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"  # an HTTP field name as clients send them (RFC 9110 token, no symbols)
@@ -116,6 +119,47 @@ class LearningSpec(ApiModel):
 class DrafterSpec(ApiModel):
     learning: LearningSpec | None = Field(
         None, description="Opt-in: train the EAGLE-3 head on this deployment's own traffic (docs/draft-learning.md)."
+    )
+
+
+def enabled_learning(drafter: DrafterSpec | None) -> LearningSpec | None:
+    """The learning block when it is on."""
+    learning = drafter.learning if drafter is not None else None
+    return learning if learning is not None and learning.enabled else None
+
+
+def samples_place(learning: LearningSpec, deployment: str, cache_claim: str) -> tuple[str, str]:
+    """(claim, directory inside it) the samples are written to."""
+    return learning.output.claim_name or cache_claim, learning.output.path or f"drafter-samples/{deployment}"
+
+
+class FrontCapture(ApiModel):
+    """What the runtime front needs to capture samples (RuntimeConfig.drafter_capture)."""
+
+    directory: str = Field(SAMPLES_MOUNT, description="The samples' directory, mounted writable.")
+    sample_rate: float = Field(ge=0, le=1)
+    max_bytes: int = Field(ge=1, description="The directory's samples files hold at most this many bytes.")
+    retention_seconds: int = Field(ge=1, description="A samples file older than this is deleted.")
+    opt_out_header: str
+    traffic_class_header: str
+
+
+def front_capture(learning: LearningSpec) -> FrontCapture:
+    return FrontCapture(
+        sample_rate=learning.sample_rate,
+        max_bytes=int(k8s.parse_quantity(learning.max_bytes)),
+        retention_seconds=duration_seconds(learning.retention),
+        opt_out_header=learning.opt_out_header,
+        traffic_class_header=learning.traffic_class_header,
+    )
+
+
+def samples_volume(learning: LearningSpec, deployment: str, cache_claim: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The runtime pod's writable volume and mount of the samples' directory (only that directory of the claim)."""
+    claim, path = samples_place(learning, deployment, cache_claim)
+    return (
+        {"name": SAMPLES_VOLUME, "persistentVolumeClaim": {"claimName": claim}},
+        {"name": SAMPLES_VOLUME, "mountPath": SAMPLES_MOUNT, "subPath": path},
     )
 
 
