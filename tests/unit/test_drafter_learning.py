@@ -67,3 +67,17 @@ def test_nothing_is_captured_without_the_opt_in(drafter):
     assert result.runtime.drafter_capture is None
     assert "drafterCapture" not in result.runtime.model_dump_json(by_alias=True, exclude_none=True)
     assert all(v["name"] != "drafter-samples" for v in pod(result)["volumes"])
+
+
+def test_the_local_clusters_pod_runner_keeps_the_samples_in_the_claims_directory(tmp_path):
+    from specdec_dev.podrunner import PodRunner
+
+    result = make_plan(learning(), name="chat")
+    pod_ = {"spec": pod(result)}
+    runner = PodRunner(tmp_path / "kubeconfig", tmp_path)
+    config = runner._claims_written(("ns", "chat-runtime-x"), pod_, result.runtime)
+    assert config.drafter_capture is not None
+    assert config.drafter_capture.directory == str(
+        tmp_path / "claims" / "ns" / result.cache.claim_name / "drafter-samples" / "chat"
+    )
+    assert config.drafter_capture.max_bytes == result.runtime.drafter_capture.max_bytes
