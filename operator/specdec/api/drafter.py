@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from specdec.api.pod_fields import Image, Labels, Quantity, Resources, Tolerations
+from specdec.api.pod_fields import Annotations, Image, Labels, Quantity, Resources, Tolerations
 from specdec.modes.save_state import RELATIVE_PATH
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
@@ -60,6 +60,8 @@ class TrainerSpec(ApiModel):
     tolerations: Tolerations | None = Field(None, description="Tolerations for the Jobs' pods.")
     backoff_limit: int = Field(1, ge=0, le=20, description="Retries of a failed Job.")
     active_deadline_seconds: int | None = Field(None, ge=60, description="Deadline of each Job.")
+    pod_labels: Labels | None = Field(None, description="Extra labels on the Jobs' pods.")
+    pod_annotations: Annotations | None = Field(None, description="Extra annotations on the Jobs' pods.")
 
 
 class LearningSpec(ApiModel):
@@ -106,7 +108,16 @@ class LearningSpec(ApiModel):
         pattern=HEADER_NAME,
         description="The request's traffic class, recorded with its sample and counted per class.",
     )
-    min_samples: int = Field(2000, ge=1, le=100_000_000, description="Samples captured before a head is trained.")
+    traffic_class: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Train on the samples of this traffic class only (the traffic-class header's value). Default: all.",
+    )
+    min_samples: int = Field(
+        2000, ge=1, le=100_000_000, description="New samples (of trafficClass) captured before a head is trained."
+    )
     margin: float = Field(
         0.10,
         ge=0,
@@ -202,11 +213,20 @@ class DrafterStatus(ApiModel):
         None, description="Per traffic class (the traffic-class header's value; '' without one)."
     )
     dropped: dict[str, int] | None = Field(None, description="Samples not captured, by reason.")
+    round: int | None = Field(None, description="The loop's round: replay, train and decision once per round.")
+    round_samples: int | None = Field(None, description="Samples when the round started.")
+    round_basis: str | None = Field(None, description="A hash of spec.target and spec.speculation as the round began.")
     replay_job: str | None = Field(None, description="The replay Job's name.")
     replay_phase: str | None = Field(None, description="Pending, Running, Succeeded or Failed.")
     train_job: str | None = Field(None, description="The train Job's name.")
     train_phase: str | None = Field(None, description="Pending, Running, Succeeded or Failed.")
     acceptance_length: AcceptanceLength | None = Field(None, description="Offline acceptance length, old and new.")
-    decision: str | None = Field(None, description="Promoted or NotBetter.")
+    decision: str | None = Field(None, description="Promoted or NotBetter (offline, against the running draft).")
     decided_at: str | None = Field(None, description="When it was decided.")
-    head: str | None = Field(None, description="The promoted head's directory (speculative_model_dir).")
+    head: str | None = Field(
+        None, description="The promoted head (pvc://<claim>/<path>): the draft served in place of the spec's."
+    )
+    trained_for: str | None = Field(
+        None,
+        description="The head's roundBasis: it serves only while spec.target and spec.speculation are unchanged.",
+    )

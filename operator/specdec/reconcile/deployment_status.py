@@ -106,7 +106,7 @@ class DeploymentStatusWriter:
                 desired["capture"], space = self._capture_status(sd, status)
                 conds = [*conds, space] if space else conds
             if enabled_learning(result.spec.drafter) is not None:
-                desired["drafter"] = {**self._drafter_counts(sd, status), **(learning or {})} or None
+                desired["drafter"] = {**self.drafter_counts(sd), **(learning or {})} or None
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
             return
@@ -148,14 +148,14 @@ class DeploymentStatusWriter:
             return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
         return None, NO_TRAFFIC, active, rearm
 
-    def _drafter_counts(self, sd: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    def drafter_counts(self, sd: dict[str, Any]) -> dict[str, Any]:
         """status.drafter's counts: what the monitor published for this generation; else what status says (a new
         leader has not scraped yet)."""
         meta = sd["metadata"]
         drafted = self.drafted(meta["namespace"], meta["name"], meta.get("generation"))
         if drafted:
             return dict(drafted.counts)
-        said = status.get("drafter") or {}
+        said = (sd.get("status") or {}).get("drafter") or {}
         return {k: said[k] for k in COUNT_FIELDS if said.get(k) is not None}
 
     def _capture_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond | None]:

@@ -26,6 +26,7 @@ from specdec.reconcile.builds_and_caches import SharedController
 from specdec.reconcile.collect import GarbageCollector
 from specdec.reconcile.deployment import DeploymentController
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
+from specdec.reconcile.drafter_learning import DrafterLearning
 from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.ownership import Children
@@ -126,6 +127,7 @@ class Reconciler:
             self.forget,
             active,
             self.speculation.canary.reading,
+            DrafterLearning(kube, settings, self.plans, children),
         )
         self.services = ServiceLane(
             kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active
