@@ -77,7 +77,7 @@ class DeploymentStatusWriter:
     ) -> None:
         """`deployment` may still run the previous engines: its pods are what serves now. `canary`: status.canary
         (specdec.canary.rollout); a change of its state is an Event. `learning`: status.drafter's fields of the
-        learning loop (specdec.drafter_loop), beside the samples' counts."""
+        learning loop (specdec.reconcile.drafter_learning), beside the samples' counts."""
         meta = sd["metadata"]
         status = sd.get("status") or {}
         generation = meta.get("generation")

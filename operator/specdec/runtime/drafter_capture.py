@@ -252,22 +252,24 @@ class DrafterCapture:
     # --- the writer thread ------------------------------------------------------------------------------------
 
     def _write_loop(self) -> None:
+        """Writes the queued samples, and scans the directory every scan_seconds, until `stop`."""
         while True:
+            sample: Sample | None = None
             try:
                 sample = self._queue.get(timeout=self._until_scan())
+                if sample is None:
+                    self._close()
+                    return
             except queue.Empty:
-                sample = ...  # type: ignore[assignment]  # no sample: time to scan
-            if sample is None:
-                self._close()
-                return
+                pass  # no sample: time to scan
             try:
                 if self._scanned_at is None or self.clock() - self._scanned_at >= self.scan_seconds:
                     self._scan()
-                if isinstance(sample, Sample):
+                if sample is not None:
                     self._write(sample)
             except Exception:  # noqa: BLE001 - storage failures: counted and logged, the thread writes on
                 log.exception("drafter capture: the samples directory failed")
-                if isinstance(sample, Sample):
+                if sample is not None:
                     self.metrics.dropped.labels("error").inc()
                 self._close()
 
