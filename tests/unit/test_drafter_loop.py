@@ -300,3 +300,24 @@ def test_the_controller_runs_a_round_from_samples_to_a_promoted_head():
         runtime["speculation"]["speculativeConfig"]["speculative_model"] == "/models/cache/drafter-rounds/chat/1/head"
     )
     assert cluster.store.get("SpeculativeDeployment", "ns", "chat")["spec"] == learning_spec()
+
+
+def test_a_promoted_head_the_plan_refuses_leaves_the_specs_own_draft_serving():
+    cluster = Cluster()
+    body = learning_deployment()
+    body["status"] = {
+        "drafter": {"head": "pvc://Not A Claim/head", "trainedFor": drafter_jobs.trained_for(body["spec"])}
+    }
+    cluster.add(body)
+    operator = Operator(cluster)
+    for _ in range(8):
+        operator.resync()
+        cluster.run_controllers()
+    sd = cluster.store.get("SpeculativeDeployment", "ns", "chat")
+    assert sd["status"]["phase"] == "Ready", sd["status"]
+    assert sd["status"]["drafter"]["head"] == "pvc://Not A Claim/head"  # kept: what the loop recorded
+    assert drafter_jobs.learned_speculation(sd) is not None  # so the head was tried, and refused
+    runtime = json.loads(cluster.store.get("ConfigMap", "ns", "chat-runtime")["data"]["runtime.json"])
+    assert runtime["speculation"]["speculativeConfig"]["speculative_model"] == drafter_jobs.running_draft(
+        make_plan(learning_spec(), name="chat")
+    )

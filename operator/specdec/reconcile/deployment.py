@@ -85,11 +85,11 @@ class DeploymentController:
         namespace, name = meta["namespace"], meta["name"]
         written = self.plans.plan(sd)  # the spec as written
         learned = learned_speculation(sd) if isinstance(written, Plan) else None
-        if learned is not None:  # a promoted head serves as the spec's draft (the spec itself is not edited)
-            sd_served = {**sd, "spec": {**sd["spec"], "speculation": learned}}
-            written = self.plans.plan(sd, learned)
-        else:
-            sd_served = sd
+        with_head = self.plans.plan(sd, learned) if learned is not None else None
+        sd_served = sd
+        if isinstance(with_head, Plan):  # a promoted head serves as the spec's draft (the spec itself is not edited);
+            sd_served = {**sd, "spec": {**sd["spec"], "speculation": learned}}  # one admission refuses does not
+            written = with_head
         result, canary, stage = self._arms(sd_served, written)
         states: dict[str, BuildState] = {}  # by EngineBuild
         caches: dict[str, BuildState] = {}  # by ModelCache
