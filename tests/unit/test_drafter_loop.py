@@ -321,3 +321,34 @@ def test_a_promoted_head_the_plan_refuses_leaves_the_specs_own_draft_serving():
     assert runtime["speculation"]["speculativeConfig"]["speculative_model"] == drafter_jobs.running_draft(
         make_plan(learning_spec(), name="chat")
     )
+
+
+def test_with_the_canary_on_a_promoted_head_runs_as_the_canary_arm():
+    cluster = Cluster()
+    body = learning_deployment()
+    body["spec"]["rollout"] = {"canary": {"enabled": True}}
+    cluster.add(body)
+    operator = Operator(cluster)
+    for _ in range(8):
+        operator.resync()
+        cluster.run_controllers()
+    sd = cluster.store.get("SpeculativeDeployment", "ns", "chat")
+    assert (
+        sd["status"]["phase"] == "Ready"
+        and sd["status"]["canary"]["current"]["speculation"] == body["spec"]["speculation"]
+    )
+    spec_draft = json.loads(cluster.store.get("ConfigMap", "ns", "chat-runtime")["data"]["runtime.json"])
+    head = "pvc://cache/drafter-rounds/chat/1/head"
+    cluster.kube.patch(
+        "SpeculativeDeployment",
+        "ns",
+        "chat",
+        {"status": {"drafter": {"head": head, "trainedFor": drafter_jobs.trained_for(body["spec"])}}},
+        subresource="status",
+    )
+    sd = reconcile(operator, cluster, 2)
+    canary = json.loads(cluster.store.get("ConfigMap", "ns", "chat-canary-runtime")["data"]["runtime.json"])
+    assert canary["speculation"]["speculativeConfig"]["speculative_model"] == "/models/cache/drafter-rounds/chat/1/head"
+    main = json.loads(cluster.store.get("ConfigMap", "ns", "chat-runtime")["data"]["runtime.json"])
+    assert main == spec_draft  # the runtime serves on with the current draft while the canary's test runs
+    assert sd["status"]["canary"]["state"] == "InProgress"
