@@ -136,7 +136,7 @@ def _job(
         "name": "train" if component == TRAIN else "replay",
         "image": trainer.image or settings.runtime_image_for("pytorch"),
         "command": command,
-        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "OMP_NUM_THREADS", "value": "1"}],
+        "env": [{"name": "HOME", "value": "/tmp"}],
         "resources": resources,
         "volumeMounts": [mount for _, mount in mounts] + [{"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": common.container_security_context(),
