@@ -292,10 +292,21 @@ class PodRunner:
         log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port, launch_plan.route)
 
     def _claims_written(self, key: Key, pod: dict[str, Any], config: RuntimeConfig) -> RuntimeConfig:
-        """The configuration with saveState's output_directory (a claim's subPath mounted in the pod) at the
-        directory standing for it here."""
-        speculative = config.speculative_config or {}
-        mount_path = speculative.get("output_directory")
+        """The configuration with the directories the pod writes to claims (saveState's output_directory,
+        spec.drafter.learning's samples) at the directories standing for them here."""
+        captures = self._claim_directory(key, pod, (config.speculative_config or {}).get("output_directory"))
+        if captures is not None:
+            config = captured_into(config, captures)
+        samples = config.drafter_capture
+        directory = self._claim_directory(key, pod, samples.directory if samples else None)
+        if samples is not None and directory is not None:
+            config = config.model_copy(
+                update={"drafter_capture": samples.model_copy(update={"directory": str(directory)})}
+            )
+        return config
+
+    def _claim_directory(self, key: Key, pod: dict[str, Any], mount_path: str | None) -> Path | None:
+        """Where the claim's subPath mounted at `mount_path` is kept here; None when no claim is mounted there."""
         container = pod["spec"]["containers"][0]
         mount = next((m for m in container.get("volumeMounts") or [] if m["mountPath"] == mount_path), None)
         volume: dict[str, Any] = next(
@@ -303,8 +314,8 @@ class PodRunner:
         )
         claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
         if not claim or mount is None:  # a claim's volume is found through its mount
-            return config
-        return captured_into(config, self.claims_dir / key[0] / claim / mount.get("subPath", ""))
+            return None
+        return self.claims_dir / key[0] / claim / mount.get("subPath", "")
 
     def _reload_profiles(self) -> None:
         try:

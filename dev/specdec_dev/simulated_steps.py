@@ -109,3 +109,20 @@ def with_step_delays(stage: dict[str, Any], defaults: Mapping[str, float]) -> di
     stage = copy.deepcopy(stage)
     stage["spec"]["delay"] = {"durationMilliseconds": 0, "durationFrom": {"expressionFrom": expression}}
     return stage
+
+
+TRAIN_RESULT = f"{ANNOTATION_PREFIX}train-result"  # stages/pod-complete.yaml: a train pod's termination message
+
+
+def simulated_train_result(better: bool, baseline: float, candidate: float, samples: int) -> dict[str, str]:
+    """SIMULATED DATA: pod annotations (spec.drafter.learning.trainer.podAnnotations) whose train pod ends with this
+    result as its termination message, in specdec.drafter.train's shape; no training runs under kwok."""
+    result = {
+        "samples": samples,
+        "acceptanceLength": {"baseline": baseline, "candidate": candidate},
+        "better": better,
+        "margin": 0.1,
+        "seconds": {"simulated": 0},
+        "reason": "simulated train result",
+    }
+    return {TRAIN_RESULT: json.dumps(result)}

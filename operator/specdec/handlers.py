@@ -69,7 +69,7 @@ WATCHED = (
     Watched("SpeculativeDeployment"),
     Watched("EngineBuild"),
     Watched("ModelCache"),
-    Watched("Job", MANAGED),  # build and fetch Jobs
+    Watched("Job", MANAGED),  # build and fetch Jobs, spec.drafter.learning's
     Watched("Pod", MANAGED),  # build, fetch and runtime pods
     Watched("Deployment", MANAGED),
     Watched("ConfigMap", MANAGED),
@@ -304,6 +304,8 @@ async def job_event(event, namespace, labels, memo: kopf.Memo, **_) -> None:
     owner = _worker_of(labels)
     if owner:
         reconciler(memo).enqueue(owner[0], namespace, owner[1])  # its users hear from it
+    elif LABEL_DEPLOYMENT in labels:  # spec.drafter.learning's replay and train Jobs
+        reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])
 
 
 @_on_event("Pod")

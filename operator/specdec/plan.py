@@ -18,6 +18,7 @@ from specdec.admission.checks import Observed, admit, facts_awaited, fetched_che
 from specdec.admission.gpu_nodes import node_selector
 from specdec.admission.validation import CHECKS, check_name, parse_spec
 from specdec.api import models
+from specdec.api.drafter import enabled_learning, front_capture
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
     MODELS_MOUNT,
@@ -310,6 +311,7 @@ def _runtime(
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
         speculation=speculation,
         front_limits=spec.runtime.front,
+        drafter_capture=front_capture(learning) if (learning := enabled_learning(spec.drafter)) else None,
     )
     return config, gpus
 

@@ -347,10 +347,47 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
         spec(backend="pytorch", speculation={"mode": "saveState", "saveState": {"output": {"path": "../models"}}}),
         "path",
     ),
+    (
+        "drafter-learning-without-eagle3",
+        spec(speculation=draft_target(), drafter={"learning": {"enabled": True}}),
+        "drafter.learning",
+    ),
+    (
+        "drafter-learning-budget-zero",
+        spec(backend="pytorch", speculation=eagle3(), drafter={"learning": {"enabled": True, "maxBytes": "0"}}),
+        "maxBytes",
+    ),
+    (
+        "drafter-learning-sample-rate-above-one",
+        spec(backend="pytorch", speculation=eagle3(), drafter={"learning": {"enabled": True, "sampleRate": 1.5}}),
+        "sampleRate",
+    ),
+    (
+        "drafter-learning-retention-not-a-duration",
+        spec(backend="pytorch", speculation=eagle3(), drafter={"learning": {"enabled": True, "retention": "7 days"}}),
+        "retention",
+    ),
+    (
+        "drafter-learning-retention-empty",
+        spec(backend="pytorch", speculation=eagle3(), drafter={"learning": {"enabled": True, "retention": ""}}),
+        "retention",
+    ),
+    (
+        "drafter-learning-header-with-space",
+        spec(
+            backend="pytorch",
+            speculation=eagle3(),
+            drafter={"learning": {"enabled": True, "optOutHeader": "No Capture"}},
+        ),
+        "optOutHeader",
+    ),
 ]
 
 CEL: frozenset[str] = frozenset(
     {
+        "drafter-learning-without-eagle3",
+        "drafter-learning-budget-zero",
+        "drafter-learning-retention-empty",
         *(f"{m.name}-without-block" for m in MODES.values() if m.block),
         "devices-longer-than-tp",
         "draft-target-and-redrafter-blocks",
@@ -418,6 +455,15 @@ DIGEST = "sha256:" + "0123456789abcdef" * 4
 VALID_SPECS: list[tuple[str, dict[str, Any]]] = [
     ("auto-draft-len", spec(speculation=draft_target(draftLen="auto", maxDraftLen=8))),
     ("rearm", spec(speculation={**draft_target(), "rearm": {"enabled": True, "cooldownSeconds": 60}})),
+    (
+        "drafter-learning",
+        spec(
+            backend="pytorch",
+            speculation=eagle3(),
+            drafter={"learning": {"enabled": True, "sampleRate": 1, "maxBytes": "1Mi", "retention": "1h30m"}},
+        ),
+    ),
+    ("drafter-learning-off-without-eagle3", spec(speculation=draft_target(), drafter={"learning": {}})),
     ("rearm-off-without-speculation", spec(speculation={"mode": "none", "rearm": {"enabled": False}})),
     (
         "rearm-on-pytorch-with-a-threshold",

@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from specdec import modes
 from specdec.api.canary import CanaryStatus, RolloutSpec
 from specdec.api.capture import CaptureStatus
+from specdec.api.drafter import DRAFTER_RULES, DrafterSpec, DrafterStatus
 from specdec.api.pod_fields import Affinity, Annotations, Image, Labels, Resources, Tolerations
 from specdec.api.ports import RESERVED_PORTS
 from specdec.api.rearm import REARM_RULES, RearmSpec, RearmStatus
@@ -247,6 +248,7 @@ class SpeculativeDeploymentSpec(ApiModel):
         ),
         *modes.spec_rules(),
         *REARM_RULES,
+        *DRAFTER_RULES,
     )
 
     backend: Literal["tensorrt", "pytorch"] = Field(
@@ -263,6 +265,9 @@ class SpeculativeDeploymentSpec(ApiModel):
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Where checkpoints and engines are cached.")
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How a change of spec.speculation is rolled out (docs/canary.md)."
+    )
+    drafter: DrafterSpec | None = Field(
+        None, description="The draft itself: learning it from this deployment's traffic (docs/draft-learning.md)."
     )
 
 
@@ -341,3 +346,4 @@ class SpeculativeDeploymentStatus(StatusBase):
     rearm: RearmStatus | None = Field(None, description="Restarts by speculation.rearm.")
     capture: CaptureStatus | None = Field(None, description="Mode saveState: what the capture directory holds.")
     canary: CanaryStatus | None = Field(None, description="The canary of a change of spec.speculation.")
+    drafter: DrafterStatus | None = Field(None, description="spec.drafter.learning: the samples and the loop.")

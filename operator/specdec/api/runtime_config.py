@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Discriminator, Field, Tag
 
 from specdec import modes
+from specdec.api.drafter import FrontCapture
 from specdec.modes.draft_target import RuntimeDraftTarget
 from specdec.schema.base import ApiModel
 from specdec.schema.served_model import ServedModel
@@ -130,6 +131,9 @@ class RuntimeConfig(ApiModel):
     )
     front_limits: FrontLimits | None = Field(
         None, description="The front's limits on its clients (FrontLimits' defaults without it)."
+    )
+    drafter_capture: FrontCapture | None = Field(
+        None, description="spec.drafter.learning: the samples the front captures. None: nothing is captured."
     )
 
     @property

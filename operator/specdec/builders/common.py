@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.api import models, pod_fields, shared_objects
+from specdec.api import drafter, models, pod_fields, shared_objects
 from specdec.api.runtime_config import MODELS_MOUNT
 
 MANAGED_BY = "specdec-operator"
@@ -120,7 +120,7 @@ def job(
     namespace: str,
     labels: dict[str, str],
     owner: dict[str, Any],
-    pod: shared_objects.BuildPodSpec | models.FetchSpec,
+    pod: shared_objects.BuildPodSpec | models.FetchSpec | drafter.TrainerSpec,
     pod_spec: dict[str, Any],
     pull_secrets: tuple[str, ...],
 ) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from specdec.admission.gpu_nodes import node_selector
+from specdec.api.drafter import enabled_learning, samples_volume
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
     DRAFT_LEN_KEY,
@@ -163,6 +164,11 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: boo
     mounts += common.model_mounts(plan.model_claims)
     volumes += common.model_volumes(plan.model_claims)
     for volume, mount in plan.mode.writable_volumes(plan.name, plan.cache.claim_name):
+        volumes.append(volume)
+        mounts.append(mount)
+    learning = enabled_learning(spec.drafter)
+    if learning is not None:
+        volume, mount = samples_volume(learning, plan.name, plan.cache.claim_name)
         volumes.append(volume)
         mounts.append(mount)
     container = {

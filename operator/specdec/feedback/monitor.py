@@ -36,6 +36,7 @@ from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.feedback.autopilot import Autopilot
 from specdec.feedback.canary_watch import CANARY, CURRENT, CanaryWatch, running
 from specdec.feedback.capture_watch import CaptureFacts, CaptureWatch, capture_facts_of, parse_capture
+from specdec.feedback.drafter_watch import DrafterFacts, DrafterWatch, drafter_facts_of, parse_drafter
 from specdec.feedback.forget import forget_absent
 from specdec.feedback.load_schedules import LoadSchedules
 from specdec.feedback.rearm import Rearm
@@ -73,6 +74,18 @@ class Facts:
     port: int
     rearm_cooldown: float | None  # payoff.rearm: None when off
     canary: CanarySpec | None = None  # spec.rollout.canary
+    learning: DrafterFacts | None = None  # spec.drafter.learning: the pods count samples too
+
+
+def parse_with_drafter(text: str) -> tuple[payoff.Sample | None, Any]:
+    """A learning deployment's pod: its speculation counters and its samples' figures, from one page."""
+    return parse_sample(text), parse_drafter(text)
+
+
+def parser_of(facts: Facts | CaptureFacts) -> Callable[[str], Any]:
+    if isinstance(facts, CaptureFacts):
+        return parse_capture
+    return parse_with_drafter if facts.learning is not None else parse_sample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +121,7 @@ def facts_of(sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         port=spec.runtime.port,
         rearm_cooldown=float(rearm.cooldown_seconds) if rearm and rearm.enabled else None,
         canary=spec.rollout.canary,
+        learning=drafter_facts_of(sd, spec),
     )
 
 
@@ -148,6 +162,7 @@ class SpeculationMonitor:
         self.rearm = Rearm(post_event, wall_clock)
         self.capture = CaptureWatch(read_claim, post_event, enqueue)  # saveState: status.capture
         self.canary = CanaryWatch(enqueue)  # a running canary's test: status.canary
+        self.drafter = DrafterWatch(enqueue)  # spec.drafter.learning: status.drafter's counts
         self.scraper = Scraper()
         self._samples: dict[str, tuple[payoff.Sample, float]] = {}  # pod uid -> last sample, when
         self._measured_cost: dict[tuple[str, str], tuple[float, str]] = {}
@@ -224,7 +239,7 @@ class SpeculationMonitor:
                 (
                     p["metadata"]["uid"],
                     f"http://{p['status']['podIP']}:{facts.port}/metrics",
-                    parse_capture if isinstance(facts, CaptureFacts) else parse_sample,
+                    parser_of(facts),
                 )
                 for _, facts, pods in work
                 for p in pods
@@ -236,6 +251,8 @@ class SpeculationMonitor:
             if isinstance(facts, CaptureFacts):
                 self.capture.account(sd, facts, [scraped.get(p["metadata"]["uid"]) for p in pods], now)
             else:
+                if facts.learning is not None:
+                    self._account_samples(sd, facts.learning, [p["metadata"]["uid"] for p in pods], scraped)
                 main = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_COMPONENT) == RUNTIME]
                 self._account(sd, facts, main, scraped, now)
         for sd, facts, arms in canaries:
@@ -247,6 +264,15 @@ class SpeculationMonitor:
         present = {(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd in deployments}
         self._forget_gone(present)
         self.canary.forget_gone({(sd["metadata"]["namespace"], sd["metadata"]["name"]) for sd, _, _ in canaries}, live)
+
+    def _account_samples(
+        self, sd: dict[str, Any], learning: DrafterFacts, uids: list[str], scraped: dict[str, Any]
+    ) -> None:
+        """The samples' figures to the drafter watch; each pod's speculation sample left in `scraped`."""
+        pairs = [scraped.get(uid) for uid in uids]
+        self.drafter.account(sd, learning, [pair[1] if pair else None for pair in pairs])
+        for uid, pair in zip(uids, pairs, strict=True):
+            scraped[uid] = pair[0] if pair else None
 
     def _facts_of(self, sd: dict[str, Any]) -> Facts | CaptureFacts | None:
         meta = sd["metadata"]
@@ -385,5 +411,6 @@ class SpeculationMonitor:
         self.rearm.forget_gone(present)
         self.autopilot.forget_gone(present)
         self.capture.forget_gone(present)
+        self.drafter.forget_gone(present)
         self.load.forget_gone(present)
         forget_absent(present, self._measured_cost, self._settling, self._facts, self._activity)

@@ -11,6 +11,7 @@ from typing import Any
 
 from specdec import conditions, metrics
 from specdec.builders import common
+from specdec.builders.drafter_jobs import learned_speculation
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.canary import rollout
 from specdec.kube.client import Kube
@@ -18,6 +19,7 @@ from specdec.plan import Plan, Problem
 from specdec.reconcile.bookkeeping.failures import Backoff, ServiceFailures
 from specdec.reconcile.bookkeeping.locks import Locks
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
+from specdec.reconcile.drafter_learning import DrafterLearning
 from specdec.reconcile.errors import failure_condition, log_failure
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.plans import PlanMemo
@@ -42,6 +44,7 @@ class DeploymentController:
         forget: Callable[[str, str], None],
         active: Callable[[], bool],
         canary_reading: Callable[[str, str], rollout.Reading | None] = lambda namespace, name: None,
+        learning: DrafterLearning | None = None,
     ):
         self.kube = kube
         self.plans = plans
@@ -54,6 +57,7 @@ class DeploymentController:
         self.forget = forget
         self.active = active
         self.canary_reading = canary_reading  # the monitor's latest reading of a running canary
+        self.learning = learning  # spec.drafter.learning's loop
 
     def reconcile(self, namespace: str, name: str) -> None:
         key = ("SpeculativeDeployment", namespace, name)
@@ -80,7 +84,13 @@ class DeploymentController:
         meta = sd["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         written = self.plans.plan(sd)  # the spec as written
-        result, canary, stage = self._arms(sd, written)
+        learned = learned_speculation(sd) if isinstance(written, Plan) else None
+        with_head = self.plans.plan(sd, learned) if learned is not None else None
+        sd_served = sd
+        if isinstance(with_head, Plan):  # a promoted head serves as the spec's draft (the spec itself is not edited);
+            sd_served = {**sd, "spec": {**sd["spec"], "speculation": learned}}  # one admission refuses does not
+            written = with_head
+        result, canary, stage = self._arms(sd_served, written)
         states: dict[str, BuildState] = {}  # by EngineBuild
         caches: dict[str, BuildState] = {}  # by ModelCache
         deployment = None
@@ -134,15 +144,18 @@ class DeploymentController:
         )
         canary_status = stage.status if stage is not None else None
         canary_condition = rollout.condition(canary_status)
-        self.status.write(
-            sd,
-            result,
-            phase,
-            [*conds, canary_condition] if canary_condition else conds,
-            deployment,
-            in_use,
-            canary_status,
-        )
+        if canary_condition:
+            conds = [*conds, canary_condition]
+        loop = None
+        if self.learning is not None and isinstance(result, Plan) and failure is None:
+            try:
+                loop = self.learning.reconcile(sd, result, self.status.drafter_counts(sd))
+            except Exception as error:  # noqa: BLE001 — the loop retries after a back-off; the runtime is unaffected
+                log_failure("SpeculativeDeployment", namespace, name, error)
+                failed = True
+        if loop is not None:
+            conds = [*conds, loop[1]]
+        self.status.write(sd, result, phase, conds, deployment, in_use, canary_status, loop[0] if loop else None)
         return failed
 
     def _arms(

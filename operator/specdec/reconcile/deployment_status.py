@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from specdec import conditions
+from specdec.api.drafter import enabled_learning
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.canary import rollout
 from specdec.kube.client import Kube
@@ -15,6 +16,7 @@ from specdec.modes import save_state
 from specdec.plan import Plan, Problem
 from specdec.reconcile.bookkeeping.pacing import WritePacing, status_changed
 from specdec.status.capture import CAPTURE_SPACE
+from specdec.status.drafter import COUNT_FIELDS
 from specdec.status.speculation import ACTIVE_NO_TRAFFIC, NO_TRAFFIC, SPECULATION_ACTIVE, SPECULATION_EFFECTIVE
 
 FAILED_PHASES = ("Failed", "Invalid")
@@ -45,7 +47,8 @@ def progress_only(current: dict[str, Any], desired: dict[str, Any]) -> bool:
 class DeploymentStatusWriter:
     """`published(namespace, name, generation)`: what the speculation monitor measured for that generation
     (.status, .condition), or None; `captured(...)` the same for a saveState capture
-    (specdec.feedback.capture_watch)."""
+    (specdec.feedback.capture_watch), `drafted(...)` for spec.drafter.learning's samples (.counts,
+    specdec.feedback.drafter_watch)."""
 
     def __init__(
         self,
@@ -53,11 +56,13 @@ class DeploymentStatusWriter:
         pacing: WritePacing,
         published: Callable[[str, str, Any], Any],
         captured: Callable[[str, str, Any], Any] = lambda namespace, name, generation: None,
+        drafted: Callable[[str, str, Any], Any] = lambda namespace, name, generation: None,
     ):
         self.kube = kube
         self.pacing = pacing
         self.published = published
         self.captured = captured
+        self.drafted = drafted
 
     def write(
         self,
@@ -68,9 +73,11 @@ class DeploymentStatusWriter:
         deployment: dict[str, Any] | None,
         in_use: list[str],
         canary: dict[str, Any] | None = None,
+        learning: dict[str, Any] | None = None,
     ) -> None:
         """`deployment` may still run the previous engines: its pods are what serves now. `canary`: status.canary
-        (specdec.canary.rollout); a change of its state is an Event."""
+        (specdec.canary.rollout); a change of its state is an Event. `learning`: status.drafter's fields of the
+        learning loop (specdec.reconcile.drafter_learning), beside the samples' counts."""
         meta = sd["metadata"]
         status = sd.get("status") or {}
         generation = meta.get("generation")
@@ -90,6 +97,7 @@ class DeploymentStatusWriter:
                 rearm=None,
                 capture=None,
                 canary=canary,
+                drafter=None,
             )
             if result.mode.mode.speculates:
                 desired["speculation"], effective, active, desired["rearm"] = self._speculation_status(sd, status)
@@ -97,6 +105,8 @@ class DeploymentStatusWriter:
             if result.mode.mode is save_state.MODE:
                 desired["capture"], space = self._capture_status(sd, status)
                 conds = [*conds, space] if space else conds
+            if enabled_learning(result.spec.drafter) is not None:
+                desired["drafter"] = {**self.drafter_counts(sd), **(learning or {})} or None
         desired["conditions"] = conditions.merge(status.get("conditions"), conds, generation, conditions.now())
         if not status_changed(status, desired):
             return
@@ -137,6 +147,16 @@ class DeploymentStatusWriter:
         if SPECULATION_EFFECTIVE in said and status.get("speculation"):
             return status["speculation"], conditions.Cond.from_dict(said[SPECULATION_EFFECTIVE]), active, rearm
         return None, NO_TRAFFIC, active, rearm
+
+    def drafter_counts(self, sd: dict[str, Any]) -> dict[str, Any]:
+        """status.drafter's counts: what the monitor published for this generation; else what status says (a new
+        leader has not scraped yet)."""
+        meta = sd["metadata"]
+        drafted = self.drafted(meta["namespace"], meta["name"], meta.get("generation"))
+        if drafted:
+            return dict(drafted.counts)
+        said = (sd.get("status") or {}).get("drafter") or {}
+        return {k: said[k] for k in COUNT_FIELDS if said.get(k) is not None}
 
     def _capture_status(self, sd: dict[str, Any], status: dict[str, Any]) -> tuple[dict | None, conditions.Cond | None]:
         """status.capture and CaptureSpace: what the monitor published for this generation; else what status says

@@ -26,6 +26,7 @@ from specdec.reconcile.builds_and_caches import SharedController
 from specdec.reconcile.collect import GarbageCollector
 from specdec.reconcile.deployment import DeploymentController
 from specdec.reconcile.deployment_status import DeploymentStatusWriter
+from specdec.reconcile.drafter_learning import DrafterLearning
 from specdec.reconcile.fanout import UserFanout
 from specdec.reconcile.inputs import DeploymentInputs
 from specdec.reconcile.ownership import Children
@@ -113,13 +114,20 @@ class Reconciler:
                 self.speculation.load.config_map_keys,
                 self.speculation.schedule_choice,
             ),
-            DeploymentStatusWriter(kube, self.pacing, self.speculation.published, self.speculation.capture.published),
+            DeploymentStatusWriter(
+                kube,
+                self.pacing,
+                self.speculation.published,
+                self.speculation.capture.published,
+                self.speculation.drafter.published,
+            ),
             self.service_failures,
             self.backoff,
             self.locks,
             self.forget,
             active,
             self.speculation.canary.reading,
+            DrafterLearning(kube, settings, self.plans, children),
         )
         self.services = ServiceLane(
             kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active

@@ -94,7 +94,9 @@ async def serve(config: RuntimeConfig, plan: LaunchPlan, args: argparse.Namespac
         backend = dataclasses.replace(backend, url=args.backend_url.rstrip("/"))
     argv = shlex.split(args.backend_command) if args.backend_command else plan.argv
     supervisor = Supervisor(argv, plan.env, grace_seconds=args.grace_seconds)
-    tokenizer = Tokenizer(config.target.checkpoint) if backend.kind == "triton" else None
+    # The Triton route renders chat prompts; so does the samples' capture (the prompt as trtllm-serve renders it).
+    wants_template = backend.kind == "triton" or config.drafter_capture is not None
+    tokenizer = Tokenizer(config.target.checkpoint) if wants_template else None
     front = Front(
         config,
         backend,

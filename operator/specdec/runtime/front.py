@@ -30,6 +30,7 @@ from specdec.modes.save_state import DECODING_TYPE as SAVE_STATE
 from specdec.modes.save_state import FILE_PREFIX
 from specdec.runtime.capture import CaptureDirectory
 from specdec.runtime.chat import Tokenizer
+from specdec.runtime.drafter_capture import DrafterCapture
 from specdec.runtime.exchange import Page
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RuntimeMetrics
@@ -103,6 +104,12 @@ class Front:
             draft_len_file=draft_len_file,
         )
         self.capture = capture_directory(config)
+        self.drafter = (
+            DrafterCapture(config.drafter_capture, self.metrics.registry, tokenizer or Tokenizer(None))
+            if config.drafter_capture is not None
+            else None
+        )
+        self.route.drafter = self.drafter
         known = self.route.known_draft_len()
         if known is not None:
             self.metrics.draft_length(known)
@@ -124,6 +131,8 @@ class Front:
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=True)
         self.route.session = self.session
         self.route.start()
+        if self.drafter is not None:
+            self.drafter.start()
         if self.stats_interval > 0:
             loop = asyncio.get_running_loop()
             self._tasks = [loop.create_task(self._every(poll)) for poll in self.route.polls()]
@@ -142,6 +151,8 @@ class Front:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.route.stop()
+        if self.drafter is not None:
+            self.drafter.stop()
         if self.session:
             await self.session.close()
 

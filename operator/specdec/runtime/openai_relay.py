@@ -54,7 +54,7 @@ class OpenAIRelay(Route):
                 self.metrics.compute_time(it.draft_seconds, it.target_seconds)
 
     def exchange(self, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]) -> RelayExchange:
-        return RelayExchange(self, client, endpoint, raw)
+        return RelayExchange(self, client, endpoint, raw, fields)
 
     def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]:
         """(streamed, the client asked for usage, the body trtllm-serve gets) of a checked request."""

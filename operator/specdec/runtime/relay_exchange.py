@@ -16,12 +16,13 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec, Protocol
 
 import orjson
 
 from specdec.runtime.chunk_rewriter import DONE, ChunkRewriter
+from specdec.runtime.drafter_capture import DrafterCapture, PendingSample
 from specdec.runtime.exchange import Client
 from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
 from specdec.runtime.openai_request import APIError, backend_client_error, error_body, parse_request
@@ -39,6 +40,7 @@ class Relay(Protocol):
     model: str
     metrics: RuntimeMetrics
     request_timeout: float
+    drafter: DrafterCapture | None
 
     def backend_request(self, body: dict[str, Any]) -> tuple[bool, bool, bytes]: ...
 
@@ -65,8 +67,9 @@ def guarded(step: Callable[Concatenate[RelayExchange, P], None]) -> Callable[Con
 
 
 class RelayExchange:
-    def __init__(self, relay: Relay, client: Client, endpoint: str, raw: bytes):
-        self.relay, self.client, self.endpoint, self.raw = relay, client, endpoint, raw
+    def __init__(self, relay: Relay, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]):
+        self.relay, self.client, self.endpoint, self.raw, self.fields = relay, client, endpoint, raw, fields
+        self.sample: PendingSample | None = None  # spec.drafter.learning: this request's, when drawn
         self.record = RequestRecord(relay.metrics, endpoint)
         self.call: Call | None = None
         self.upstream: Response | None = None
@@ -91,6 +94,8 @@ class RelayExchange:
         except APIError as error:
             self._fail(error)
             return
+        if relay.drafter is not None:
+            self.sample = relay.drafter.drawn(self.endpoint, body, self.fields)
         self.stream, self.client_usage, data = relay.backend_request(body)
         self.timer = asyncio.get_running_loop().call_later(relay.request_timeout, self._timed_out)
         self.call = relay.connections().send("POST", self.endpoint, data, JSON_HEADERS, self._head, self._no_head)
@@ -172,6 +177,8 @@ class RelayExchange:
             self.relay.metrics.token_time(time.monotonic() - self.record.started, completion)
         self._answer(200, orjson.dumps(data))
         self.record.end(200)
+        if self.sample is not None:
+            self.sample.answer(data)
 
     def _event(self, data: bytes) -> None:
         """A piece of the stream. Guarded as the other steps are (`guarded`), inline: it runs once a token, where
@@ -185,6 +192,8 @@ class RelayExchange:
             if self.first_token is None and out != DONE:
                 self.first_token = time.monotonic() - self.record.started
                 self.relay.metrics.first_token(self.first_token)
+            if self.sample is not None:
+                self.sample.chunk(out)
             if self.head_written:
                 self.client.event(out)
             else:
@@ -204,6 +213,9 @@ class RelayExchange:
             last = rewriter.finish()
             self._finish(lambda: self.client.end_events(last))
             status = 200
+            if self.sample is not None:
+                self.sample.chunk(last)
+                self.sample.ended()
         else:  # the client has had its head: the error goes in the stream, counted as the backend's failure
             message = f"{SERVER}'s stream broke off: {type(error).__name__}"
             log.warning("%s: %s", self.endpoint, message)

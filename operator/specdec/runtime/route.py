@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import aiohttp
 
 from specdec.api.runtime_config import RuntimeConfig
+from specdec.runtime.drafter_capture import DrafterCapture
 from specdec.runtime.exchange import Client, Exchange, Page
 from specdec.runtime.launch import Backend
 from specdec.runtime.metrics import RequestRecord, RuntimeMetrics
@@ -74,6 +75,7 @@ class Route:
         self.model = config.served_model_name
         self.request_timeout = request_timeout
         self.session: aiohttp.ClientSession | None = None
+        self.drafter: DrafterCapture | None = None  # spec.drafter.learning's capture (the trtllm-serve route)
 
     def known_draft_len(self) -> int | None:
         """The draft length in effect from the start, when the route knows it."""
