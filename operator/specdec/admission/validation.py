@@ -18,7 +18,7 @@ from specdec.problem import Problem
 
 def _sources(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> list[tuple[str, models.ModelSource]]:
     """The models with an engine of their own: the target, and the mode's draft model if it has one."""
-    sources = [("spec.target", spec.target)]
+    sources: list[tuple[str, models.ModelSource]] = [("spec.target", spec.target)]
     draft = mode.draft()
     if draft is not None:
         sources.append((f"spec.speculation.{mode.mode.name}.draft", draft))

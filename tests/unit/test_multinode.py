@@ -1,0 +1,197 @@
+"""A target spanning several nodes: its API rules, its LeaderWorkerSet and SSH Secret, the leader's launch and the
+workers' sshd (specdec.builders.multinode, specdec.runtime.multinode)."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import subprocess
+
+import pytest
+
+from specdec import versions
+from specdec.api.runtime_config import SSH_DIR, SSH_PORT, MultiNode
+from specdec.builders import ssh_keys
+from specdec.builders.multinode import RUNTIME_WORKER, build_leader_worker_set, build_ssh_secret, ssh_secret_name
+from specdec.builders.serving import LWS_WORKER_INDEX_LABEL, build_service
+from specdec.reconcile.plans import unserved_multi_node
+from specdec.render import render_objects
+from specdec.runtime import launch, multinode
+from tests.unit.helpers import SETTINGS, deployment, load_example, make_plan, make_problem
+
+EXAMPLE = "deepseek-v3-mtp-2x8-h100"
+GROUP_ENV = {"LWS_LEADER_ADDRESS": "sd-0.sd.ns", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+
+
+def spec(**target: object) -> dict:
+    return copy.deepcopy(load_example(EXAMPLE)["spec"]) | (
+        {"target": {**load_example(EXAMPLE)["spec"]["target"], **target}} if target else {}
+    )
+
+
+def test_the_example_spans_two_nodes_of_eight_gpus():
+    p = make_plan(spec())
+    assert p.runtime.multi_node == MultiNode(nodes=2, gpus_per_node=8, ssh_port=SSH_PORT, ssh_dir=SSH_DIR)
+    assert p.gpus == 8  # a pod's, one node's share of tensor parallelism 16
+
+
+@pytest.mark.parametrize(
+    "change, complaint",
+    [
+        ({"nodes": 3}, "must be a multiple of nodes"),
+        ({"pipelineParallelSize": 2}, "across nodes the target is split by tensor (and expert) parallelism only"),
+        ({"devices": list(range(16))}, "devices apply to one node"),
+    ],
+)
+def test_the_split_across_nodes_is_checked(change, complaint):
+    problem = make_problem(spec(**change))
+    assert problem.reason == "InvalidSpec" and complaint in problem.message
+
+
+def test_pipeline_parallelism_with_drafting_is_refused_with_tensorrt_llms_reason():
+    problem = make_problem(spec(nodes=1, tensorParallelSize=8, pipelineParallelSize=2))
+    assert "Drafting is not supported for selected executor loop" in problem.message
+    assert "NVIDIA/TensorRT-LLM#9009" in problem.message
+    without_draft = spec(nodes=1, tensorParallelSize=8, pipelineParallelSize=2) | {"speculation": {"mode": "none"}}
+    assert make_plan(without_draft).runtime.target.pipeline_parallel_size == 2
+
+
+def test_the_engine_path_is_refused_for_several_nodes():
+    problem = make_problem(spec() | {"backend": "tensorrt", "speculation": {"mode": "none"}})
+    assert "nodes and pipelineParallelSize need backend pytorch" in problem.message
+
+
+def test_leader_worker_set_runs_groups_of_nodes_that_recreate_together():
+    p = make_plan(spec())
+    lws = build_leader_worker_set(p, "uid-1", SETTINGS)
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1" == versions.LWS.api_version
+    assert lws["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert lws["spec"]["startupPolicy"] == "LeaderCreated"
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
+    leader, worker = template["leaderTemplate"], template["workerTemplate"]
+    for pod in (leader, worker):
+        container = pod["spec"]["containers"][0]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert {"name": "ssh", "mountPath": SSH_DIR, "readOnly": True} in container["volumeMounts"]
+        assert {"name": "ssh", "secret": {"secretName": ssh_secret_name(p), "defaultMode": 0o400}} in pod["spec"][
+            "volumes"
+        ]
+    assert leader["metadata"]["labels"]["app.kubernetes.io/component"] == "runtime"
+    assert worker["metadata"]["labels"]["app.kubernetes.io/component"] == RUNTIME_WORKER
+    assert worker["spec"]["containers"][0]["args"][-1] == "--worker"
+    assert worker["spec"]["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": "ssh"}
+
+
+def test_a_spec_change_rolls_the_groups():
+    before = build_leader_worker_set(make_plan(spec()), "u", SETTINGS)
+    after = build_leader_worker_set(
+        make_plan(spec() | {"speculation": {"mode": "mtp", "mtp": {"maxDraftLen": 2}}}), "u", SETTINGS
+    )
+    hash_of = lambda lws, t: lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]  # noqa: E731
+    assert hash_of(before, "leaderTemplate") != hash_of(after, "leaderTemplate")
+
+
+def test_the_service_selects_the_leaders_only():
+    selector = build_service(make_plan(spec()), "u")["spec"]["selector"]
+    assert selector[LWS_WORKER_INDEX_LABEL] == "0"
+    single = build_service(make_plan(spec(nodes=1, tensorParallelSize=8)), "u")["spec"]["selector"]
+    assert LWS_WORKER_INDEX_LABEL not in single
+
+
+def test_ssh_secret_holds_keys_ssh_accepts(tmp_path):
+    keys = ssh_keys.generate("sd")
+    secret = build_ssh_secret(make_plan(spec()), "u", keys)
+    assert secret["metadata"]["name"] == "sd-ssh" and secret["metadata"]["ownerReferences"][0]["uid"] == "u"
+    data = secret["stringData"]
+    private = tmp_path / "id"
+    private.write_text(data["id_ed25519"])
+    private.chmod(0o600)
+    derived = subprocess.run(["ssh-keygen", "-y", "-f", str(private)], capture_output=True, text=True, check=True)
+    assert data["authorized_keys"].split()[:2] == derived.stdout.split()[:2]
+    assert data["known_hosts"].startswith("* ssh-ed25519 ")
+    assert ssh_keys.generate("sd").client_private != keys.client_private
+
+
+def test_render_shows_no_key_and_no_deployment():
+    objects = render_objects(deployment(spec()), SETTINGS)
+    kinds = [o["kind"] for o in objects]
+    assert "Deployment" not in kinds and kinds.count("LeaderWorkerSet") == 1
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    assert set(secret["stringData"].values()) <= {
+        "<generated by the operator>",
+        "<generated by the operator>\n",
+        "* <generated by the operator>\n",
+    }
+
+
+def test_hostfile_from_the_leader_address():
+    multi = make_plan(spec()).runtime.multi_node
+    hosts = multinode.group_hosts(GROUP_ENV, multi)
+    assert hosts == ["sd-0.sd.ns", "sd-0-1.sd.ns"]
+    assert multinode.hostfile(hosts, 8) == "sd-0.sd.ns slots=8\nsd-0-1.sd.ns slots=8\n"
+    with pytest.raises(multinode.MultiNodeError, match="LWS_GROUP_SIZE"):
+        multinode.group_hosts({**GROUP_ENV, "LWS_GROUP_SIZE": "3"}, multi)
+    with pytest.raises(multinode.MultiNodeError, match="not a LeaderWorkerSet pod"):
+        multinode.group_hosts({}, multi)
+
+
+def test_the_leader_launches_every_rank_through_trtllm_llmapi_launch():
+    config = make_plan(spec()).runtime
+    plan = launch.plan_launch(config, "/w", group_env=GROUP_ENV)
+    argv = plan.argv
+    assert argv[:5] == ["mpirun", "--hostfile", "/w/hostfile", "-np", "16"]
+    rsh = plan.env["OMPI_MCA_plm_rsh_agent"]
+    assert plan.env["PRTE_MCA_plm_rsh_agent"] == rsh
+    assert shlex.split(rsh)[:5] == ["ssh", "-p", str(SSH_PORT), "-i", "/w/ssh/id_ed25519"]
+    assert "StrictHostKeyChecking=yes" in rsh
+    launcher = argv.index("trtllm-llmapi-launch")
+    serve = argv[launcher + 1 :]
+    assert serve[0] == "trtllm-serve" and serve[serve.index("--tp_size") + 1] == "16"
+    assert plan.files["/w/hostfile"] == "sd-0.sd.ns slots=8\nsd-0-1.sd.ns slots=8\n"
+
+
+def test_a_pod_outside_a_group_cannot_launch_a_multi_node_target():
+    from specdec.runtime import config as cfg
+
+    with pytest.raises(cfg.ConfigError, match="LWS_LEADER_ADDRESS"):
+        launch.plan_launch(make_plan(spec()).runtime, "/w", group_env={})
+
+
+def test_workers_sshd_accepts_the_deployments_key_only():
+    multi = make_plan(spec()).runtime.multi_node
+    text = multinode.sshd_config(multi, "/w/ssh", {"PATH": "/opt/bin:/usr/bin"})
+    lines = set(text.splitlines())
+    assert {
+        f"Port {SSH_PORT}",
+        "PasswordAuthentication no",
+        "PermitRootLogin no",
+        "SetEnv PATH=/opt/bin:/usr/bin",
+    } <= lines
+    assert "AuthorizedKeysFile /w/ssh/authorized_keys" in lines
+
+
+def test_sshd_takes_the_config(tmp_path):
+    """sshd's own test mode (-t) reads the configuration and the host key the runtime writes."""
+    sshd = multinode.SSHD
+    if not __import__("os").path.exists(sshd):
+        pytest.skip(f"{sshd} is not installed here")
+    keys = ssh_keys.generate("sd")
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    for name, text in keys.secret_data().items():
+        (secret / name).write_text(text)
+    key_dir = tmp_path / "ssh"
+    multinode.prepare_keys(str(secret), str(key_dir))
+    config = key_dir / "sshd_config"
+    config.write_text(multinode.sshd_config(make_plan(spec()).runtime.multi_node, str(key_dir), {"PATH": "/usr/bin"}))
+    result = subprocess.run([sshd, "-t", "-f", str(config)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_operator_refuses_to_roll_out_a_multi_node_target():
+    problem = unserved_multi_node(make_plan(spec()))
+    assert problem.reason == "MultiNodeNotServed"
+    single = make_plan(spec(nodes=1, tensorParallelSize=8))
+    assert unserved_multi_node(single) is single
