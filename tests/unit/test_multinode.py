@@ -10,16 +10,28 @@ import subprocess
 import pytest
 
 from specdec import versions
+from specdec.admission.checks import Observed
 from specdec.api.runtime_config import SSH_DIR, SSH_PORT, MultiNode
 from specdec.builders import ssh_keys
 from specdec.builders.multinode import RUNTIME_WORKER, build_leader_worker_set, build_ssh_secret, ssh_secret_name
 from specdec.builders.serving import LWS_WORKER_INDEX_LABEL, build_service
+from specdec.plan import plan as plan_of
 from specdec.reconcile.plans import unserved_multi_node
 from specdec.render import render_objects
 from specdec.runtime import launch, multinode
+from specdec_dev import nodes as dev_nodes
 from tests.unit.helpers import SETTINGS, deployment, load_example, make_plan, make_problem
+from tests.unit.test_admission import observed, simulated_gpu_node
 
 EXAMPLE = "deepseek-v3-mtp-2x8-h100"
+TWO_H100_NODES = observed(*dev_nodes.dev_nodes(cpu_nodes=0, gpu_nodes=2))
+REARMED = {"mode": "mtp", "mtp": {"maxDraftLen": 3}, "rearm": {"enabled": True}}
+
+
+def small_gpu_node(name: str) -> dict:
+    return simulated_gpu_node(name, "Tesla-T4", "15360", gpus=1)
+
+
 GROUP_ENV = {"LWS_LEADER_ADDRESS": "sd-0.sd.ns", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
 
 
@@ -195,3 +207,41 @@ def test_the_operator_refuses_to_roll_out_a_multi_node_target():
     assert problem.reason == "MultiNodeNotServed"
     single = make_plan(spec(nodes=1, tensorParallelSize=8))
     assert unserved_multi_node(single) is single
+
+
+# --- admission on the nodes' GPUs -----------------------------------------------------------------------------------
+
+
+def admitted(raw: dict, seen: Observed):
+    return plan_of(deployment(raw), SETTINGS, seen)
+
+
+def test_deepseek_v3_mtp_fits_two_h100_nodes_and_one_is_refused_naming_two():
+    assert admitted(spec(), TWO_H100_NODES).runtime.multi_node.nodes == 2
+    one = admitted(spec(nodes=1, tensorParallelSize=8), TWO_H100_NODES)
+    assert one.reason == "ModelDoesNotFitGpu"
+    assert "It fits 2 nodes of 8 GPUs: set spec.target.nodes: 2 and tensorParallelSize: 16" in one.message
+
+
+def test_a_group_needs_as_many_nodes():
+    problem = admitted(spec(nodes=4, tensorParallelSize=32), TWO_H100_NODES)
+    assert problem.reason == "NotEnoughGpuNodes"
+    assert "spec.target.nodes 4 needs 4 nodes with 8 allocatable GPU(s) each" in problem.message
+    assert "may land on 2 such node(s)" in problem.message
+
+
+def test_a_model_that_fits_no_node_count_is_refused_with_the_sizes():
+    small = observed(*(small_gpu_node(f"t4-{i}") for i in range(2)))
+    problem = admitted(spec(nodes=2, tensorParallelSize=2), small)
+    assert problem.reason == "ModelDoesNotFitGpu"
+    assert "It fits no node count up to 16 nodes of 1 GPUs: at tensorParallelSize 16 each GPU would still need" in (
+        problem.message
+    )
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [({"rollout": {"canary": {"enabled": True}}}, "CanaryUnsupported"), ({"speculation": REARMED}, "RearmUnsupported")],
+)
+def test_what_rolls_a_deployment_is_refused_for_a_group(change, reason):
+    assert make_problem(spec() | change).reason == reason
