@@ -183,7 +183,7 @@ def test_cluster_role_grants_exactly_what_the_operator_calls():
     ] * 2  # only leader election's
 
 
-@pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 13), ("templates/leader-election.yaml", 2)])
+@pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 15), ("templates/leader-election.yaml", 2)])
 def test_every_rbac_rule_says_why(template_file, rules):
     """Each rule in the rendered ClusterRole and the leader-election Role is preceded by a comment line."""
     text = template(None, "--show-only", template_file).stdout

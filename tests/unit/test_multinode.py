@@ -8,6 +8,7 @@ import shlex
 import subprocess
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from specdec import versions
 from specdec.admission.checks import Observed
@@ -16,12 +17,13 @@ from specdec.builders import ssh_keys
 from specdec.builders.multinode import RUNTIME_WORKER, build_leader_worker_set, build_ssh_secret, ssh_secret_name
 from specdec.builders.serving import LWS_WORKER_INDEX_LABEL, build_service
 from specdec.plan import plan as plan_of
-from specdec.reconcile.plans import unserved_multi_node
 from specdec.render import render_objects
 from specdec.runtime import launch, multinode
 from specdec_dev import nodes as dev_nodes
+from tests.unit.apiserver import Cluster
 from tests.unit.helpers import SETTINGS, deployment, load_example, make_plan, make_problem
 from tests.unit.test_admission import observed, simulated_gpu_node
+from tests.unit.test_reconcile_controllers import Operator
 
 EXAMPLE = "deepseek-v3-mtp-2x8-h100"
 TWO_H100_NODES = observed(*dev_nodes.dev_nodes(cpu_nodes=0, gpu_nodes=2))
@@ -202,13 +204,6 @@ def test_sshd_takes_the_config(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def test_the_operator_refuses_to_roll_out_a_multi_node_target():
-    problem = unserved_multi_node(make_plan(spec()))
-    assert problem.reason == "MultiNodeNotServed"
-    single = make_plan(spec(nodes=1, tensorParallelSize=8))
-    assert unserved_multi_node(single) is single
-
-
 # --- admission on the nodes' GPUs -----------------------------------------------------------------------------------
 
 
@@ -245,3 +240,99 @@ def test_a_model_that_fits_no_node_count_is_refused_with_the_sizes():
 )
 def test_what_rolls_a_deployment_is_refused_for_a_group(change, reason):
     assert make_problem(spec() | change).reason == reason
+
+
+# --- the rollout, on the in-memory API server ------------------------------------------------------------------------
+
+
+def group_cluster() -> tuple[Cluster, Operator, dict]:
+    cluster = Cluster()
+    for node in dev_nodes.dev_nodes(cpu_nodes=0, gpu_nodes=2):
+        cluster.add(node)
+    sd = cluster.add(deployment(spec(), name="dsv3", namespace="ns"))
+    operator = Operator(cluster)
+    operator.reconciler.gpu_nodes.refresh()
+    return cluster, operator, sd
+
+
+def status_of(cluster: Cluster) -> dict:
+    return cluster.store.get("SpeculativeDeployment", "ns", "dsv3").get("status") or {}
+
+
+def condition(status: dict, kind: str) -> dict:
+    return next(c for c in status.get("conditions") or [] if c["type"] == kind)
+
+
+def converge(cluster: Cluster, operator: Operator) -> dict:
+    for _ in range(8):
+        operator.resync()
+        cluster.run_controllers()
+        if status_of(cluster).get("phase") == "Ready":
+            break
+    return status_of(cluster)
+
+
+def group_pod(name: str, group: int, worker: int, ready: bool) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {
+                "app.kubernetes.io/instance": "dsv3",
+                "app.kubernetes.io/managed-by": "specdec-operator",
+                "leaderworkerset.sigs.k8s.io/group-index": str(group),
+                "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+            },
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_a_multi_node_deployment_becomes_ready_on_its_leader_worker_set():
+    cluster, operator, sd = group_cluster()
+    status = converge(cluster, operator)
+    assert status.get("phase") == "Ready", status
+    created = {path.rsplit("/", 1)[-1] for method, path in cluster.writes() if method == "POST"}
+    assert {"leaderworkersets", "secrets", "services"} <= created and "deployments" not in created
+    lws = cluster.store.get("LeaderWorkerSet", "ns", "dsv3")
+    assert lws["metadata"]["ownerReferences"][0]["uid"] == sd["metadata"]["uid"]
+    assert condition(status, "RuntimeAvailable")["message"] == "1/1 groups ready"
+    secret = cluster.objects["/api/v1/namespaces/ns/secrets/dsv3-ssh"]
+    assert secret["stringData"]["known_hosts"].startswith("* ssh-ed25519 ")
+    service = cluster.store.get("Service", "ns", "dsv3")
+    assert service["spec"]["selector"][LWS_WORKER_INDEX_LABEL] == "0"
+
+
+def test_a_group_missing_a_worker_says_which_and_its_keys_stay():
+    cluster, operator, _ = group_cluster()
+    converge(cluster, operator)
+    secrets = [p for m, p in cluster.writes() if m == "POST" and p.endswith("/secrets")]
+    path = next(p for p in cluster.objects if p.endswith("/leaderworkersets/dsv3"))
+    lws = cluster.objects[path]
+    lws["status"] = {**lws["status"], "readyReplicas": 0, "conditions": [{"type": "Available", "status": "False"}]}
+    cluster.store.put(copy.deepcopy(lws))
+    cluster.add(group_pod("dsv3-0", 0, 0, ready=False))
+    operator.resync()
+    runtime = condition(status_of(cluster), "RuntimeAvailable")
+    assert runtime["status"] == "False" and runtime["reason"] == "GroupsNotReady"
+    assert "group 0: worker 1 missing; leader dsv3-0 Running, not ready" in runtime["message"]
+    assert [p for m, p in cluster.writes() if m == "POST" and p.endswith("/secrets")] == secrets  # created once
+
+
+def test_a_cluster_without_leader_worker_set_gets_a_condition_naming_what_to_install():
+    cluster, operator, _ = group_cluster()
+    answer = cluster._answer
+
+    def no_lws(method, path, body, query, content_type):
+        if "leaderworkersets" in path:
+            cluster.requests.append((method, path))
+            raise ApiException(status=404, reason="NotFound")
+        return answer(method, path, body, query, content_type)
+
+    cluster.kube._request = no_lws
+    status = converge(cluster, operator)
+    ready = condition(status, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "LeaderWorkerSetNotInstalled"
+    assert "install LeaderWorkerSet (https://lws.sigs.k8s.io" in ready["message"]

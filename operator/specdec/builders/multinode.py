@@ -44,6 +44,11 @@ def is_multi_node(plan: Plan) -> bool:
     return plan.runtime.multi_node is not None
 
 
+def runtime_kind(plan: Plan) -> str:
+    """The kind that runs the deployment's pods: a LeaderWorkerSet for a target spanning nodes, else a Deployment."""
+    return LWS.kind if is_multi_node(plan) else "Deployment"
+
+
 def ssh_secret_name(plan: Plan) -> str:
     return f"{plan.name}-ssh"
 

@@ -26,19 +26,6 @@ def fetched(model_cache: dict[str, Any]) -> bool:
     return ours(model_cache) and build_state_from_status(model_cache).phase == FETCHED
 
 
-def unserved_multi_node(result: Plan | Problem) -> Plan | Problem:
-    """A target spanning several nodes is planned and rendered (specdec render shows its LeaderWorkerSet) but not
-    rolled out by the controllers, which apply Deployments only: refused with a reason rather than served by a
-    Deployment whose pods would wait for workers that never come."""
-    if isinstance(result, Plan) and result.runtime.multi_node is not None:
-        return Problem(
-            "MultiNodeNotServed",
-            f"spec.target.nodes {result.runtime.multi_node.nodes}: this operator renders the target's "
-            "LeaderWorkerSet (specdec render) but does not roll out multi-node targets; use nodes: 1",
-        )
-    return result
-
-
 class _LookUps(Mapping):
     """The namespace's fetched facts, recording the checkpoints read. plan() looks them up by key; going over
     them all (iterating, counting) would make a kept plan depend on checkpoints fetched later: refused, loudly."""
@@ -91,7 +78,7 @@ class PlanMemo:
         ):
             return known[3]
         looked_up = _LookUps(facts)
-        result = unserved_multi_node(plan(sd, self.settings, Observed(looked_up, nodes)))
+        result = plan(sd, self.settings, Observed(looked_up, nodes))
         self._plans[key] = (version, nodes, looked_up.read, result)
         return result
 
