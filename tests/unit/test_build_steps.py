@@ -302,11 +302,15 @@ def test_job_passes_the_restricted_pod_security_profile():
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_pod_runs_as_its_image_s_non_root_user(example):
-    """Fetch Jobs, build Jobs and the runtime Deployment: runAsNonRoot without runAsUser/runAsGroup, so the
-    image's numeric USER runs and the kubelet refuses an image that runs as root."""
+    """Fetch Jobs, build Jobs and the runtime Deployment (or a multi-node target's LeaderWorkerSet, leader and
+    workers): runAsNonRoot without runAsUser/runAsGroup, so the image's numeric USER runs and the kubelet
+    refuses an image that runs as root."""
     objects = render_objects(load_example(example.stem), SETTINGS)
     templates = [o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Job", "Deployment")]
-    assert any(o["kind"] == "Deployment" for o in objects) and any(o["kind"] == "Job" for o in objects)
+    for group in (o["spec"]["leaderWorkerTemplate"] for o in objects if o["kind"] == "LeaderWorkerSet"):
+        templates += [group["leaderTemplate"]["spec"], group["workerTemplate"]["spec"]]
+    assert any(o["kind"] in ("Deployment", "LeaderWorkerSet") for o in objects)
+    assert any(o["kind"] == "Job" for o in objects)
     for pod in templates:
         assert pod["securityContext"] == {
             "runAsNonRoot": True,
