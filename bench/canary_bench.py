@@ -206,7 +206,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from bench import canary_cluster  # imports this module: only where it runs
+    from bench import canary_cluster  # it imports this module: imported here, not at the top, to avoid the cycle
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="seeded canaries per case")
