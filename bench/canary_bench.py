@@ -1,12 +1,14 @@
-"""The canary's decision (specdec.canary.decision) on simulated windows: 20 seeded canaries per case.
+"""The canary's decision (specdec.canary.decision) on simulated windows, or on the local cluster through the operator
+(--cluster): 20 seeded canaries per case.
 
     PYTHONPATH=operator:. .venv/bin/python bench/canary_bench.py
     PYTHONPATH=operator:. .venv/bin/python bench/canary_bench.py --runs 200 --noise 0.2
+    PYTHONPATH=operator:. .venv/bin/python bench/canary_bench.py --cluster --runs 6 --parallel 2
 
-Every number here is simulated: no GPU, no cluster, no HTTP client. Each request's steps come from the local
-cluster's simulated backends' acceptance model, specdec_dev.simulator.speculate (each of the k = 4 draft tokens
-accepted with the arm's per-position acceptance until the first rejection, plus the target's own token; a step
-costs targetStepSeconds, a draft token costRatio of it), one request at a time: the model of each request, not
+Without --cluster every number here is simulated: no GPU, no cluster, no HTTP client. Each request's steps come
+from the local cluster's simulated backends' acceptance model, specdec_dev.simulator.speculate (each of the k = 4
+draft tokens accepted with the arm's per-position acceptance until the first rejection, plus the target's own token;
+a step costs targetStepSeconds, a draft token costRatio of it), one request at a time: the model of each request, not
 of a batch, so an arm's TPOT here does not depend on its load; the load sets how many requests each window
 holds. Each request's acceptance is moved by a uniform +-noise (the profile's `noise`: prompts differ).
 
@@ -21,6 +23,12 @@ over count), and the decision reads them window after window until it decides. C
 - collapse: 0.55 vs 0.70, the canary's acceptance falling to 0.05 at a moment drawn uniformly within
   windows 1 to 4 (before the test may stop); every request arriving after it is served collapsed.
   Windows to rollback counts the window in which it collapsed as the first.
+
+--cluster runs the same cases on the local cluster (bench/canary_cluster.py): the operator decides on the windows it
+scrapes from the pods' fronts, the simulated trtllm-serve serving each arm with its acceptance, and clients count
+the requests that fail through the Service. Its defaults differ where a canary must end well within a minute: 1
+runtime pod beside the canary's, 6 s scrape windows (the fronts' speculation counters move every 5 s, when they poll
+trtllm-serve's iteration statistics: a shorter window can hold none of them).
 
 Results: bench/results/canary-<timestamp>.json and the table on stdout.
 """
@@ -143,7 +151,8 @@ def one_canary(case: Case, seed: int, args: argparse.Namespace, policy: CanaryPo
     return Run(None, state, None, served_collapsed)
 
 
-def summary(case: Case, runs: list[Run]) -> dict:
+def summary(case: Case, runs: list[Run], requests: tuple[int, int] | None = None) -> dict:
+    """`requests`: (answered, failed) through the Service over the case's runs, where a client sent them."""
     decided = [r for r in runs if r.decision is not None]
     outcome = {o: sum(1 for r in decided if r.decision and r.decision.outcome == o) for o in (PROMOTED, REJECTED)}
     outcome[INCONCLUSIVE] = sum(1 for r in decided if r.decision and r.decision.outcome == INCONCLUSIVE)
@@ -162,6 +171,7 @@ def summary(case: Case, runs: list[Run]) -> dict:
         if case.collapse
         else None,
         "canary_requests_served_collapsed_max": max(r.served_collapsed for r in runs) if case.collapse else None,
+        "client_requests": None if requests is None else {"answered": requests[0], "failed": requests[1]},
     }
 
 
@@ -176,43 +186,72 @@ def _max(runs: list[Run], arm: str) -> float:
 def table(rows: list[dict]) -> str:
     lines = [
         "| case | promoted | Promoted / Rejected / Inconclusive | requests per arm, canary (median, max) "
-        "| current (median, max) | windows (median, max) | rolled back on collapse | windows to rollback (max) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| current (median, max) | windows (median, max) | rolled back on collapse | windows to rollback (max) "
+        "| client requests failed / answered |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         o = r["outcomes"]
         collapse = "—" if r["collapse_rollbacks"] is None else f"{r['collapse_rollbacks']} of {r['runs']}"
         to_rollback = "—" if r["windows_to_rollback_max"] is None else str(r["windows_to_rollback_max"])
+        clients = r.get("client_requests")
+        failed = "not measured" if clients is None else f"{clients['failed']} / {clients['answered']}"
         lines.append(
             f"| {r['case']} | {r['promoted']} of {r['runs']} | {o[PROMOTED]} / {o[REJECTED]} / {o[INCONCLUSIVE]} "
             f"| {r['canary_requests']['median']:.0f}, {r['canary_requests']['max']:.0f} "
             f"| {r['current_requests']['median']:.0f}, {r['current_requests']['max']:.0f} "
-            f"| {r['windows']['median']:.0f}, {r['windows']['max']} | {collapse} | {to_rollback} |"
+            f"| {r['windows']['median']:.0f}, {r['windows']['max']} | {collapse} | {to_rollback} | {failed} |"
         )
     return "\n".join(lines)
 
 
 def main() -> None:
+    from bench import canary_cluster  # it imports this module: imported here, not at the top, to avoid the cycle
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="seeded canaries per case")
     parser.add_argument("--rate", type=float, default=12.0, help="offered load, requests/s over all pods")
-    parser.add_argument("--replicas", type=int, default=3, help="pods of the current draft")
+    parser.add_argument("--replicas", type=int, help="pods of the current draft (default 3; --cluster 1)")
     parser.add_argument("--canary-replicas", type=int, default=1, help="pods of the canary")
-    parser.add_argument("--window", type=float, default=15.0, help="scrape window, seconds")
+    parser.add_argument("--window", type=float, help="scrape window, seconds (default 15; --cluster 6)")
     parser.add_argument("--noise", type=float, default=0.1, help="per-request acceptance jitter (uniform +-)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; run i of a case uses seed + i")
+    canary_cluster.add_arguments(parser)
     args = parser.parse_args()
+    args.replicas = args.replicas or (1 if args.cluster else 3)
+    args.window = args.window or (6.0 if args.cluster else 15.0)
     if args.runs < 1 or args.rate <= 0 or args.window <= 0 or min(args.replicas, args.canary_replicas) < 1:
         parser.error("--runs, --replicas and --canary-replicas must be >= 1, --rate and --window > 0")
+    if args.parallel < 1 or args.clients < 1 or args.max_tokens < 1:
+        parser.error("--parallel, --clients and --max-tokens must be >= 1")
     policy = CanaryPolicy()
-    rows = [summary(c, [one_canary(c, args.seed + i, args, policy) for i in range(args.runs)]) for c in CASES]
-    print(
-        f"SIMULATED (specdec_dev.simulator.speculate, one request at a time): {args.rate:g} requests/s over "
-        f"{args.replicas} current + {args.canary_replicas} canary pods, {args.window:g} s windows, noise "
-        f"{args.noise:g}, draft length {DEFAULT_DRAFT_LEN}; default policy {dataclasses.asdict(policy)}"
-    )
+    if args.cluster:
+        measured = canary_cluster.run(args, CASES)
+        rows = [
+            summary(
+                c,
+                [r for r, _, _ in measured[c.name]],
+                (sum(a for _, a, _ in measured[c.name]), sum(f for _, _, f in measured[c.name])),
+            )
+            for c in CASES
+        ]
+        print(
+            f"LOCAL CLUSTER, simulated acceptance (the operator's decisions on the pods' fronts before the simulated "
+            f"trtllm-serve): {args.rate:g} requests/s over {args.replicas} current + {args.canary_replicas} canary "
+            f"pods, {args.max_tokens} tokens each, {args.window:g} s scrape windows, noise {args.noise:g}, draft "
+            f"length 4, {args.parallel} deployment(s) per case at once, {args.clients} Service client(s) each; "
+            f"default policy"
+        )
+    else:
+        rows = [summary(c, [one_canary(c, args.seed + i, args, policy) for i in range(args.runs)]) for c in CASES]
+        print(
+            f"SIMULATED (specdec_dev.simulator.speculate, one request at a time): {args.rate:g} requests/s over "
+            f"{args.replicas} current + {args.canary_replicas} canary pods, {args.window:g} s windows, noise "
+            f"{args.noise:g}, draft length {DEFAULT_DRAFT_LEN}; default policy {dataclasses.asdict(policy)}"
+        )
     print(table(rows))
-    print("Failed client requests: not measured here (no client; the arms' windows are simulated).")
+    if not args.cluster:
+        print("Failed client requests: not measured here (no client; the arms' windows are simulated).")
     stamp = time.strftime("%Y-%m-%dT%H%M%S%z")
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
@@ -224,7 +263,8 @@ def main() -> None:
         "command": f"bench/canary_bench.py {options}",
         "commit": commit,
         "date": stamp,
-        "simulated": True,
+        "simulated": not args.cluster,
+        "cluster": args.cluster,
         "policy": dataclasses.asdict(policy),
         "cases": rows,
     }

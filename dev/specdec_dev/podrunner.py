@@ -97,13 +97,13 @@ def _front(config: RuntimeConfig, launch_plan: LaunchPlan, pod_ip: str, config_d
 
 
 def _simulated_backend(
-    config: RuntimeConfig, launch_plan: LaunchPlan, profile: simulation_profile.Profile
+    config: RuntimeConfig, launch_plan: LaunchPlan, profile: simulation_profile.Profile, seed: int | None
 ) -> tuple[SimulatedTriton | SimulatedTrtllmServe, list[tuple[web.Application, int]]]:
     """The simulated server the front talks to, and its apps with the ports the real server listens on."""
     if launch_plan.backend.kind == "triton":
-        triton = SimulatedTriton(profile)
+        triton = SimulatedTriton(profile, seed)
         return triton, [(triton.app(), TRITON_HTTP_PORT), (triton.metrics_app(), TRITON_METRICS_PORT)]
-    serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config))
+    serve = SimulatedTrtllmServe(profile, config.served_model_name, *serve_drafts(config), seed=seed)
     serve.capture = capture_hook(config.speculative_config or {})
     return serve, [(serve.app(), TRTLLM_SERVE_PORT)]
 
@@ -259,7 +259,8 @@ class PodRunner:
             self._problem(key, str(error))
             return
         profile = simulation_profile.resolve(self._profiles, deployment)
-        backend, apps = _simulated_backend(config, launch_plan, profile)
+        seed = simulation_profile.pod_seed(profile, *key)
+        backend, apps = _simulated_backend(config, launch_plan, profile, seed)
         stops: list[Callable[[], Awaitable[None]]] = []
         try:
             for app, port in apps:
@@ -283,7 +284,9 @@ class PodRunner:
             return
         url = f"http://{ip}:{config.port}/v1/completions"
         clients = asyncio.create_task(
-            simulated_clients.open_loop(self.session, url, lambda: backend.profile, random.Random())
+            simulated_clients.open_loop(
+                self.session, url, lambda: backend.profile, random.Random(None if seed is None else seed + 1)
+            )
         )
         self.running[key] = RunningPod(
             pod["metadata"]["uid"], deployment, backend, stops, clients, _pre_stop_seconds(pod)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,14 @@ class Profile(BaseModel):
     requests_per_second: float = Field(1.0, ge=0, le=1000, description="Simulated clients' arrival rate, per pod.")
     max_tokens: int = Field(64, ge=1, le=32768, description="Tokens each simulated request asks for.")
     noise: float = Field(0.0, ge=0, le=1, description="Per-request jitter of the acceptance (uniform +-noise).")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Seeds a pod's random draws (its simulated backend's acceptance and its simulated clients' arrivals) "
+            "with this and the pod's name, at the pod's start; none: unseeded."
+        ),
+    )
     drafting: bool = Field(
         True,
         description=(
@@ -59,6 +68,11 @@ class Profile(BaseModel):
             "fell below acceptance_rate_threshold): target steps only."
         ),
     )
+
+
+def pod_seed(profile: Profile, namespace: str, pod: str) -> int | None:
+    """A pod's seed: the profile's with the pod's name (pods of one profile draw apart), None when unseeded."""
+    return None if profile.seed is None else zlib.crc32(f"{profile.seed}/{namespace}/{pod}".encode())
 
 
 class ProfileError(ValueError):

@@ -311,6 +311,24 @@ def test_profiles_merge_defaults_and_refuse_what_cannot_be_simulated(tmp_path):
         simulation_profile.read(path)
 
 
+def test_a_seeded_profile_seeds_each_pod_apart_and_repeats_its_draws():
+    seeded = Profile(acceptance=0.6, noise=0.1, seed=7)
+    assert simulation_profile.pod_seed(Profile(), "ns", "a-1") is None  # unseeded: the pods draw freshly
+    first, again = simulation_profile.pod_seed(seeded, "ns", "a-1"), simulation_profile.pod_seed(seeded, "ns", "a-1")
+    other = simulation_profile.pod_seed(seeded, "ns", "a-2")
+    assert first == again and first != other
+    reseeded = simulation_profile.pod_seed(seeded.model_copy(update={"seed": 8}), "ns", "a-1")
+    assert reseeded != first
+
+    def draws(seed: int | None) -> list[int]:
+        rng = random.Random(seed)  # as the pod's simulated backend draws
+        return [speculate(64, 4, seeded, rng).accepted_tokens for _ in range(5)]
+
+    assert draws(first) == draws(again) and draws(first) != draws(other)
+    with pytest.raises(ValueError, match="seed"):
+        Profile(seed=-1)
+
+
 def test_simulated_clients_arrive_at_the_profiles_rate():
     arrivals: list[dict] = []
 

@@ -153,3 +153,25 @@ def test_a_restarted_monitor_resumes_the_test_from_status(arms):
     assert resumed.state.pairs == 4 and resumed.state.windows == 4
     assert resumed.state.canary_requests == read.state.canary_requests + REQUESTS
     assert resumed.arms["canary"]["requests"] == REQUESTS * 4
+
+
+def test_a_new_test_reads_its_first_window_from_its_own_start(arms):
+    """The pods' samples of the last test are not a baseline of the next one: its first scrape is."""
+    store, (a, b), port, enqueued = arms
+    monitor = monitor_of(store, enqueued)
+    current, canary = Arm(a, 0.62, 0.030), Arm(b, 0.62, 0.030)
+    monitor.run_once(now=0.0)
+    current.serve(), canary.serve()
+    monitor.run_once(now=15.0)
+    assert monitor.canary.reading("ns", "llama").state.windows == 1
+    store.put(canary_sd(port, {"retry": "again"}))  # retried on the same pods, three windows of traffic later
+    for _ in range(3):
+        current.serve(), canary.serve()
+    monitor.run_once(now=60.0)
+    started = monitor.canary.reading("ns", "llama")
+    assert started.retry == "again" and started.state.windows == 0
+    current.serve(), canary.serve()
+    monitor.run_once(now=75.0)
+    first = monitor.canary.reading("ns", "llama")
+    assert first.state.windows == 1 and first.state.canary_requests == first.state.current_requests == REQUESTS
+    assert first.window_seconds == 15.0

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from specdec import cli
+from specdec.builders.serving import PRE_STOP_SLEEP_SECONDS
 from specdec_dev import cluster, nodes, podrunner, simulation_profile, toolchain
 
 
@@ -63,6 +64,7 @@ def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
         "pod-ready",
         "pod-complete",
         "pod-delete",
+        "pod-delete-after-pre-stop",
         "pod-container-running-failed",
         "job-pod-simulated-step",
         "pvc-provision",
@@ -72,6 +74,14 @@ def test_kwokctl_config_carries_every_stage_kwok_needs(tmp_path: Path):
     }
     delay = stages["pod-complete"]["spec"]["delay"]["durationFrom"]["expressionFrom"]
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in delay
+    # A deleted runtime pod stays (its IP with it) through the pod runner's preStop sleep and the drain after it;
+    # every other pod goes at once.
+    runtime_delete = stages["pod-delete-after-pre-stop"]["spec"]
+    assert runtime_delete["delay"]["durationMilliseconds"] / 1000 >= PRE_STOP_SLEEP_SECONDS + podrunner.SHUTDOWN_SECONDS
+    component = '.metadata.labels["app.kubernetes.io/component"]'
+    for stage, operator in (("pod-delete", "NotIn"), ("pod-delete-after-pre-stop", "In")):
+        expressions = stages[stage]["spec"]["selector"]["matchExpressions"]
+        assert {"key": component, "operator": operator, "values": ["runtime", "runtime-canary"]} in expressions
 
 
 def test_the_simulated_fetch_reports_the_catalogs_facts(tmp_path: Path):

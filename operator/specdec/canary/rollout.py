@@ -18,6 +18,8 @@ from specdec.canary.decision import INCONCLUSIVE, PROMOTED, REJECTED, CanaryPoli
 
 IN_PROGRESS = "InProgress"
 CANARY = "Canary"  # the condition's type
+# status.canary's keys a new test starts without: the last test's arms, window and decision.
+PREVIOUS_TEST_ONLY = ("arms", "windowSeconds", "decision")
 
 
 def policy_of(spec: CanarySpec) -> CanaryPolicy:
@@ -77,7 +79,9 @@ def stage(sd: dict[str, Any], spec: CanarySpec, now: str) -> Stage:
             "generation": sd["metadata"].get("generation"),
             "retry": retry_of(sd),
             "startedAt": now,
-            "test": dataclasses.asdict(CanaryState()),
+            "test": recorded_test(CanaryState()),
+            # The status is merge-patched: a key left out would keep the previous test's value.
+            **dict.fromkeys(PREVIOUS_TEST_ONLY),
         }
     return Stage(served, True, status)
 

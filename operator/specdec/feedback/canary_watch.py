@@ -58,6 +58,8 @@ class CanaryWatch:
         with self._guard:
             reading = self._readings.get(key)
         if reading is None or (reading.generation, reading.retry) != test:
+            for pod in (*arms[CURRENT], *arms[CANARY]):  # a new test's windows start at its first scrape
+                self._samples.pop(pod["metadata"]["uid"], None)
             reading = rollout.Reading(
                 test[0],
                 test[1],
