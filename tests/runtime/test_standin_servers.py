@@ -30,7 +30,13 @@ from specdec.runtime.front import Front
 from specdec_dev.hidden_state_writer import captured_into
 from tests.runtime.helpers import EXAMPLES, ROOT, free_port, parse_prometheus, scenario_configs, serving, serving_front
 
-CONFIGS = {name: config for name, config in scenario_configs().items() if name in {p.stem for p in EXAMPLES}}
+# A multi-node example's leader launches mpirun over its LeaderWorkerSet group (tests/unit/test_multinode.py
+# checks that launch, tests/realnode/test_mpi.py runs it): one stand-in process cannot serve it.
+CONFIGS = {
+    name: config
+    for name, config in scenario_configs().items()
+    if name in {p.stem for p in EXAMPLES} and config.multi_node is None
+}
 STANDINS = [sys.executable, "-m", "specdec_dev.standin_servers"]
 # Every draft accepted, and fast steps: the counts below are exact.
 PROFILE = {"acceptance": 1.0, "targetStepSeconds": 0.001}
