@@ -22,6 +22,7 @@ from specdec.runtime import launch, multinode
 from specdec_dev import nodes as dev_nodes
 from tests.unit.apiserver import Cluster
 from tests.unit.helpers import SETTINGS, deployment, load_example, make_plan, make_problem
+from tests.unit.invalid_specs import eagle3
 from tests.unit.test_admission import observed, simulated_gpu_node
 from tests.unit.test_reconcile_controllers import Operator
 
@@ -220,7 +221,11 @@ def test_a_model_that_fits_no_node_count_is_refused_with_the_sizes():
 
 @pytest.mark.parametrize(
     "change, reason",
-    [({"rollout": {"canary": {"enabled": True}}}, "CanaryUnsupported"), ({"speculation": REARMED}, "RearmUnsupported")],
+    [
+        ({"rollout": {"canary": {"enabled": True}}}, "CanaryUnsupported"),
+        ({"speculation": REARMED}, "RearmUnsupported"),
+        ({"speculation": eagle3(), "drafter": {"learning": {"enabled": True}}}, "DraftLearningUnsupported"),
+    ],
 )
 def test_what_rolls_a_deployment_is_refused_for_a_group(change, reason):
     assert make_problem(spec() | change).reason == reason

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdec.api import models
+from specdec.api.drafter import enabled_learning
 from specdec.modes.mode import Chosen
 from specdec.problem import Problem
 
@@ -66,10 +67,17 @@ def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec, mode: Chos
 
 
 def _check_multi_node_rollout(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
-    """A group of nodes rolls out by LeaderWorkerSet's rolling update: no canary arm (a second group of its own)
-    and no speculation.rearm restarts (which restart a Deployment's pods)."""
+    """A group of nodes rolls out by LeaderWorkerSet's rolling update: no canary arm (a second group of its own),
+    no speculation.rearm restarts (which restart a Deployment's pods) and no learning round (whose SaveState
+    server is one pod of the target)."""
     if spec.target.nodes < 2:
         return None
+    if enabled_learning(spec.drafter) is not None:
+        return Problem(
+            "DraftLearningUnsupported",
+            "spec.drafter.learning replays through a one-pod SaveState server of the target: not with "
+            "spec.target.nodes",
+        )
     if spec.rollout.canary.enabled:
         return Problem(
             "CanaryUnsupported", "spec.rollout.canary runs a Deployment beside the runtime: not with spec.target.nodes"
