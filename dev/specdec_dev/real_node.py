@@ -152,7 +152,7 @@ class RealNode:
         if not state_file.exists():  # a restart keeps the first record: the host as it was before any node
             host_changes.record().save(state_file)
         self._start_containerd()
-        self._import(images)
+        self.import_images(images)
         self._route_kubernetes_service()
         self._start_kubelet()
         wait_nodes_ready(self.cluster, [NODE_NAME])
@@ -206,7 +206,9 @@ class RealNode:
                 raise ClusterError(f"containerd did not start; see {self._file('containerd.log')}")
             time.sleep(0.3)
 
-    def _import(self, images: dict[str, Path]) -> None:
+    def import_images(self, images: dict[str, Path]) -> None:
+        """Import `images` (reference -> OCI archive) into containerd, each unless already imported from that
+        archive; the pause image first when missing."""
         have = set(self.ctr("images", "list", "-q").stdout.split())
         pause = self._file("pause.oci.tar")
         if PAUSE_IMAGE not in have:
