@@ -4,8 +4,8 @@ pair is a Secret both pods mount; the worker runs sshd as its own user; nothing 
 Open MPI and mpi4py in the MPI test image (specdec_dev.mpi_image), in a namespace where Pod Security
 `restricted` is enforced.
 
-The hostfile names the worker by its IP: the local cluster runs no cluster DNS, so stable pod names are not
-proved here."""
+The hostfile names both pods by the stable names a headless Service gives them (`<hostname>.<service>`, as
+LeaderWorkerSet's do), which the real node's pod DNS (specdec_dev.pod_dns) answers."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ SSH_AGENT = (
 
 def mpirun(ranks: int) -> list[str]:
     """The leader's launch: one rank per hostfile slot, the remote ones through SSH_AGENT, over TCP on the pod
-    network, SPECDEC_GROUP exported to every rank."""
+    network, SPECDEC_GROUP exported to every rank. Open MPI 4.1 cuts a hostfile's names at the first dot unless
+    told to keep them, and `mpi-1` alone resolves nowhere: the pod's name resolves with its Service's."""
     return [
         "mpirun",
         "-np",
@@ -60,6 +61,9 @@ def mpirun(ranks: int) -> list[str]:
         "--mca",
         "plm_rsh_agent",
         SSH_AGENT,
+        "--mca",
+        "orte_keep_fqdn_hostnames",
+        "1",
         "--mca",
         "btl",
         "self,tcp",
@@ -82,12 +86,22 @@ def key_pair(directory: Path) -> dict[str, str]:
     return {"id_ed25519": key.read_text(), "authorized_keys": (directory / "id_ed25519.pub").read_text()}
 
 
+SERVICE = "mpi"
+HOSTFILE = f"mpi-0.{SERVICE} slots=1\nmpi-1.{SERVICE} slots=1\n"  # short names: the pods' DNS search completes them
+HEADLESS = {  # as LeaderWorkerSet's: headless, its pods named before they are Ready
+    "metadata": {"name": SERVICE},
+    "spec": {"clusterIP": "None", "selector": {"app": "mpi-proof"}, "publishNotReadyAddresses": True},
+}
+
+
 def pod(name: str, command: str | list[str], group: str, **spec) -> dict:
-    """A pod of the group on the real node, as `restricted` Pod Security wants it, with the key pair and the
-    job's files mounted."""
+    """A pod of the group on the real node, named `<name>.<SERVICE>`, as `restricted` Pod Security wants it,
+    with the key pair and the job's files mounted."""
     return {
         "metadata": {"name": name, "labels": {"app": "mpi-proof"}},
         "spec": {
+            "hostname": name,
+            "subdomain": SERVICE,
             "nodeSelector": {"kubernetes.io/hostname": real_node.NODE_NAME},
             "tolerations": [{"key": t["key"], "operator": "Exists", "effect": t["effect"]} for t in node_config.TAINTS],
             "securityContext": {
@@ -136,19 +150,18 @@ def test_mpirun_in_the_leader_pod_runs_a_rank_in_the_worker_pod_over_ssh(
     namespace = restricted_namespace(prefix="mpi")
     group = f"group-{uuid.uuid4().hex[:8]}"
     kube.core.create_namespaced_secret(namespace, {"metadata": {"name": "mpi-ssh"}, "stringData": key_pair(tmp_path)})
-    job = {"metadata": {"name": "mpi-job"}, "data": {"program.py": PROGRAM, "hostfile": ""}}
+    job = {"metadata": {"name": "mpi-job"}, "data": {"program.py": PROGRAM, "hostfile": HOSTFILE}}
     kube.core.create_namespaced_config_map(namespace, job)
+    kube.core.create_namespaced_service(namespace, HEADLESS)
 
     worker = pod("mpi-1", SSHD, group, container={"readinessProbe": {"tcpSocket": {"port": SSH_PORT}}})
     kube.core.create_namespaced_pod(namespace, worker)
 
     def worker_ready():
         status = kube.core.read_namespaced_pod("mpi-1", namespace).status
-        return status.pod_ip if any(s.ready for s in status.container_statuses or []) else None
+        return any(s.ready for s in status.container_statuses or [])
 
-    worker_ip = wait_for(worker_ready, "the worker's sshd Ready", timeout=START_SECONDS)
-    job["data"]["hostfile"] = f"localhost slots=1\n{worker_ip} slots=1\n"
-    kube.core.replace_namespaced_config_map("mpi-job", namespace, job)
+    wait_for(worker_ready, "the worker's sshd Ready", timeout=START_SECONDS)
     kube.core.create_namespaced_pod(namespace, pod("mpi-0", mpirun(2), group, restartPolicy="Never"))
 
     def leader_done():
@@ -161,7 +174,7 @@ def test_mpirun_in_the_leader_pod_runs_a_rank_in_the_worker_pod_over_ssh(
     result = json.loads(logs.strip().splitlines()[-1])
     assert result["size"] == 2 and result["sum"] == 1 + 2, result
     leader, remote = sorted(result["ranks"], key=lambda rank: rank["rank"])
-    assert (leader["host"], remote["host"]) == ("mpi-0", "mpi-1"), result  # one rank in each pod
+    assert (leader["host"], remote["host"]) == ("mpi-0", "mpi-1"), result  # one rank in each pod, found by name
     assert leader["group"] == remote["group"] == group, result  # exported by mpirun (-x) to the remote rank
     # A rank started over SSH has sshd's session environment, not its container's: whatever the ranks need
     # from the pod's environment, mpirun exports it.
