@@ -259,6 +259,9 @@ class RealNode:
             f"{GATEWAY}:{port}",
         ]
 
+    def pod_dns_pid(self) -> int | None:
+        return running_pid(self._file("pod-dns.pid"))
+
     def _start_dns(self) -> None:
         """The pods' cluster DNS (specdec_dev.pod_dns), on the gateway the kubelet gives pods as clusterDNS."""
         pid_file = self._file("pod-dns.pid")
