@@ -31,6 +31,7 @@ from specdec.builders.common import (
     LABEL_MODEL_CACHE,
     MANAGED_BY,
 )
+from specdec.builders.multinode import RUNTIME_WORKER
 from specdec.builders.serving import RUNTIME, RUNTIME_CANARY
 from specdec.kube import gc_pacing, kopf_patches
 from specdec.kube.cache import Store
@@ -40,6 +41,7 @@ from specdec.plan import plan
 from specdec.reconcile import Reconciler
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_pod_blocked, runtime_view
+from specdec.status.groups import GROUP_INDEX_LABEL, group_pod_view
 
 log = logging.getLogger("specdec")
 
@@ -72,6 +74,9 @@ WATCHED = (
     Watched("Job", MANAGED),  # build and fetch Jobs
     Watched("Pod", MANAGED),  # build, fetch and runtime pods
     Watched("Deployment", MANAGED),
+    # A target spanning nodes (specdec.builders.multinode); where the cluster serves no LeaderWorkerSet, kopf
+    # watches nothing and the deployments that need one say so (LeaderWorkerSetNotInstalled).
+    Watched("LeaderWorkerSet", MANAGED),
     Watched("ConfigMap", MANAGED),
     Watched("Service", MANAGED),
     Watched("PersistentVolumeClaim", MANAGED),
@@ -314,18 +319,22 @@ async def pod_event(event, namespace, name, labels, memo: kopf.Memo, **_) -> Non
     owner = _worker_of(labels)
     if owner:
         reconciler(memo).enqueue(owner[0], namespace, owner[1])
-    elif labels.get(LABEL_COMPONENT) in (RUNTIME, RUNTIME_CANARY) and LABEL_INSTANCE in labels:
+    elif labels.get(LABEL_COMPONENT) in (RUNTIME, RUNTIME_CANARY, RUNTIME_WORKER) and LABEL_INSTANCE in labels:
         # Only why a runtime pod is blocked (unschedulable, a container that will not start or keeps exiting): its
         # readiness wakes the deployment through its Deployment's status, and a reconcile per pod event was 2-3
         # more per deployment in a fleet (bench/run.py).
-        if _view_changed(runtime_pod_blocked, before, event):
+        # A group's pods (a target spanning nodes) also when one comes, goes or changes readiness: the status says
+        # which pod of which group is missing and why (specdec.status.groups).
+        group = GROUP_INDEX_LABEL in labels and _view_changed(group_pod_view, before, event)
+        if group or _view_changed(runtime_pod_blocked, before, event):
             reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_INSTANCE])
 
 
 @_on_event("Deployment")
-async def runtime_deployment_event(event, namespace, name, labels, memo: kopf.Memo, **_) -> None:
-    before = reconciler(memo).kube.store.get("Deployment", namespace, name)
-    if not _observe(memo, "Deployment", event):
+@_on_event("LeaderWorkerSet")
+async def runtime_deployment_event(event, resource, namespace, name, labels, memo: kopf.Memo, **_) -> None:
+    before = reconciler(memo).kube.store.get(resource.kind, namespace, name)
+    if not _observe(memo, resource.kind, event):
         return
     if LABEL_DEPLOYMENT in labels and _view_changed(runtime_view, before, event):
         reconciler(memo).enqueue("SpeculativeDeployment", namespace, labels[LABEL_DEPLOYMENT])

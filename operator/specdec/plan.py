@@ -21,6 +21,9 @@ from specdec.api import models
 from specdec.api.runtime_config import (
     CACHE_MOUNT,
     MODELS_MOUNT,
+    SSH_DIR,
+    SSH_PORT,
+    MultiNode,
     RuntimeConfig,
     RuntimeKvCache,
     RuntimeNone,
@@ -281,7 +284,9 @@ def _runtime(
     target = _served(spec.target, engines.get("target"))
     source = mode.draft()
     draft = _served(source, engines.get("draft")) if source is not None else None
-    gpus = spec.target.tensor_parallel_size
+    if spec.target.pipeline_parallel_size > 1:
+        target = target.model_copy(update={"pipeline_parallel_size": spec.target.pipeline_parallel_size})
+    gpus = spec.target.gpus_per_node  # a pod's: one node's share of the ranks
     if draft is not None and spec.backend == "tensorrt":
         gpus = len(set(draft.devices) | set(target.devices))
     shared_gpu = draft is not None and (spec.backend == "pytorch" or bool(set(draft.devices) & set(target.devices)))
@@ -310,6 +315,9 @@ def _runtime(
         kv_cache=RuntimeKvCache(free_gpu_memory_fraction=fraction, enable_block_reuse=kv.enable_block_reuse),
         speculation=speculation,
         front_limits=spec.runtime.front,
+        multi_node=MultiNode(nodes=spec.target.nodes, gpus_per_node=gpus, ssh_port=SSH_PORT, ssh_dir=SSH_DIR)
+        if spec.target.nodes > 1
+        else None,
     )
     return config, gpus
 

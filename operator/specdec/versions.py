@@ -40,3 +40,28 @@ RELEASES = (ENGINE, PYTORCH)
 
 def for_backend(backend: str) -> Release:
     return PYTORCH if backend == "pytorch" else ENGINE
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomResource:
+    """An API of another project that the operator creates objects of, at the version it writes."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    install: str  # what to install when the cluster does not serve it
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+# LeaderWorkerSet (sigs.k8s.io/lws), which runs a target spanning several nodes (specdec.builders.multinode).
+LWS = CustomResource(
+    "leaderworkerset.x-k8s.io",
+    "v1",
+    "LeaderWorkerSet",
+    "leaderworkersets",
+    "LeaderWorkerSet (https://lws.sigs.k8s.io: its CRDs and controller, API leaderworkerset.x-k8s.io/v1)",
+)

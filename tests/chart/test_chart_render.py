@@ -183,7 +183,7 @@ def test_cluster_role_grants_exactly_what_the_operator_calls():
     ] * 2  # only leader election's
 
 
-@pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 13), ("templates/leader-election.yaml", 2)])
+@pytest.mark.parametrize("template_file, rules", [("templates/rbac.yaml", 15), ("templates/leader-election.yaml", 2)])
 def test_every_rbac_rule_says_why(template_file, rules):
     """Each rule in the rendered ClusterRole and the leader-election Role is preceded by a comment line."""
     text = template(None, "--show-only", template_file).stdout
@@ -763,3 +763,15 @@ def test_lease_rules_are_the_calls_of_the_leader_election_code():
     assert calls == {"read", "create", "replace"}
     granted = set().union(*flatten_named(only(render(), "Role")["rules"]).values())
     assert granted == {verb_of[c] for c in calls}
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_no_role_grants_a_remote_shell_into_pods(values):
+    """Multi-node targets start MPI over SSH between their own pods: no Role or ClusterRole the chart renders
+    allows pods/exec (or attach), nor a wildcard that would."""
+    roles = [d for d in render(values) if d["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for rule in role.get("rules") or []:
+            resources = set(rule.get("resources") or [])
+            assert not resources & {"pods/exec", "pods/attach", "*"}, (role["metadata"]["name"], rule)

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from specdec import modes, versions
-from tests.unit.helpers import command, engines, load_example, steps
+from specdec.runtime import launch, multinode
+from tests.unit.helpers import command, engines, load_example, make_plan, steps
 from tests.unit.invalid_specs import spec
 
 HERE = Path(__file__).resolve().parent
@@ -192,3 +193,24 @@ def test_triton_backend_parameter_keys():
     assert {"gpt_model_path", "gpt_model_type", "max_beam_width", "kv_cache_free_gpu_mem_fraction"} <= set(
         models["tensorrt_llm"]["keys"]
     )
+
+
+def test_multi_node_launch_uses_only_documented_flags():
+    """The leader's command for the multi-node example: every mpirun flag in Open MPI's mpirun page, the launcher
+    TensorRT-LLM's script, whose rank comes from a variable mpirun sets, and every trtllm-serve flag in serve.py."""
+    data = table("trtllm_serve")["multi_node"]
+    mpirun, launcher = data["mpirun"], data["launcher"]
+    config = make_plan(load_example("deepseek-v3-mtp-2x8-h100")["spec"]).runtime
+    assert config.multi_node is not None
+    argv = launch.plan_launch(config, "/w", group_env=multinode.example_group_env(config.multi_node)).argv
+    split = argv.index(launcher["name"])
+    assert argv[0] == "mpirun" and multinode.LAUNCHER == launcher["name"]
+    for flag in (a for a in argv[1:split] if a.startswith("-")):
+        assert flag in mpirun["options"], flag
+    assert argv[argv.index("--bind-to") + 1] in mpirun["options"]["--bind-to"]
+    assert set(mpirun["rank_variables_set"]) & set(launcher["rank_variables"])
+    serve = argv[split + 1 :]
+    options = table("trtllm_serve")["serve_py"]["options"]
+    assert serve[0] == "trtllm-serve"
+    for flag in (a for a in serve[1:] if a.startswith("--")):
+        assert flag in options, flag

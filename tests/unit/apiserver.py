@@ -24,6 +24,7 @@ CACHED = (
     "Job",
     "Pod",
     "Deployment",
+    "LeaderWorkerSet",
     "ConfigMap",
     "Service",
     "PersistentVolumeClaim",
@@ -105,11 +106,12 @@ class Cluster:
         return self._keep(obj_path, obj)
 
     def run_controllers(self) -> None:
-        """Kubernetes' Job and Deployment controllers: every Job complete, every Deployment available."""
+        """Kubernetes' Job and Deployment controllers and LeaderWorkerSet's: every Job complete, every Deployment
+        and LeaderWorkerSet available (their status has the same fields; LeaderWorkerSet's counts groups)."""
         for path, obj in list(self.objects.items()):
             if obj["kind"] == "Job":
                 status = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
-            elif obj["kind"] == "Deployment":
+            elif obj["kind"] in ("Deployment", "LeaderWorkerSet"):
                 replicas = obj["spec"].get("replicas", 1)
                 status = {
                     "observedGeneration": obj["metadata"]["generation"],

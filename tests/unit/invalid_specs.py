@@ -58,6 +58,33 @@ INVALID_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("model-bad-scheme", spec(target={"model": "s3://x/y"}), "model"),
     # --- cross-field rules (CEL, evaluated by the API server and offline) ---------------------------------------------
     ("devices-longer-than-tp", spec(target={"model": TARGET, "tensorParallelSize": 1, "devices": [0, 1]}), "devices"),
+    (
+        "pipeline-across-nodes",
+        spec(
+            backend="pytorch", target={"model": TARGET, "tensorParallelSize": 2, "nodes": 2, "pipelineParallelSize": 2}
+        ),
+        "pipelineParallelSize",
+    ),
+    (
+        "ranks-not-a-multiple-of-nodes",
+        spec(backend="pytorch", target={"model": TARGET, "tensorParallelSize": 3, "nodes": 2}),
+        "nodes",
+    ),
+    (
+        "devices-on-several-nodes",
+        spec(backend="pytorch", target={"model": TARGET, "tensorParallelSize": 2, "nodes": 2, "devices": [0, 1]}),
+        "devices",
+    ),
+    ("nodes-on-the-engine-path", spec(target={"model": TARGET, "tensorParallelSize": 2, "nodes": 2}), "target.nodes"),
+    (
+        "pipeline-with-drafting",
+        spec(
+            backend="pytorch",
+            target={"model": TARGET, "pipelineParallelSize": 2},
+            speculation={"mode": "ngram", "ngram": {"maxDraftLen": 3}},
+        ),
+        "pipelineParallelSize",
+    ),
     # the block of the chosen mode, for every mode that has one (generated from the registry)
     *((f"{m.name}-without-block", spec(speculation={"mode": m.name}), m.name) for m in MODES.values() if m.block),
     (
@@ -353,6 +380,11 @@ CEL: frozenset[str] = frozenset(
     {
         *(f"{m.name}-without-block" for m in MODES.values() if m.block),
         "devices-longer-than-tp",
+        "pipeline-across-nodes",
+        "ranks-not-a-multiple-of-nodes",
+        "devices-on-several-nodes",
+        "nodes-on-the-engine-path",
+        "pipeline-with-drafting",
         "draft-target-and-redrafter-blocks",
         "draft-len-above-max-draft-len",
         "auto-draft-len-without-max-draft-len",

@@ -168,6 +168,16 @@ namespaces it is given and the resources served at start-up, and logs a warning)
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# A target spanning several nodes runs in a LeaderWorkerSet (where LeaderWorkerSet is installed): created and
+# server-side applied as the runtime Deployment is, and its label-selected watch (list + watch) for the groups.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Its group's SSH key Secret: created once with the LeaderWorkerSet, never read, changed or deleted by the
+# operator (its owner reference deletes it). No get or list: the operator reads no Secret.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 # The runtime's Service and ConfigMap: cached from a label-selected watch (list + watch, only the
 # operator's own: app.kubernetes.io/managed-by=specdec-operator), then server-side apply (PATCH;
 # `create` when it creates the object). Never deleted by the operator (owner references do that).

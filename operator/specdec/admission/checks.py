@@ -204,6 +204,7 @@ def admit(
         check_tensor_parallel(served),
         check_gpu_memory(served, kv_fraction, gpus, node_selector, observed.gpu_nodes, spec.engine.max_seq_len),
         check_canary_fits(spec, gpus, node_selector, observed.gpu_nodes),
+        check_group_fits(spec, gpus, node_selector, observed.gpu_nodes),
     )
     for result in results:
         if isinstance(result, Problem):
@@ -235,6 +236,29 @@ def check_canary_fits(
             f"({sum(n.gpus for n in pool)} allocatable GPUs). Lower spec.rollout.canary.replicas or "
             "spec.runtime.replicas, or turn the canary off"
         ),
+    )
+
+
+def check_group_fits(
+    spec: SpeculativeDeploymentSpec, gpus: int, node_selector: dict[str, str], nodes: GpuNodes
+) -> Problem | list[str]:
+    """A target spanning several nodes needs that many nodes with a pod's GPUs each: one group's pods on one node
+    each (a group's pods could share a node only with twice its GPUs, which its pod count rules out)."""
+    wanted = spec.target.nodes
+    if wanted < 2:
+        return []
+    if nodes.nodes is None:
+        return [f"the nodes of a group, as {nodes.why_unknown}"]
+    pool = candidates(nodes.nodes, node_selector, gpus)
+    if len(pool) >= wanted:
+        return []
+    return Problem(
+        "NotEnoughGpuNodes",
+        f"spec.target.nodes {wanted} needs {wanted} nodes with {gpus} allocatable GPU(s) each "
+        f"(tensorParallelSize {spec.target.tensor_parallel_size} / {wanted} nodes); the runtime pods may land on "
+        f"{len(pool)} such node(s)"
+        + (f": {', '.join(n.name for n in pool)}" if pool else "")
+        + ". Lower nodes, or add nodes (spec.runtime.nodeSelector)",
     )
 
 

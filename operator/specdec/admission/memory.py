@@ -18,6 +18,7 @@ import math
 
 from specdec.admission.gpu_nodes import LABEL_MEMORY, LABEL_PRODUCT, GpuNodes, candidates
 from specdec.admission.model_facts import BYTES_PER_PARAMETER, HEAD_ESTIMATE, ModelFacts
+from specdec.api.models import MAX_NODES
 from specdec.problem import Problem
 from specdec.schema.base import ModelSource
 
@@ -250,6 +251,10 @@ def check_gpu_memory(
     if not failing:
         return []
     message = failing[0][1]
+    if "cannot hold the weights" in message:
+        message += _node_count_hint(
+            known, kv_fraction, max_seq_len, failing[0][0], _gpus_per_node(nodes, node_selector)
+        )
     fitting = sorted({product for (_, product), why in verdicts if not why})
     if fitting:
         message += (
@@ -257,3 +262,44 @@ def check_gpu_memory(
             f"spec.runtime.nodeSelector ({LABEL_PRODUCT}: {fitting[-1]})"
         )
     return Problem("ModelDoesNotFitGpu", message)
+
+
+def _gpus_per_node(nodes: GpuNodes, node_selector: dict[str, str]) -> int:
+    """The most GPUs one node the runtime pods may land on has (0 if none)."""
+    return max((n.gpus for n in candidates(nodes.nodes or (), node_selector, 1)), default=0)
+
+
+def _spread(served: list[Served], ranks: int) -> list[Served]:
+    """The models split over `ranks` GPUs: the target and whatever shares its tensor parallelism (a draft on backend
+    pytorch, a drafter in its engine)."""
+    target = served[0].tensor_parallel_size
+    return [
+        dataclasses.replace(m, tensor_parallel_size=ranks, devices=tuple(range(ranks)))
+        if m.tensor_parallel_size == target
+        else m
+        for m in served
+    ]
+
+
+def _node_count_hint(
+    served: list[Served], kv_fraction: float, max_seq_len: int | None, size: tuple[int, str], per_node: int
+) -> str:
+    """Whether the model would fit several whole nodes of these GPUs (spec.target.nodes), and on how many; or that
+    it fits none up to MAX_NODES, with the size it would need."""
+    if per_node < 1:
+        return ""
+    for nodes in range(1, MAX_NODES + 1):
+        ranks = nodes * per_node
+        if shortfall(_spread(served, ranks), kv_fraction, max_seq_len, *size) is None:
+            if nodes == 1:
+                return ""  # more GPUs of one node do: the message says so already
+            return (
+                f". It fits {nodes} nodes of {per_node} GPUs: set spec.target.nodes: {nodes} and "
+                f"tensorParallelSize: {ranks} (backend pytorch)"
+            )
+    widest = _spread(served, MAX_NODES * per_node)
+    weights = sum(weight_bytes_per_gpu(m) for m in widest if m.own_weights)
+    return (
+        f". It fits no node count up to {MAX_NODES} nodes of {per_node} GPUs: at tensorParallelSize "
+        f"{MAX_NODES * per_node} each GPU would still need {weights / GIB:.1f} GiB of weights and its KV cache"
+    )

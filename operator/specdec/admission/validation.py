@@ -18,7 +18,7 @@ from specdec.problem import Problem
 
 def _sources(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> list[tuple[str, models.ModelSource]]:
     """The models with an engine of their own: the target, and the mode's draft model if it has one."""
-    sources = [("spec.target", spec.target)]
+    sources: list[tuple[str, models.ModelSource]] = [("spec.target", spec.target)]
     draft = mode.draft()
     if draft is not None:
         sources.append((f"spec.speculation.{mode.mode.name}.draft", draft))
@@ -65,11 +65,27 @@ def _check_pytorch_acceptance(spec: models.SpeculativeDeploymentSpec, mode: Chos
     return None
 
 
+def _check_multi_node_rollout(spec: models.SpeculativeDeploymentSpec, mode: Chosen[Any]) -> Problem | None:
+    """A group of nodes rolls out by LeaderWorkerSet's rolling update: no canary arm (a second group of its own)
+    and no speculation.rearm restarts (which restart a Deployment's pods)."""
+    if spec.target.nodes < 2:
+        return None
+    if spec.rollout.canary.enabled:
+        return Problem(
+            "CanaryUnsupported", "spec.rollout.canary runs a Deployment beside the runtime: not with spec.target.nodes"
+        )
+    rearm = getattr(spec.speculation, "rearm", None)
+    if rearm is not None and rearm.enabled:
+        return Problem("RearmUnsupported", "speculation.rearm restarts a Deployment's pods: not with spec.target.nodes")
+    return None
+
+
 CHECKS: tuple[Callable[[models.SpeculativeDeploymentSpec, Chosen[Any]], Problem | None], ...] = (
     _check_revisions,
     _check_pytorch_devices,
     _check_pytorch_acceptance,
     _check_devices_contiguous,
+    _check_multi_node_rollout,
 )
 
 

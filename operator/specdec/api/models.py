@@ -30,6 +30,7 @@ from specdec.schema import k8s
 from specdec.schema.base import (  # noqa: F401 - the API's names, read from here
     API_VERSION,
     GROUP,
+    MODEL_SOURCE_RULES,
     MODEL_URI_HELP,
     MODEL_URI_PATTERN,
     NAME_MAX,
@@ -231,6 +232,59 @@ class CacheSpec(ApiModel):
     )
 
 
+# TensorRT-LLM's PyTorch executor refuses drafting with pipeline parallelism (NVIDIA/TensorRT-LLM#9009,
+# tensorrt_llm/_torch/pyexecutor/py_executor.py).
+PIPELINE_WITH_DRAFTING = (
+    "pipelineParallelSize above 1 needs speculation mode none: TensorRT-LLM refuses drafting with pipeline "
+    'parallelism ("Drafting is not supported for selected executor loop. Please disable disagg/pipeline '
+    'parallelism scheduler.", NVIDIA/TensorRT-LLM#9009)'
+)
+MAX_NODES = 16
+
+
+class TargetSource(ModelSource):
+    """The model being served, and how many nodes its ranks span (specdec.builders.multinode)."""
+
+    model_config = _validations(
+        *MODEL_SOURCE_RULES,
+        cel(
+            "self.nodes == 1 || self.pipelineParallelSize == 1",
+            "across nodes the target is split by tensor (and expert) parallelism only: set pipelineParallelSize 1",
+            ".pipelineParallelSize",
+        ),
+        cel(
+            "(self.tensorParallelSize * self.pipelineParallelSize) % self.nodes == 0",
+            "tensorParallelSize × pipelineParallelSize must be a multiple of nodes: every node runs as many ranks",
+            ".nodes",
+        ),
+        cel("self.nodes == 1 || !has(self.devices)", "devices apply to one node: remove them", ".devices"),
+    )
+
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=MAX_NODES,
+        description="Nodes the target spans: one LeaderWorkerSet group of this many pods, each with "
+        "tensorParallelSize / nodes GPUs (backend pytorch; needs LeaderWorkerSet installed). "
+        "Default: 1 (a Deployment).",
+    )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_NODES,
+        description="Pipeline-parallel stages (trtllm-serve --pp_size; backend pytorch, speculation mode none, one "
+        "node). Default: 1.",
+    )
+
+    @property
+    def ranks(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.ranks // self.nodes
+
+
 class SpeculativeDeploymentSpec(ApiModel):
     model_config = _validations(
         cel("self.backend != 'pytorch' || self.target.quantization == 'none'", PYTORCH_FP8, ".target.quantization"),
@@ -245,6 +299,17 @@ class SpeculativeDeploymentSpec(ApiModel):
             "lowLatencyGemmPlugin has FP8 kernels only: it needs target.quantization fp8",
             ".engine.tuning.lowLatencyGemmPlugin",
         ),
+        cel(
+            "self.backend == 'pytorch' || (self.target.nodes == 1 && self.target.pipelineParallelSize == 1)",
+            "nodes and pipelineParallelSize need backend pytorch: the engine path would build one engine per rank "
+            "(docs/multi-node.md)",
+            ".target.nodes",
+        ),
+        cel(
+            "self.target.pipelineParallelSize == 1 || self.speculation.mode == 'none'",
+            PIPELINE_WITH_DRAFTING,
+            ".target.pipelineParallelSize",
+        ),
         *modes.spec_rules(),
         *REARM_RULES,
     )
@@ -253,7 +318,7 @@ class SpeculativeDeploymentSpec(ApiModel):
         "tensorrt",
         description="tensorrt: engines built by trtllm-build Jobs; pytorch: trtllm-serve's PyTorch backend, no build.",
     )
-    target: ModelSource = Field(description="The model being served.")
+    target: TargetSource = Field(description="The model being served.")
     speculation: SpeculationSpec = Field(  # type: ignore[valid-type]  # built at run time from the modes' registry
         default_factory=SpeculationSpec, description="Speculative decoding."
     )

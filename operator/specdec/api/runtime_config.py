@@ -31,11 +31,30 @@ DRAFT_LEN_SCHEDULE_KEY = "draft_len_schedule"
 RUNTIME_CONFIG_DIR = "/etc/specdec"
 CACHE_MOUNT = "/cache"
 MODELS_MOUNT = "/models"
+# A multi-node group's SSH key Secret, mounted in every pod of the group, and the port of the workers' sshd
+# (unprivileged: the pods run as a non-root user).
+SSH_DIR = "/etc/specdec-ssh"
+SSH_PORT = 2222
+# The Secret's keys (specdec.builders.ssh_keys writes them, specdec.runtime.multinode reads them).
+SSH_CLIENT_KEY = "id_ed25519"
+SSH_AUTHORIZED_KEYS = "authorized_keys"
+SSH_HOST_KEY = "ssh_host_ed25519_key"
+SSH_KNOWN_HOSTS = "known_hosts"
 
 
 class RuntimeKvCache(ApiModel):
     free_gpu_memory_fraction: float = Field(gt=0, le=1)
     enable_block_reuse: bool = True
+
+
+class MultiNode(ApiModel):
+    """A target spanning a LeaderWorkerSet group (specdec.builders.multinode): the leader's specdec-runtime starts
+    the ranks with mpirun over SSH (specdec.runtime.multinode), the workers run sshd."""
+
+    nodes: int = Field(ge=2, description="Pods in the group, one per node.")
+    gpus_per_node: int = Field(ge=1, description="MPI slots (ranks) per pod: its GPUs.")
+    ssh_port: int = Field(ge=1024, le=65535, description="Where the workers' sshd listens.")
+    ssh_dir: str = Field(description="Where the pods mount the deployment's SSH key Secret.")
 
 
 class RuntimeNone(ApiModel):
@@ -131,6 +150,7 @@ class RuntimeConfig(ApiModel):
     front_limits: FrontLimits | None = Field(
         None, description="The front's limits on its clients (FrontLimits' defaults without it)."
     )
+    multi_node: MultiNode | None = Field(None, description="Set when the target spans several nodes.")
 
     @property
     def mode(self) -> str:

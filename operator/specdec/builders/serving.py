@@ -30,6 +30,9 @@ TERMINATION_GRACE_SECONDS = 60
 # The runtime's two arms while a canary runs (specdec.canary.rollout): the main Deployment serves the recorded
 # speculation, `<name>-canary` the spec's; the Service selects both. The main Deployment's selector is unchanged.
 RUNTIME, RUNTIME_CANARY = "runtime", "runtime-canary"
+# Set by LeaderWorkerSet on every pod of a multi-node group, 0 on the leader (api/leaderworkerset/v1): the Service
+# selects the leaders only (specdec.builders.multinode).
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 def runtime_name(plan: Plan, canary: bool = False) -> str:
@@ -139,10 +142,9 @@ def build_cache_claim(plan: Plan) -> dict[str, Any]:
     }
 
 
-def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: bool = False) -> dict[str, Any]:
-    """`canary`: the canary arm (its own name, ConfigMap, pod labels and spec.rollout.canary.replicas)."""
+def runtime_pod_spec(plan: Plan, settings: Settings, canary: bool = False) -> dict[str, Any]:
+    """The runtime pod's spec (one container, `runtime`), for the Deployment and a multi-node group's leader."""
     spec = plan.spec
-    component = RUNTIME_CANARY if canary else RUNTIME
     runtime = spec.runtime
     mounts = [
         {"name": "config", "mountPath": RUNTIME_CONFIG_DIR, "readOnly": True},
@@ -192,11 +194,23 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: boo
     }
     if runtime.affinity:
         pod_spec["affinity"] = runtime.affinity
-    selector = selector_labels(plan, canary)
-    template = {"metadata": {"labels": {**common.labels(component), **selector}}, "spec": pod_spec}
-    # Roll the pods when their template or the runtime config changes (the ConfigMap keeps its name).
+    return pod_spec
+
+
+def pod_template(plan: Plan, labels: dict[str, str], pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A pod template whose config-hash annotation rolls the pods when it or the runtime config changes (the
+    ConfigMap keeps its name)."""
+    template = {"metadata": {"labels": labels}, "spec": pod_spec}
     rollout_hash = content_hash([POD_TEMPLATE_VERSION, template, runtime_config_json(plan)])
     template["metadata"]["annotations"] = {common.ANNOTATION_CONFIG_HASH: rollout_hash}
+    return template
+
+
+def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: bool = False) -> dict[str, Any]:
+    """`canary`: the canary arm (its own name, ConfigMap, pod labels and spec.rollout.canary.replicas)."""
+    component = RUNTIME_CANARY if canary else RUNTIME
+    selector = selector_labels(plan, canary)
+    template = pod_template(plan, {**common.labels(component), **selector}, runtime_pod_spec(plan, settings, canary))
     metadata = _metadata(plan, runtime_name(plan, canary), owner_uid, component)
     metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
     return {
@@ -204,7 +218,7 @@ def build_deployment(plan: Plan, owner_uid: str, settings: Settings, canary: boo
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": spec.rollout.canary.replicas if canary else runtime.replicas,
+            "replicas": plan.spec.rollout.canary.replicas if canary else plan.spec.runtime.replicas,
             "selector": {"matchLabels": selector},
             # Surge one pod and never drop one: the old engines keep serving until the new pod is ready.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
@@ -222,7 +236,11 @@ def build_service(plan: Plan, owner_uid: str) -> dict[str, Any]:
             "type": "ClusterIP",
             # Both arms' pods while a canary runs, and only ours: a Helm release of the same name sets the same
             # instance label on its pods; the pods carry managed-by already, so no pod restarts for this selector.
-            "selector": {common.LABEL_INSTANCE: plan.name, common.LABEL_MANAGED_BY: common.MANAGED_BY},
+            "selector": {
+                common.LABEL_INSTANCE: plan.name,
+                common.LABEL_MANAGED_BY: common.MANAGED_BY,
+                **({LWS_WORKER_INDEX_LABEL: "0"} if plan.runtime.multi_node else {}),
+            },
             "ports": [{"name": "http", "port": plan.spec.runtime.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }

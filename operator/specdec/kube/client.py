@@ -35,6 +35,7 @@ from specdec.kube.cache import Store, slim
 from specdec.kube.errors import CONNECTION_FAILED, TRANSIENT_STATUSES, body_message
 from specdec.kube.events import EventRecorder
 from specdec.metrics import API_REQUEST_SECONDS, API_REQUESTS
+from specdec.versions import LWS
 
 FIELD_MANAGER = "specdec-operator"
 USER_AGENT = "specdec-operator/0.1.0"  # tells our requests apart in the API server's audit log
@@ -78,6 +79,10 @@ KINDS = {
     "EngineBuild": Kind("specdec.io/v1alpha1", "enginebuilds"),
     "ModelCache": Kind("specdec.io/v1alpha1", "modelcaches"),
     "SpeculativeDeployment": Kind("specdec.io/v1alpha1", "speculativedeployments"),
+    # A target spanning several nodes (specdec.builders.multinode): its group of pods, and its SSH keys, which the
+    # operator creates and never reads.
+    "LeaderWorkerSet": Kind(LWS.api_version, LWS.plural),
+    "Secret": Kind("v1", "secrets"),
 }
 
 
@@ -264,6 +269,23 @@ class Kube:
         if existing is None:  # deleted between our create and get: try once more
             return self._remember(self._call("POST", path, body=obj, query=query)), True
         return self._remember(existing), False
+
+    def create_unread(self, obj: dict[str, Any]) -> bool:
+        """Create an object the operator may not read (a Secret): whether it was created; False when the name is
+        taken, without a look at what has it."""
+        meta = obj["metadata"]
+        try:
+            self._call(
+                "POST",
+                KINDS[obj["kind"]].path(meta.get("namespace")),
+                body=obj,
+                query=[("fieldManager", FIELD_MANAGER)],
+            )
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            return False
+        return True
 
     def _remember(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.store.put(obj)

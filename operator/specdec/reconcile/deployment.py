@@ -11,6 +11,7 @@ from typing import Any
 
 from specdec import conditions, metrics
 from specdec.builders import common
+from specdec.builders.multinode import is_multi_node
 from specdec.builders.serving import endpoint, selector_labels
 from specdec.canary import rollout
 from specdec.kube.client import Kube
@@ -113,7 +114,9 @@ class DeploymentController:
             )
         pods = []
         if deployment is not None and isinstance(result, Plan):
-            pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector_labels(result).items()))
+            # A group's workers too (specdec.status.groups); else the runtime's pods.
+            selector = {common.LABEL_INSTANCE: name} if is_multi_node(result) else selector_labels(result)
+            pods = self.kube.list("Pod", namespace, ",".join(f"{k}={v}" for k, v in selector.items()))
         failed = failure is not None
         service_failure = self.service_failures.get(namespace, name)
         if not failed and isinstance(result, Plan) and service_failure:  # the Service lane retries it, tells us

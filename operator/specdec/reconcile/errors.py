@@ -22,10 +22,20 @@ class NameConflict(Exception):
         )
 
 
+class ApiNotInstalled(Exception):
+    """The cluster does not serve an API the spec needs (a CustomResource of another project)."""
+
+    def __init__(self, reason: str, kind: str, install: str):
+        self.reason = reason
+        super().__init__(f"the cluster does not serve {kind}: install {install}; retried with back-off")
+
+
 def failure_condition(error: Exception) -> conditions.Cond:
     """Ready=False for a reconcile that could not finish, with a reason a person can act on."""
     if isinstance(error, NameConflict):
         return conditions.Cond("Ready", False, "NameConflict", str(error))
+    if isinstance(error, ApiNotInstalled):
+        return conditions.Cond("Ready", False, error.reason, str(error))
     if isinstance(error, ApiException):
         if permanent(error):
             return conditions.Cond(
@@ -41,7 +51,7 @@ def failure_condition(error: Exception) -> conditions.Cond:
 
 
 def log_failure(kind: str, namespace: str, name: str, error: Exception) -> None:
-    if isinstance(error, (ApiException, NameConflict)):
+    if isinstance(error, (ApiException, NameConflict, ApiNotInstalled)):
         log.warning(
             "reconciling %s %s/%s: %s",
             kind,

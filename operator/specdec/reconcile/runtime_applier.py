@@ -7,7 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from specdec.api.runtime_config import DRAFT_LEN_KEY
+from specdec.builders import ssh_keys
+from specdec.builders.multinode import build_leader_worker_set, build_ssh_secret, runtime_kind
 from specdec.builders.serving import (
     build_config_map,
     build_deployment,
@@ -21,10 +25,12 @@ from specdec.kube.apply import contains
 from specdec.kube.client import Kube
 from specdec.plan import Plan
 from specdec.reconcile.bookkeeping.failures import ServiceFailures
+from specdec.reconcile.errors import ApiNotInstalled
 from specdec.reconcile.ownership import Children, controlled_by
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
+from specdec.versions import LWS
 
 ANNOTATION_REARMED_AT = "specdec.io/rearmed-at"  # on the runtime pod template: status.rearm.lastRestartAt
 
@@ -70,11 +76,12 @@ class RuntimeApplier:
         fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
         it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
         uid = sd["metadata"]["uid"]
-        existing = self.children.get("Deployment", p.namespace, runtime_name(p), uid)
+        kind = runtime_kind(p)
+        existing = self.children.get(kind, p.namespace, runtime_name(p), uid)
         if not _inputs_ready(p, states, caches):
             if existing and existing["spec"].get("replicas") != p.spec.runtime.replicas:
                 existing = self.kube.patch(
-                    "Deployment", p.namespace, runtime_name(p), {"spec": {"replicas": p.spec.runtime.replicas}}
+                    kind, p.namespace, runtime_name(p), {"spec": {"replicas": p.spec.runtime.replicas}}
                 )
             return existing, False, False
         # The ConfigMap first: new pods must read the new configuration, and pods must never start with
@@ -87,14 +94,17 @@ class RuntimeApplier:
         # The load model's keys are for the Triton route's front, which re-reads them; trtllm-serve has no use.
         load_keys = self.load_keys(p.namespace, p.name) if p.spec.backend == "tensorrt" else {}
         self.children.write(build_config_map(served, uid, chosen, load_keys), config_map, uid)
-        deployment, written = self.children.write(
-            rearmed(build_deployment(served, uid, self.settings), sd), existing, uid
-        )
+        if kind == "LeaderWorkerSet":
+            deployment, written = self._apply_group(served, existing, uid)
+        else:
+            deployment, written = self.children.write(
+                rearmed(build_deployment(served, uid, self.settings), sd), existing, uid
+            )
         if written:
             self.kube.event(
                 sd,
                 "RuntimeApplied",
-                f"{'updated' if existing else 'created'} Deployment {runtime_name(p)} ({p.gpus} GPU(s) per pod)",
+                f"{'updated' if existing else 'created'} {kind} {runtime_name(p)} ({p.gpus} GPU(s) per pod)",
             )
         service = self.children.get("Service", p.namespace, runtime_name(p), uid)
         service_current = service is not None and contains(service, build_service(p, uid))
@@ -102,6 +112,20 @@ class RuntimeApplier:
         if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
         return deployment, True, service_current
+
+    def _apply_group(self, p: Plan, existing: dict[str, Any] | None, uid: str) -> tuple[dict[str, Any], bool]:
+        """A multi-node target's SSH key Secret, created once with the group (its keys never change: the operator
+        may not read Secrets, a taken name is left as it is), then its LeaderWorkerSet."""
+        if existing is None:
+            self.kube.create_unread(build_ssh_secret(p, uid, ssh_keys.generate(p.name)))
+        try:
+            return self.children.write(build_leader_worker_set(p, uid, self.settings), existing, uid)
+        except ApiException as error:
+            if error.status == 404 and existing is None:
+                raise ApiNotInstalled(
+                    "LeaderWorkerSetNotInstalled", f"{LWS.api_version} {LWS.kind}", LWS.install
+                ) from None
+            raise
 
     def apply_canary(
         self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]

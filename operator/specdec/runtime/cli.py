@@ -14,14 +14,15 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
 import time
 
-from specdec.api.runtime_config import RuntimeConfig
+from specdec.api.runtime_config import MultiNode, RuntimeConfig
 from specdec.runtime import config as cfg
-from specdec.runtime import event_loop, launch
+from specdec.runtime import event_loop, launch, multinode
 from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
 from specdec.runtime.front_server import FrontServer
@@ -47,6 +48,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--print-config", action="store_true", help="dry run: print the command and every rendered file, then exit"
+    )
+    p.add_argument(
+        "--worker",
+        action="store_true",
+        help="a worker pod of a multi-node group: run sshd for the leader's mpirun (specdec.runtime.multinode)",
     )
     p.add_argument(
         "--workdir", default=launch.DEFAULT_WORKDIR, help=f"where rendered files go (default {launch.DEFAULT_WORKDIR})"
@@ -150,6 +156,37 @@ async def serve(config: RuntimeConfig, plan: LaunchPlan, args: argparse.Namespac
     return status
 
 
+# How long a leader waits for its workers' sshd; then it exits, and LeaderWorkerSet recreates the group.
+WORKERS_DEADLINE_SECONDS = 600.0
+
+
+def _await_group(multi: MultiNode, workdir: str) -> None:
+    """The leader's keys in place and every worker's sshd answering, before mpirun starts the ranks."""
+    multinode.prepare_keys(multi.ssh_dir, launch.ssh_key_dir(workdir))
+    hosts = multinode.group_hosts(os.environ, multi)
+    log.info("waiting for the workers' sshd: %s", ", ".join(hosts[1:]))
+    multinode.wait_for_workers(hosts[1:], multi.ssh_port, WORKERS_DEADLINE_SECONDS)
+
+
+def _serve_worker(config: RuntimeConfig, workdir: str) -> int:
+    """A worker of a multi-node group: sshd in the foreground, in place of this process."""
+    multi = config.multi_node
+    if multi is None:
+        raise cfg.ConfigError("--worker: the runtime configuration has no multiNode block")
+    key_dir = launch.ssh_key_dir(workdir)
+    try:
+        multinode.prepare_keys(multi.ssh_dir, key_dir)
+        config_path = f"{key_dir}/sshd_config"
+        with open(config_path, "w") as out:
+            out.write(multinode.sshd_config(multi, key_dir, os.environ))
+        argv = multinode.sshd_argv(config_path)
+        log.info("worker: %s", shlex.join(argv))
+        os.execv(argv[0], argv)  # returns only by raising
+    except OSError as error:
+        print(f"specdec-runtime: cannot start sshd: {error}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(
@@ -157,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = cfg.load(args.config)
-        plan = launch.plan_launch(config, args.workdir)
+        if args.worker:
+            return _serve_worker(config, args.workdir)
+        group_env = None
+        if args.print_config and config.multi_node and multinode.LEADER_ADDRESS not in os.environ:
+            group_env = multinode.example_group_env(config.multi_node)  # a dry run outside a group: an example's
+        plan = launch.plan_launch(config, args.workdir, group_env=group_env)
     except cfg.ConfigError as error:
         print(f"specdec-runtime: {error}", file=sys.stderr)
         return 2
@@ -173,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.backend_command:
         try:
             launch.prepare(plan)
-        except (cfg.ConfigError, OSError) as error:
+            if config.multi_node is not None:
+                _await_group(config.multi_node, args.workdir)
+        except (cfg.ConfigError, OSError, multinode.MultiNodeError) as error:
             print(f"specdec-runtime: cannot prepare the server: {error}", file=sys.stderr)
             return 2
     return event_loop.run(serve(config, plan, args))

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY, RuntimeConfig
 from specdec.runtime import config as cfg
-from specdec.runtime import triton, trtllm_serve
+from specdec.runtime import multinode, triton, trtllm_serve
 
 DEFAULT_WORKDIR = "/tmp/specdec"  # /tmp is the pod's writable emptyDir
+
+
+def ssh_key_dir(workdir: str) -> str:
+    """Where a multi-node pod keeps its copies of the SSH keys (specdec.runtime.multinode.prepare_keys)."""
+    return f"{workdir}/ssh"
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,16 @@ class LaunchPlan:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
-def plan_launch(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_engines: bool = True) -> LaunchPlan:
-    """What to launch for `config`: the backend's command line and environment, and the files `prepare` writes."""
+def plan_launch(
+    config: RuntimeConfig,
+    workdir: str = DEFAULT_WORKDIR,
+    *,
+    read_engines: bool = True,
+    group_env: Mapping[str, str] | None = None,
+) -> LaunchPlan:
+    """What to launch for `config`: the backend's command line and environment, and the files `prepare` writes.
+    A multi-node target's leader launches mpirun over its group, read from `group_env` (LeaderWorkerSet's
+    variables; the process's environment by default)."""
     route = cfg.route(config)
     if route == "triton":
         repo_dir = f"{workdir}/triton-repository"
@@ -74,15 +88,19 @@ def plan_launch(config: RuntimeConfig, workdir: str = DEFAULT_WORKDIR, *, read_e
         )
     options_path = f"{workdir}/extra_llm_api_options.yaml"
     argv, env = trtllm_serve.command(config, options_path)
+    files = {options_path: trtllm_serve.extra_options_yaml(config)}
+    multi = config.multi_node
+    if multi is not None:
+        try:
+            hosts = multinode.group_hosts(os.environ if group_env is None else group_env, multi)
+        except multinode.MultiNodeError as error:
+            raise cfg.ConfigError(str(error)) from None
+        hostfile_path = f"{workdir}/hostfile"
+        files[hostfile_path] = multinode.hostfile(hosts, multi.gpus_per_node)
+        argv = multinode.mpirun_argv(multi, hostfile_path, argv)
+        env = {**env, **multinode.mpirun_env(multi, ssh_key_dir(workdir))}
     backend = Backend("openai", f"http://{trtllm_serve.HOST}:{cfg.TRTLLM_SERVE_PORT}", "/health")
-    return LaunchPlan(
-        route,
-        argv,
-        env,
-        {options_path: trtllm_serve.extra_options_yaml(config)},
-        backend,
-        trtllm_serve.warnings(config),
-    )
+    return LaunchPlan(route, argv, env, files, backend, trtllm_serve.warnings(config))
 
 
 def draft_len_file(config_path: str) -> Path:

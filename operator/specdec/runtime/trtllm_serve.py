@@ -3,7 +3,7 @@ PyTorch path (every mode its backends list includes pytorch; the mode renders `s
 
 Flags are the ones present in every `tensorrt_llm/commands/serve.py` read (1.0/1.1 and the newest):
 `--backend`, `--host`, `--port`, `--tokenizer`, `--tp_size`, `--extra_llm_api_options`, `--log_level`;
-`--revision` only when a hub revision is pinned. KV-cache settings and speculation go in the
+`--revision` only when a hub revision is pinned, `--pp_size` only above 1. KV-cache settings and speculation go in the
 `--extra_llm_api_options` YAML (keys of `llm_args.py`: kv_cache_config, speculative_config, ...), the KV
 fraction only there: trtllm-serve replaces the kv_cache_config its --kv_cache_free_gpu_memory_fraction made
 with the YAML's whole (update_llm_args_with_extra_dict in llm_args.py), so the flag would never be read.
@@ -87,6 +87,8 @@ def command(config: RuntimeConfig, options_path: str) -> tuple[list[str], dict[s
         "--log_level",
         "info",
     ]
+    if target.pipeline_parallel_size:
+        argv += ["--pp_size", str(target.pipeline_parallel_size)]
     if config.backend == "pytorch" and target.revision:
         argv += ["--revision", target.revision]
     env: dict[str, str] = {}

@@ -87,21 +87,25 @@ def validations(*rules: dict[str, str]) -> ConfigDict:
 ModelUri = Annotated[str, Field(min_length=1, max_length=512, pattern=MODEL_URI_PATTERN)]
 
 
+# ModelSource's rules, which a subclass (the target's) extends: a subclass's model_config replaces its parent's.
+MODEL_SOURCE_RULES = (
+    cel(
+        "!has(self.devices) || size(self.devices) == self.tensorParallelSize",
+        "the device list must have exactly tensorParallelSize entries",
+        ".devices",
+    ),
+    cel(
+        "!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
+        "kvCacheDtype fp8 needs quantization fp8",
+        ".kvCacheDtype",
+    ),
+)
+
+
 class ModelSource(ApiModel):
     """A model checkpoint and how to turn it into an engine."""
 
-    model_config = validations(
-        cel(
-            "!has(self.devices) || size(self.devices) == self.tensorParallelSize",
-            "the device list must have exactly tensorParallelSize entries",
-            ".devices",
-        ),
-        cel(
-            "!has(self.kvCacheDtype) || self.kvCacheDtype != 'fp8' || self.quantization == 'fp8'",
-            "kvCacheDtype fp8 needs quantization fp8",
-            ".kvCacheDtype",
-        ),
-    )
+    model_config = validations(*MODEL_SOURCE_RULES)
 
     model: ModelUri = Field(description=f"The checkpoint: {MODEL_URI_HELP}.")
     revision: str | None = Field(

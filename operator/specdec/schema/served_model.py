@@ -16,3 +16,4 @@ class ServedModel(ApiModel):
     revision: str | None = Field(None, description="Hub revision, when checkpoint is a hub id.")
     devices: list[int] = Field(description="GPU indices within the pod.")
     tensor_parallel_size: int = 1
+    pipeline_parallel_size: int | None = Field(None, description="trtllm-serve --pp_size, when above 1.")

@@ -7,6 +7,7 @@ from typing import Any
 
 from specdec.conditions import Cond, aggregate_ready
 from specdec.plan import ModelCachePlan, Plan, Problem
+from specdec.status.groups import group_shortfall
 from specdec.status.pods import STUCK_REASONS, by_age, condition, condition_true, stuck_container
 from specdec.status.shared import BUILD, FETCH, FETCHED, WAITING_FOR_CHECKPOINTS, BuildState
 
@@ -177,18 +178,26 @@ def _runtime_condition(
     ready = status.get("readyReplicas") or 0
     updated = status.get("updatedReplicas") or 0
     total = status.get("replicas") or 0
+    # A LeaderWorkerSet (a target spanning nodes) counts groups, a Deployment pods; LWS releases whose status has no
+    # observedGeneration count as having seen the spec.
+    groups = "leaderWorkerTemplate" in (deployment.get("spec") or {})
+    unit = "groups" if groups else "pods"
     if not current:
         return Cond(
             "RuntimeAvailable",
             False,
             "UpdatePending",
-            f"{ready} pod(s) of the previous version keep serving until the new engines are built",
+            f"{ready} {unit[:-1]}(s) of the previous version keep serving until the new engines are built",
         )
-    seen = (deployment.get("metadata") or {}).get("generation") == status.get("observedGeneration")
+    seen = (deployment.get("metadata") or {}).get("generation") == status.get("observedGeneration") or (
+        groups and "observedGeneration" not in status
+    )
     if seen and want == 0:
         return Cond("RuntimeAvailable", True, "ScaledToZero", "replicas is 0")
     if seen and updated == want and ready >= want and total == want and condition_true(deployment, "Available"):
-        return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} pods ready")
+        return Cond("RuntimeAvailable", True, "Available", f"{ready}/{want} {unit} ready")
+    if groups:
+        return _group_condition(deployment, pods, want, ready, updated, served_before)
     if served_before and want and ready >= want and condition_true(deployment, "Available"):
         # A rollout the operator started on its own (a draft length the autopilot chose, a re-arm, a new
         # operator version) while this generation is served: the pods that serve keep the runtime available,
@@ -205,6 +214,21 @@ def _runtime_condition(
     return _rollout_stuck(deployment, pods) or Cond(
         "RuntimeAvailable", False, "RollingOut", f"{updated}/{want} pods updated, {ready} ready"
     )
+
+
+def _group_condition(
+    lws: dict[str, Any], pods: list[dict[str, Any]], want: int, ready: int, updated: int, served_before: bool
+) -> Cond:
+    """A LeaderWorkerSet not all of whose groups are ready: which pod of which group, and why. It stays available
+    while as many groups as wanted serve (a rolling update surges a new group before an old one goes)."""
+    blocked = _runtime_blocked(lws, pods)
+    shortfall = group_shortfall(lws, pods)
+    detail = f"{updated}/{want} groups updated, {ready} ready" + (f"; {shortfall}" if shortfall else "")
+    if served_before and want and ready >= want and condition_true(lws, "Available"):
+        return blocked or Cond("RuntimeAvailable", True, "Available", detail)
+    if blocked:
+        return Cond("RuntimeAvailable", False, blocked.reason, f"{blocked.message}; {detail}")
+    return Cond("RuntimeAvailable", False, "GroupsNotReady" if shortfall else "RollingOut", detail)
 
 
 @dataclasses.dataclass(frozen=True)
