@@ -160,6 +160,7 @@ def test_the_leader_launches_every_rank_through_trtllm_llmapi_launch():
     assert plan.env["PRTE_MCA_plm_rsh_agent"] == rsh
     assert shlex.split(rsh)[:5] == ["ssh", "-p", str(SSH_PORT), "-i", "/w/ssh/id_ed25519"]
     assert "StrictHostKeyChecking=yes" in rsh
+    assert plan.env["OMPI_MCA_orte_keep_fqdn_hostnames"] == plan.env["PRTE_MCA_prte_keep_fqdn_hostnames"] == "1"
     launcher = argv.index("trtllm-llmapi-launch")
     serve = argv[launcher + 1 :]
     assert serve[0] == "trtllm-serve" and serve[serve.index("--tp_size") + 1] == "16"

@@ -95,10 +95,16 @@ def mpirun_argv(multi: MultiNode, hostfile_path: str, serve_argv: list[str]) -> 
 
 
 def mpirun_env(multi: MultiNode, key_dir: str) -> dict[str, str]:
-    """mpirun's remote shell, as environment: Open MPI 4 reads OMPI_MCA_plm_rsh_agent, Open MPI 5's runtime (PRRTE)
-    PRTE_MCA_plm_rsh_agent; a --mca flag would be spelt differently by each."""
+    """mpirun's settings, as environment (Open MPI 4 reads OMPI_MCA_orte_*, Open MPI 5's runtime PRRTE
+    PRTE_MCA_prte_*; a --mca flag would be spelt differently by each): its remote shell, and the hostfile's names
+    kept whole (by default it cuts them at the first dot, and a group's pods resolve by their full names only)."""
     agent = ssh_command(multi, key_dir)
-    return {"OMPI_MCA_plm_rsh_agent": agent, "PRTE_MCA_plm_rsh_agent": agent}
+    return {
+        "OMPI_MCA_plm_rsh_agent": agent,
+        "PRTE_MCA_plm_rsh_agent": agent,
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "1",
+        "PRTE_MCA_prte_keep_fqdn_hostnames": "1",
+    }
 
 
 def sshd_config(multi: MultiNode, key_dir: str, env: Mapping[str, str]) -> str:

@@ -1,0 +1,59 @@
+"""A target spanning two nodes on the local cluster: DeepSeek-V3 MTP on 2 simulated nodes of 8 H100s, one
+LeaderWorkerSet group. Without LeaderWorkerSet served, the deployment says what to install; with it (a real LWS
+controller and its pod webhook, as `specdec dev up` runs them), the group becomes Ready, and a worker deleted
+recreates the group, the status naming the missing worker meanwhile."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from specdec.versions import LWS
+from tests.cluster.test_operator import SD, example
+from tests.kube_helpers import Kube, wait_for
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLE = "deepseek-v3-mtp-2x8-h100.yaml"
+
+
+def lws_served(kube: Kube) -> bool:
+    groups = client.ApisApi(kube.custom.api_client).get_api_versions().groups
+    return any(g.name == LWS.group and any(v.version == LWS.version for v in g.versions) for g in groups)
+
+
+def test_without_leader_worker_set_the_deployment_names_what_to_install(kube: Kube, namespace: str, operator):
+    if lws_served(kube):
+        pytest.skip("this cluster serves LeaderWorkerSet")
+    sd = SD(kube, namespace, example(EXAMPLE))
+    ready = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "LeaderWorkerSetNotInstalled" and c,
+        "Ready=False LeaderWorkerSetNotInstalled",
+        timeout=120,
+    )
+    assert ready["status"] == "False" and "install LeaderWorkerSet" in ready["message"]
+    assert kube.apps.list_namespaced_deployment(namespace).items == []
+
+
+def group_pods(kube: Kube, namespace: str, name: str) -> list:
+    return kube.core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={name}").items
+
+
+def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, namespace: str, operator):
+    if not lws_served(kube):
+        pytest.skip("this cluster serves no LeaderWorkerSet (specdec dev up runs its controller)")
+    sd = SD(kube, namespace, example(EXAMPLE))
+    assert sd.wait_ready(timeout=300)["status"]["readyReplicas"] == 1
+    pods = {p.metadata.name: p for p in group_pods(kube, namespace, sd.name)}
+    assert set(pods) == {f"{sd.name}-0", f"{sd.name}-0-1"}, sorted(pods)
+    worker = pods[f"{sd.name}-0-1"]
+    kube.core.delete_namespaced_pod(worker.metadata.name, namespace)
+    missing = wait_for(
+        lambda: (c := sd.condition("RuntimeAvailable")).get("status") == "False" and "group 0" in c["message"] and c,
+        "RuntimeAvailable=False naming group 0",
+        timeout=120,
+    )
+    assert missing["reason"] in ("GroupsNotReady", "RollingOut"), missing
+    sd.wait_ready(timeout=300)
+    recreated = {p.metadata.name: p.metadata.uid for p in group_pods(kube, namespace, sd.name)}
+    assert recreated.get(f"{sd.name}-0-1") not in (None, worker.metadata.uid)
