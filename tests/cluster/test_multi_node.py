@@ -5,9 +5,12 @@ recreates the group, the status naming the missing worker meanwhile."""
 
 from __future__ import annotations
 
-import pytest
-from kubernetes import client
+from collections.abc import Callable
 
+import pytest
+from kubernetes import client, watch
+
+from specdec.api.models import GROUP, VERSION
 from specdec.versions import LWS
 from tests.cluster.test_operator import SD, example
 from tests.kube_helpers import Kube, wait_for
@@ -35,6 +38,29 @@ def test_without_leader_worker_set_the_deployment_names_what_to_install(kube: Ku
     assert kube.apps.list_namespaced_deployment(namespace).items == []
 
 
+def status_written(
+    kube: Kube, sd: SD, since: str, kind: str, matches: Callable[[dict], bool], timeout: int = 120
+) -> dict | None:
+    """The first `kind` condition matching `matches` written to `sd` after resourceVersion `since`, from a watch:
+    LeaderWorkerSet recreates a group on kwok's nodes in under a second, a window that polling can miss."""
+    stream = watch.Watch().stream(
+        kube.custom.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        sd.namespace,
+        "speculativedeployments",
+        field_selector=f"metadata.name={sd.name}",
+        resource_version=since,
+        timeout_seconds=timeout,
+    )
+    for event in stream:
+        conditions = (event["object"].get("status") or {}).get("conditions") or []
+        found = next((c for c in conditions if c["type"] == kind and matches(c)), None)
+        if found:
+            return found
+    return None
+
+
 def group_pods(kube: Kube, namespace: str, name: str) -> list:
     return kube.core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={name}").items
 
@@ -47,12 +73,10 @@ def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, name
     pods = {p.metadata.name: p for p in group_pods(kube, namespace, sd.name)}
     assert set(pods) == {f"{sd.name}-0", f"{sd.name}-0-1"}, sorted(pods)
     worker = pods[f"{sd.name}-0-1"]
+    since = sd.get()["metadata"]["resourceVersion"]
     kube.core.delete_namespaced_pod(worker.metadata.name, namespace)
-    missing = wait_for(
-        lambda: (c := sd.condition("RuntimeAvailable")).get("status") == "False" and "group 0" in c["message"] and c,
-        "RuntimeAvailable=False naming group 0",
-        timeout=120,
-    )
+    missing = status_written(kube, sd, since, "RuntimeAvailable", lambda c: c["status"] == "False")
+    assert missing and "group 0" in missing["message"], missing
     assert missing["reason"] in ("GroupsNotReady", "RollingOut"), missing
     sd.wait_ready(timeout=300)
     recreated = {p.metadata.name: p.metadata.uid for p in group_pods(kube, namespace, sd.name)}
