@@ -206,8 +206,8 @@ def test_a_leader_worker_set_group_launched_as_the_operator_renders_it_runs_acro
     """The launch specdec.runtime.multinode makes from LeaderWorkerSet's variables: its hostfile, the SSH key Secret
     of specdec.builders.ssh_keys (known_hosts checked strictly), the workers' sshd configuration, the leader's
     mpirun flags and remote shell, with the CPU program in place of trtllm-llmapi-launch's ranks. The pods are made
-    here as LeaderWorkerSet makes a group's (names, hostname and subdomain, LWS_* variables): the local cluster runs
-    no LeaderWorkerSet controller. The keys are copied as multinode.prepare_keys does (the image has no Python
+    here as LeaderWorkerSet makes a group's (names, hostname and subdomain, LWS_* variables), so that they run these
+    commands rather than the runtime's. The keys are copied as multinode.prepare_keys does (the image has no Python
     package of ours)."""
     namespace = restricted_namespace(prefix="lws")
     multi = MultiNode(nodes=2, gpus_per_node=1, ssh_port=RUNTIME_SSH_PORT, ssh_dir=RUNTIME_SSH_DIR)
@@ -261,12 +261,6 @@ def test_a_leader_worker_set_group_launched_as_the_operator_renders_it_runs_acro
         restartPolicy="Never",
     )
     phase, logs = run_group(kube, namespace, worker, leader)
-    if phase == "Failed" and "Could not resolve hostname mpi-0-1:" in logs:
-        pytest.xfail(
-            "Open MPI 4.1 cuts the hostfile's names at the first dot (mpi-0-1.mpi.<namespace> -> mpi-0-1, which "
-            "resolves nowhere): multinode.mpirun_argv does not keep them (orte_keep_fqdn_hostnames, as the test "
-            f"above does). The leader's log ends: {logs[-600:]!r}"
-        )
     assert phase == "Succeeded", logs[-3000:]
     result = json.loads(logs.strip().splitlines()[-1])
     assert result["size"] == 2 and result["sum"] == 1 + 2, result
