@@ -9,9 +9,11 @@ a base image does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Iterable
@@ -63,9 +65,9 @@ BASE_CONFIG = (
 )
 
 
-def base_key(packages: Iterable[str] = BASE_PACKAGES) -> str:
-    """The base image's recipe: suite, variant, packages and options."""
-    recipe = {
+def base_key(packages: Iterable[str] = BASE_PACKAGES, customize: Iterable[str] = ()) -> str:
+    """A Debian image's recipe: suite, variant, packages, options and the commands run in its root."""
+    recipe: dict[str, object] = {
         "suite": SUITE,
         "variant": "minbase",
         "packages": sorted(packages),
@@ -74,13 +76,31 @@ def base_key(packages: Iterable[str] = BASE_PACKAGES) -> str:
         "merged-usr": "hook",
         "security": True,
     }
+    commands = list(customize)
+    if commands:  # absent for the base, whose key (and so its tag and cached archive) stays as it was
+        recipe["customize"] = commands
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-BASE_IMAGE = f"localhost/specdec-base:{SUITE}-{base_key()[:12]}"
+@dataclasses.dataclass(frozen=True)
+class DebianImage:
+    """An image made from Debian's packages alone: `packages` on minbase, then `customize`, shell commands
+    run in its root filesystem (chroot) as root. Its tag carries its recipe's hash."""
+
+    name: str
+    packages: tuple[str, ...]
+    customize: tuple[str, ...] = ()
+
+    def key(self) -> str:
+        return base_key(self.packages, self.customize)
+
+    @property
+    def reference(self) -> str:
+        return f"localhost/{self.name}:{SUITE}-{self.key()[:12]}"
 
 
-BASE_IMAGE = f"localhost/specdec-base:{SUITE}-{base_key()[:12]}"
+BASE = DebianImage("specdec-base", BASE_PACKAGES)
+BASE_IMAGE = BASE.reference
 
 
 def _scratch_dir() -> str | None:
@@ -94,25 +114,31 @@ def _scratch_dir() -> str | None:
 
 def build_base(log: Path) -> Path:
     """BASE_IMAGE in podman's store and as an OCI archive; mmdebstrap only when there is no archive yet."""
-    archive, key = archive_path(BASE_IMAGE), base_key()
+    return build_debian_image(BASE, log)
+
+
+def build_debian_image(image: DebianImage, log: Path) -> Path:
+    """`image` in podman's store and as an OCI archive; mmdebstrap only when there is no archive yet."""
+    reference = image.reference
+    archive, key = archive_path(reference), image.key()
     if cached(archive, key):
-        if not podman_has(BASE_IMAGE):
-            progress(f"loading {BASE_IMAGE} from {archive}")
-            podman("load", "-i", str(archive), label=f"loading {BASE_IMAGE}", log=log)
+        if not podman_has(reference):
+            progress(f"loading {reference} from {archive}")
+            podman("load", "-i", str(archive), label=f"loading {reference}", log=log)
         return archive
     require("mmdebstrap")
     progress(
-        f"building the base root filesystem {BASE_IMAGE} from Debian {SUITE}'s packages (mmdebstrap; "
-        "about a minute, once)"
+        f"building the root filesystem {reference} from Debian {SUITE}'s packages (mmdebstrap; about a minute, once)"
     )
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="base-", dir=images_dir()) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{image.name}-", dir=images_dir()) as tmp:
         rootfs = Path(tmp) / "rootfs.tar"
         command = [
             "mmdebstrap",
             "--variant=minbase",
-            f"--include={','.join(BASE_PACKAGES)}",
+            f"--include={','.join(image.packages)}",
             *[f"--dpkgopt={option}" for option in DPKG_OPTIONS],
+            *[f'--customize-hook=chroot "$1" sh -ec {shlex.quote(c)}' for c in image.customize],
         ]
         if MERGED_USR_HOOK.is_dir():
             command.append(f"--hook-dir={MERGED_USR_HOOK}")
@@ -130,7 +156,7 @@ def build_base(log: Path) -> Path:
         run(command, "mmdebstrap", log, env)
         progress(f"  root filesystem built ({time.monotonic() - start:.0f}s); importing it into podman")
         changes = [arg for change in BASE_CONFIG for arg in ("--change", change)]
-        podman("import", *changes, str(rootfs), BASE_IMAGE, label=f"importing {BASE_IMAGE}", log=log)
-    save(BASE_IMAGE, archive, key, log)
-    progress(f"built {BASE_IMAGE} in {time.monotonic() - start:.0f}s")
+        podman("import", *changes, str(rootfs), reference, label=f"importing {reference}", log=log)
+    save(reference, archive, key, log)
+    progress(f"built {reference} in {time.monotonic() - start:.0f}s")
     return archive

@@ -14,6 +14,7 @@ from typing import Any
 from specdec_dev import (
     cluster,
     images,
+    node_config,
     prometheus,
     prometheus_ui,
     real_node,
@@ -147,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
             node = real_node.RealNode(local)
             if node.kubelet_pid():
                 print(
-                    f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, logs in {node.directory}\n"
+                    f"real node {real_node.NODE_NAME}: kubelet pid {node.kubelet_pid()}, its pods' DNS pid "
+                    f"{node.pod_dns_pid()} on {node_config.GATEWAY}:53, logs in {node.directory}\n"
                     f"{node.exports()}"
                 )
         elif args.dev_command == "simulate":

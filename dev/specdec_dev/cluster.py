@@ -2,9 +2,10 @@
 
 kwokctl's binary runtime runs our own etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kwok (which plays every kubelet) as local processes, bound to 127.0.0.1, with
-RBAC and the default admission plugins (Pod Security included) switched on. Beside them run the operator
-and the pod runner (specdec_dev.podrunner: the runtime pods' servers, with simulated backends), each a
-process with its pid file and log in the cluster's directory.
+RBAC and the default admission plugins (Pod Security included) switched on, and LeaderWorkerSet's manager with
+its webhooks (specdec_dev.lws). Beside them run the operator and the pod runner (specdec_dev.podrunner: the
+runtime pods' servers, with simulated backends), each a process with its pid file and log in the cluster's
+directory.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import yaml
 
 from specdec.api.crd import render_crds
-from specdec_dev import nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
+from specdec_dev import lws, nodes, simulated_fetch, simulated_steps, simulation_profile, toolchain
 from specdec_dev.processes import running_pid, start_process, stop_process
 
 CLUSTER_NAME = "specdec"
@@ -136,6 +137,11 @@ class LocalCluster:
     def real_node_dir(self) -> Path:
         """The files of the cluster's real node (specdec_dev.real_node), when it has one."""
         return self.directory / "real-node"
+
+    @property
+    def lws(self) -> lws.LocalLws:
+        """The cluster's LeaderWorkerSet manager (specdec_dev.lws)."""
+        return lws.LocalLws(self.directory, self.kubectl)
 
     @property
     def prometheus_dir(self) -> Path:
@@ -305,6 +311,10 @@ def up(
         input="\n---\n".join(yaml.safe_dump(o) for o in objects),
     )
     wait_nodes_ready(cluster, [o["metadata"]["name"] for o in objects if o["kind"] == "Node"])
+    try:
+        cluster.lws.up(cluster.env())
+    except lws.LwsError as error:
+        raise ClusterError(str(error)) from error
     _log(f"cluster {cluster.name!r} is up ({time.monotonic() - start:.1f}s)")
 
 
@@ -436,6 +446,7 @@ def down(cluster: LocalCluster) -> None:
     stop_process(cluster.pod_runner_pid_file, "pod runner")
     stop_operator(cluster)
     stop_process(cluster.prometheus_dir / "prometheus.pid", "prometheus")  # `dev up --prometheus`
+    cluster.lws.down()
     if not cluster.exists():
         _log(f"no cluster {cluster.name!r}; nothing to do")
         return
@@ -459,6 +470,7 @@ def status(cluster: LocalCluster) -> str:
     for what, pid_file, log in (
         ("operator", cluster.operator_pid_file, cluster.operator_log),
         ("pod runner", cluster.pod_runner_pid_file, cluster.pod_runner_log),
+        (f"LeaderWorkerSet {toolchain.LWS_VERSION}", cluster.lws.pid_file, cluster.lws.log),
     ):
         pid = running_pid(pid_file)
         processes.append(f"{what} " + (f"running (pid {pid}, log {log})" if pid else "not running"))

@@ -15,6 +15,7 @@ TAINTS = [
 BRIDGE = "specdec0"
 POD_SUBNET = "10.88.0.0/24"
 GATEWAY = "10.88.0.1"
+CLUSTER_DOMAIN = "cluster.local"  # the pods' DNS (specdec_dev.pod_dns) listens on GATEWAY
 PAUSE_IMAGE = f"localhost/specdec-pause:{toolchain.KUBERNETES_VERSION}"
 # The kubelet refreshes a pod's ConfigMap volumes when it syncs the pod: once a minute by default. Ten seconds
 # here, so a draft length the operator changes reaches a pod's front within seconds in the local cluster.
@@ -84,7 +85,7 @@ def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
     """A KubeletConfiguration for this machine: cgroup v1 allowed (the kubelet refuses it unless told), the
     cgroupfs driver (no systemd here), webhook authentication and authorization against the API server (whose
     kubelet client certificate the cluster's CA signed), no swap check, eviction thresholds a shared dev disk
-    does not trip."""
+    does not trip, the pods' DNS on their gateway (specdec_dev.pod_dns)."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -114,4 +115,6 @@ def kubelet_config(directory: Path, ca_file: Path, socket: Path) -> dict:
         "podLogsDir": str(directory / "pod-logs"),
         "syncFrequency": SYNC_FREQUENCY,
         "registerWithTaints": TAINTS,
+        "clusterDNS": [GATEWAY],
+        "clusterDomain": CLUSTER_DOMAIN,
     }

@@ -254,7 +254,9 @@ class PodRunner:
         deployment = profile_key(key, pod)
         try:
             config = self._claims_written(key, pod, cfg.load(config_dir / RUNTIME_CONFIG_KEY))
-            launch_plan = launch.plan_launch(config, str(config_dir.parent / "work"), read_engines=False)
+            launch_plan = launch.plan_launch(
+                config, str(config_dir.parent / "work"), read_engines=False, group_env=container_env(pod)
+            )
         except cfg.ConfigError as error:
             self._problem(key, str(error))
             return
@@ -345,6 +347,13 @@ def profile_key(key: Key, pod: dict[str, Any]) -> str:
     if labels.get(common.LABEL_COMPONENT) == RUNTIME_CANARY:
         return simulation_profile.canary_key(deployment)
     return deployment
+
+
+def container_env(pod: dict[str, Any]) -> dict[str, str]:
+    """The runtime container's variables that have a value in the pod spec: a multi-node leader's group, which
+    LeaderWorkerSet's pod webhook sets there (LWS_LEADER_ADDRESS, LWS_GROUP_SIZE), is what its launch reads."""
+    containers = pod["spec"].get("containers") or [{}]
+    return {e["name"]: e["value"] for e in containers[0].get("env") or [] if isinstance(e.get("value"), str)}
 
 
 def _pre_stop_seconds(pod: dict[str, Any]) -> float:

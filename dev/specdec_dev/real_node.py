@@ -11,7 +11,8 @@ probes, restarts and the pod network. What stays simulated, and why:
 - TensorRT-LLM and Triton: the runtime test image runs stand-ins behind their command lines (see
   runtime_image/Dockerfile.test).
 - Services: there is no kube-proxy; one DNAT rule routes the `kubernetes` Service's ClusterIP to the API
-  server, so in-cluster clients (the operator's pod) work as on any cluster. Pods are reached by their IPs.
+  server, so in-cluster clients (the operator's pod) work as on any cluster. Pods are reached by their IPs,
+  or by the names headless Services give them, which specdec_dev.pod_dns answers.
 
 It needs root, cgroups, iptables and runc (Debian packages: DEBIAN_PACKAGES), and one per machine: the
 kubelet's device-plugin directory is a fixed host path. Everything it changes on the host is recorded
@@ -49,6 +50,7 @@ from specdec_dev.pause_image import build_pause, pause_image_archive
 from specdec_dev.processes import running_pid, start_process, stop_process
 
 NODE_NAME = "real-0"
+POD_DNS_START_SECONDS = 1.0  # it fails at once if it cannot listen
 GPU_STAND_INS = 4
 DEBIAN_PACKAGES = {
     "runc": "runc",
@@ -152,8 +154,9 @@ class RealNode:
         if not state_file.exists():  # a restart keeps the first record: the host as it was before any node
             host_changes.record().save(state_file)
         self._start_containerd()
-        self._import(images)
+        self.import_images(images)
         self._route_kubernetes_service()
+        self._start_dns()
         self._start_kubelet()
         wait_nodes_ready(self.cluster, [NODE_NAME])
         self._advertise_gpus()
@@ -206,7 +209,9 @@ class RealNode:
                 raise ClusterError(f"containerd did not start; see {self._file('containerd.log')}")
             time.sleep(0.3)
 
-    def _import(self, images: dict[str, Path]) -> None:
+    def import_images(self, images: dict[str, Path]) -> None:
+        """Import `images` (reference -> OCI archive) into containerd, each unless already imported from that
+        archive; the pause image first when missing."""
         have = set(self.ctr("images", "list", "-q").stdout.split())
         pause = self._file("pause.oci.tar")
         if PAUSE_IMAGE not in have:
@@ -254,6 +259,21 @@ class RealNode:
             f"{GATEWAY}:{port}",
         ]
 
+    def pod_dns_pid(self) -> int | None:
+        return running_pid(self._file("pod-dns.pid"))
+
+    def _start_dns(self) -> None:
+        """The pods' cluster DNS (specdec_dev.pod_dns), on the gateway the kubelet gives pods as clusterDNS."""
+        pid_file = self._file("pod-dns.pid")
+        if running_pid(pid_file):
+            return
+        argv = [sys.executable, "-m", "specdec_dev.pod_dns", f"--kubeconfig={self.cluster.kubeconfig}"]
+        log = self._file("pod-dns.log")
+        process = start_process([*argv, f"--address={GATEWAY}"], pid_file, log, self.cluster.env())
+        time.sleep(POD_DNS_START_SECONDS)
+        if process.poll() is not None:
+            raise ClusterError(f"the pods' DNS (specdec_dev.pod_dns) exited at start; see {log}")
+
     def _start_kubelet(self) -> None:
         if self.kubelet_pid():
             return
@@ -299,6 +319,7 @@ class RealNode:
         if not self.directory.exists():
             return
         stop_process(self._file("kubelet.pid"), "kubelet")
+        stop_process(self._file("pod-dns.pid"), "pod-dns")
         if running_pid(self._file("containerd.pid")):
             for sandbox in self.crictl("pods", "-q", check=False).stdout.split():
                 self.crictl("stopp", sandbox, check=False)

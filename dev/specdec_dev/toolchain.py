@@ -1,9 +1,9 @@
 """Build the local control plane's binaries from pinned Go modules, cached by version.
 
 No container registry or release download is reachable from our machines, only the Go module
-proxy, so every binary (etcd, the Kubernetes components, kwok, helm) is compiled here. Each tool
-group is built from a throw-away wrapper module whose go.mod pins the upstream module: that is the
-only way to build modules that carry `replace` directives (Kubernetes, etcd), which `go install`
+proxy, so every binary (etcd, the Kubernetes components, kwok, helm, LeaderWorkerSet's manager) is compiled
+here. Each tool group is built from a throw-away wrapper module whose go.mod pins the upstream module: that
+is the only way to build modules that carry `replace` directives (Kubernetes, etcd), which `go install`
 refuses. Results land in `~/.cache/specdec/tools/<group>-<version>/` and are linked into one bin dir.
 """
 
@@ -30,6 +30,9 @@ HELM_VERSION = "v3.22.0"
 CONTAINERD_VERSION = "v2.4.2"
 CNI_PLUGINS_VERSION = "v1.10.0"
 CRICTL_VERSION = "v1.36.0"
+# LeaderWorkerSet's controller manager and webhooks (specdec_dev.lws), for targets spanning several nodes. v0.9.0 is
+# the newest release the Go module proxy we build from serves.
+LWS_VERSION = "v0.9.0"
 
 HEARTBEAT_SECONDS = 30
 
@@ -76,6 +79,9 @@ def _kubernetes(name: str, commands: tuple[str, ...]) -> ToolGroup:
     )
 
 
+LWS_MODULE = "sigs.k8s.io/lws"
+LWS_MANAGER = "lws-manager"
+
 GROUPS: tuple[ToolGroup, ...] = (
     ToolGroup(
         name="etcd",
@@ -103,6 +109,13 @@ GROUPS: tuple[ToolGroup, ...] = (
             f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
             "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
         ),
+    ),
+    ToolGroup(
+        name="lws",
+        module=LWS_MODULE,
+        version=LWS_VERSION,
+        binaries={LWS_MANAGER: f"{LWS_MODULE}/cmd"},
+        ldflags=(f"-X {LWS_MODULE}/pkg/version.GitVersion={LWS_VERSION}",),
     ),
 )
 

@@ -150,6 +150,7 @@ def test_pinned_versions_meet_what_the_control_plane_needs():
         "kubernetes": toolchain.KUBERNETES_VERSION,
         "kwok": toolchain.KWOK_VERSION,
         "helm": toolchain.HELM_VERSION,
+        "lws": toolchain.LWS_VERSION,
     }
     binaries = {b for g in toolchain.GROUPS for b in g.binaries}
     assert binaries == {
@@ -161,6 +162,7 @@ def test_pinned_versions_meet_what_the_control_plane_needs():
         "kwok",
         "kwokctl",
         "helm",
+        "lws-manager",
     }
     # A real node: the kubelet of the control plane's release, and containerd 2.x (the 1.36 kubelet refuses 1.x).
     node = {g.name: g for g in toolchain.NODE_GROUPS}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec_dev import base_image, images, podman
+from specdec_dev import base_image, images, mpi_image, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +106,14 @@ def test_the_base_tag_names_its_recipe():
     assert base_image.BASE_IMAGE == f"localhost/specdec-base:{base_image.SUITE}-{base_image.base_key()[:12]}"
     assert base_image.base_key(base_image.BASE_PACKAGES) != base_image.base_key((*base_image.BASE_PACKAGES, "curl"))
     assert base_image.base_key(reversed(base_image.BASE_PACKAGES)) == base_image.base_key()
+
+
+def test_a_debian_image_tag_names_its_packages_and_commands():
+    mpi = mpi_image.MPI
+    assert mpi_image.MPI_IMAGE == f"localhost/specdec-mpi:{base_image.SUITE}-{mpi.key()[:12]}"
+    assert set(base_image.BASE_PACKAGES) < set(mpi.packages) and "openmpi-bin" in mpi.packages
+    assert mpi.key() != base_image.DebianImage("specdec-mpi", mpi.packages).key()  # its commands count
+    assert base_image.BASE.key() == base_image.base_key()  # the base has no commands: its key is its packages'
 
 
 def test_the_wheelhouse_covers_the_build_backend_and_the_runtime_extra():
