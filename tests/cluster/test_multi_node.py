@@ -14,7 +14,7 @@ from kubernetes import client, watch
 from specdec.api.models import GROUP, VERSION
 from specdec.versions import LWS
 from tests.cluster.test_operator import SD, example
-from tests.kube_helpers import Kube, wait_for
+from tests.kube_helpers import Kube
 
 pytestmark = pytest.mark.cluster
 
