@@ -1,20 +1,33 @@
-"""A target spanning two nodes on the local cluster: DeepSeek-V3 MTP on 2 simulated nodes of 8 H100s, one
+"""A target spanning two nodes on the local cluster: DeepSeek-V3 MTP on 2 simulated nodes of 8 H100s per
 LeaderWorkerSet group, through a real LWS controller and its pod webhook (as `specdec dev up` runs them): the group
-becomes Ready, and a worker deleted recreates the group, the status naming the missing worker meanwhile. (Without
+becomes Ready, and a worker deleted recreates the group, the status naming the missing worker meanwhile; with two
+groups serving, a spec change rolls them one at a time while clients of the Service see no failed request. (Without
 LeaderWorkerSet served the deployment says what to install: tests/unit/test_multinode.py, on the in-memory API
 server, since the local cluster always serves it.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
+from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
+from specdec.builders.serving import RUNTIME
 from specdec.versions import LWS
+from specdec_dev import nodes, simulation_profile
+from specdec_dev.pod_runner_thread import in_thread as pod_runner
+from tests.cluster.test_canary import served_without_failures
 from tests.cluster.test_operator import SD, example
-from tests.kube_helpers import Kube
+from tests.kube_helpers import FAST_PROFILE, Kube, wait_for
+from tests.service_clients import ServiceClients
 
 pytestmark = pytest.mark.cluster
 
@@ -69,3 +82,163 @@ def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, name
     sd.wait_ready(timeout=300)
     recreated = {p.metadata.name: p.metadata.uid for p in group_pods(kube, namespace, sd.name)}
     assert recreated.get(f"{sd.name}-0-1") not in (None, worker.metadata.uid)
+
+
+# LeaderWorkerSet's label with the revision of the template a group's pods were made from (api/leaderworkerset/v1).
+REVISION_LABEL = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+GROUPS = 2
+NODES_PER_GROUP = 2
+# The rolling update surges one group (maxSurge 1) on nodes of its own: a group's pods never share a node.
+ROLLOUT_GPU_NODES = (GROUPS + 1) * NODES_PER_GROUP
+
+
+def is_ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+@pytest.fixture
+def gpu_nodes_for_a_rollout(kube: Kube) -> Iterator[None]:
+    """As many simulated 8-GPU nodes as two groups and the surged one take (`specdec dev up` makes 3; a cluster
+    that rolls groups needs a spare group's nodes); the nodes it adds go when the test ends."""
+    present = {n.metadata.name for n in kube.core.list_node(label_selector=f"{nodes.GPU_RESOURCE}.present=true").items}
+    added = []
+    for index in range(ROLLOUT_GPU_NODES):
+        node = nodes.gpu_node(index)
+        if len(present) + len(added) >= ROLLOUT_GPU_NODES:
+            break
+        if node["metadata"]["name"] not in present:
+            kube.core.create_node(node)
+            added.append(node["metadata"]["name"])
+    wait_for(
+        lambda: all(
+            any(c.type == "Ready" and c.status == "True" for c in kube.core.read_node(name).status.conditions or [])
+            for name in added
+        ),
+        f"simulated GPU nodes {added} Ready",
+    )
+    yield
+    for name in added:
+        try:
+            kube.core.delete_node(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """The leaders after one change of one of them."""
+
+    at: float
+    event: str  # the change: "<watch event> <pod> <ready|not ready|deleting>"
+    serving: dict[str, int]  # leaders Ready and not terminating, by template revision
+    groups: int  # leaders not terminating: the groups that exist
+
+
+class Leaders:
+    """The deployment's group leaders from a watch of its pods, sampled after every change."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str):
+        self.kube, self.namespace = kube, namespace
+        self.selector = f"{LABEL_INSTANCE}={name},{LABEL_COMPONENT}={RUNTIME}"
+        self.pods: dict[str, client.V1Pod] = {}  # by uid: a rolled group's leader takes its predecessor's name
+        self.samples: list[Sample] = []
+        self._since = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> Leaders:
+        listed = self.kube.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
+        self.pods = {p.metadata.uid: p for p in listed.items}
+        self._since = listed.metadata.resource_version
+        self._sample("listed")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _sample(self, event: str) -> None:
+        serving: dict[str, int] = {}
+        for pod in self.pods.values():
+            if is_ready(pod) and not pod.metadata.deletion_timestamp:
+                revision = pod.metadata.labels.get(REVISION_LABEL, "")
+                serving[revision] = serving.get(revision, 0) + 1
+        groups = sum(1 for p in self.pods.values() if not p.metadata.deletion_timestamp)
+        self.samples.append(Sample(time.monotonic(), event, serving, groups))
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            stream = watch.Watch().stream(
+                self.kube.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=self.selector,
+                resource_version=self._since,
+                timeout_seconds=2,
+            )
+            for event in stream:
+                pod = event["object"]
+                self._since = pod.metadata.resource_version
+                if event["type"] == "DELETED":
+                    self.pods.pop(pod.metadata.uid, None)
+                else:
+                    self.pods[pod.metadata.uid] = pod
+                state = "deleting" if pod.metadata.deletion_timestamp else "ready" if is_ready(pod) else "not ready"
+                self._sample(f"{event['type']} {pod.metadata.name} {state}")
+
+    def steps(self, old: str) -> list[str]:
+        """The rollout as the serving leaders changed: "+new" a leader of a new revision began serving, "-old" one
+        of the old revision stopped."""
+        steps = []
+        for before, after in zip(self.samples, self.samples[1:], strict=False):
+            new_before = sum(before.serving.values()) - before.serving.get(old, 0)
+            new_after = sum(after.serving.values()) - after.serving.get(old, 0)
+            steps += ["+new"] * max(0, new_after - new_before)
+            steps += ["-old"] * max(0, before.serving.get(old, 0) - after.serving.get(old, 0))
+        return steps
+
+    def timeline(self, old: str) -> str:
+        start = self.samples[0].at
+        return "\n".join(
+            f"{s.at - start:6.1f}s {s.event:45} serving: old {s.serving.get(old, 0)}, new "
+            f"{sum(s.serving.values()) - s.serving.get(old, 0)}; groups {s.groups}"
+            for s in self.samples
+        )
+
+
+def test_a_spec_change_rolls_the_groups_one_at_a_time_with_no_failed_request(
+    kube: Kube, kubeconfig: Path, namespace: str, operator, gpu_nodes_for_a_rollout, tmp_path: Path
+):
+    body = example(EXAMPLE)
+    body["spec"]["runtime"]["replicas"] = GROUPS
+    sd = SD(kube, namespace, body)
+    simulation_profile.update(tmp_path / simulation_profile.FILE_NAME, f"{namespace}/{sd.name}", FAST_PROFILE)
+    with pod_runner(kubeconfig, tmp_path, namespace):
+        assert sd.wait_ready(timeout=300)["status"]["readyReplicas"] == GROUPS
+        lws = kube.custom.get_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, sd.name)
+        assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
+        with ServiceClients(kube, namespace, sd.name, clients=2) as clients, Leaders(kube, namespace, sd.name) as seen:
+            (old,) = seen.samples[0].serving
+            wait_for(lambda: clients.ok > 10, "requests answered through the Service before the change")
+            sd.patch({"spec": {"speculation": {"mtp": {"maxDraftLen": 2}}}})  # a new runtime: every pod rolls
+            wait_for(
+                lambda: (s := seen.samples[-1]).serving.get(old, 0) == 0 and s.groups == GROUPS,
+                "every group rolled and the surged one gone",
+                timeout=300,
+            )
+            sd.wait_ready(timeout=120)
+            time.sleep(2)  # requests to the rolled groups
+        timeline = seen.timeline(old)
+        print(timeline)
+        served_without_failures(clients)
+    assert min(sum(s.serving.values()) for s in seen.samples) >= GROUPS, timeline  # never fewer groups serve
+    assert max(s.groups for s in seen.samples) == GROUPS + 1, timeline  # one group surged, never more
+    # Group by group: a new group serves before each old one goes.
+    assert seen.steps(old)[: 2 * GROUPS] == ["+new", "-old"] * GROUPS, (seen.steps(old), timeline)
+    pods = [p for p in group_pods(kube, namespace, sd.name) if not p.metadata.deletion_timestamp]
+    assert len(pods) == GROUPS * NODES_PER_GROUP and old not in {p.metadata.labels[REVISION_LABEL] for p in pods}
+    status = sd.get()["status"]
+    assert status["readyReplicas"] == GROUPS and status["replicas"] == GROUPS
+    runtime = json.loads(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
+    assert runtime["speculation"]["speculativeConfig"]["max_draft_len"] == 2
