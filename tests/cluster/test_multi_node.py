@@ -19,8 +19,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
-from specdec.builders.common import LABEL_COMPONENT, LABEL_INSTANCE
-from specdec.builders.serving import RUNTIME
+from specdec.builders.common import LABEL_INSTANCE
+from specdec.status.groups import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
 from specdec.versions import LWS
 from specdec_dev import nodes, simulation_profile
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
@@ -98,17 +98,17 @@ def is_ready(pod: client.V1Pod) -> bool:
 
 @pytest.fixture
 def gpu_nodes_for_a_rollout(kube: Kube) -> Iterator[None]:
-    """As many simulated 8-GPU nodes as two groups and the surged one take (`specdec dev up` makes 3; a cluster
-    that rolls groups needs a spare group's nodes); the nodes it adds go when the test ends."""
+    """As many simulated 8-GPU nodes as two groups and the surged one take (`specdec dev up` makes enough for one
+    group and its surge); the nodes it adds go when the test ends."""
     present = {n.metadata.name for n in kube.core.list_node(label_selector=f"{nodes.GPU_RESOURCE}.present=true").items}
-    added = []
-    for index in range(ROLLOUT_GPU_NODES):
+    added: list[str] = []
+    index = 0
+    while len(present) + len(added) < ROLLOUT_GPU_NODES:
         node = nodes.gpu_node(index)
-        if len(present) + len(added) >= ROLLOUT_GPU_NODES:
-            break
         if node["metadata"]["name"] not in present:
             kube.core.create_node(node)
             added.append(node["metadata"]["name"])
+        index += 1
     wait_for(
         lambda: all(
             any(c.type == "Ready" and c.status == "True" for c in kube.core.read_node(name).status.conditions or [])
@@ -127,27 +127,30 @@ def gpu_nodes_for_a_rollout(kube: Kube) -> Iterator[None]:
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """The leaders after one change of one of them."""
+    """The groups after one change of one of their pods."""
 
     at: float
-    event: str  # the change: "<watch event> <pod> <ready|not ready|deleting>"
+    event: str  # the change: "<watch event> <pod> <ready|not ready|deleting>" (a leader or a worker)
     serving: dict[str, int]  # leaders Ready and not terminating, by template revision
     groups: int  # leaders not terminating: the groups that exist
 
 
-class Leaders:
-    """The deployment's group leaders from a watch of its pods, sampled after every change."""
+class GroupPods:
+    """The deployment's group pods from a watch, sampled after every change: the leaders that serve, and when a
+    group's leader was gone and its workers began to go."""
 
     def __init__(self, kube: Kube, namespace: str, name: str):
         self.kube, self.namespace = kube, namespace
-        self.selector = f"{LABEL_INSTANCE}={name},{LABEL_COMPONENT}={RUNTIME}"
-        self.pods: dict[str, client.V1Pod] = {}  # by uid: a rolled group's leader takes its predecessor's name
+        self.selector = f"{LABEL_INSTANCE}={name}"
+        self.pods: dict[str, client.V1Pod] = {}  # by uid: a rolled group's pods take their predecessors' names
         self.samples: list[Sample] = []
+        self.leaders_gone: dict[tuple[str, str], float] = {}  # (group index, revision) -> when its leader was gone
+        self.workers_going: dict[tuple[str, str], float] = {}  # (group index, revision) -> when a worker began to go
         self._since = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def __enter__(self) -> Leaders:
+    def __enter__(self) -> GroupPods:
         listed = self.kube.core.list_namespaced_pod(self.namespace, label_selector=self.selector)
         self.pods = {p.metadata.uid: p for p in listed.items}
         self._since = listed.metadata.resource_version
@@ -161,11 +164,12 @@ class Leaders:
 
     def _sample(self, event: str) -> None:
         serving: dict[str, int] = {}
-        for pod in self.pods.values():
+        leaders = [p for p in self.pods.values() if p.metadata.labels.get(WORKER_INDEX_LABEL) == "0"]
+        for pod in leaders:
             if is_ready(pod) and not pod.metadata.deletion_timestamp:
                 revision = pod.metadata.labels.get(REVISION_LABEL, "")
                 serving[revision] = serving.get(revision, 0) + 1
-        groups = sum(1 for p in self.pods.values() if not p.metadata.deletion_timestamp)
+        groups = sum(1 for p in leaders if not p.metadata.deletion_timestamp)
         self.samples.append(Sample(time.monotonic(), event, serving, groups))
 
     def _watch(self) -> None:
@@ -178,12 +182,18 @@ class Leaders:
                 timeout_seconds=2,
             )
             for event in stream:
-                pod = event["object"]
+                pod, now = event["object"], time.monotonic()
                 self._since = pod.metadata.resource_version
+                labels = pod.metadata.labels
+                group = (labels.get(GROUP_INDEX_LABEL, ""), labels.get(REVISION_LABEL, ""))
                 if event["type"] == "DELETED":
                     self.pods.pop(pod.metadata.uid, None)
+                    if labels.get(WORKER_INDEX_LABEL) == "0":
+                        self.leaders_gone.setdefault(group, now)
                 else:
                     self.pods[pod.metadata.uid] = pod
+                if pod.metadata.deletion_timestamp and labels.get(WORKER_INDEX_LABEL) != "0":
+                    self.workers_going.setdefault(group, now)
                 state = "deleting" if pod.metadata.deletion_timestamp else "ready" if is_ready(pod) else "not ready"
                 self._sample(f"{event['type']} {pod.metadata.name} {state}")
 
@@ -218,7 +228,10 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time_with_no_failed_request(
         assert sd.wait_ready(timeout=300)["status"]["readyReplicas"] == GROUPS
         lws = kube.custom.get_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, sd.name)
         assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
-        with ServiceClients(kube, namespace, sd.name, clients=2) as clients, Leaders(kube, namespace, sd.name) as seen:
+        with (
+            ServiceClients(kube, namespace, sd.name, clients=2) as clients,
+            GroupPods(kube, namespace, sd.name) as seen,
+        ):
             (old,) = seen.samples[0].serving
             wait_for(lambda: clients.ok > 10, "requests answered through the Service before the change")
             sd.patch({"spec": {"speculation": {"mtp": {"maxDraftLen": 2}}}})  # a new runtime: every pod rolls
@@ -236,6 +249,10 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time_with_no_failed_request(
     assert max(s.groups for s in seen.samples) == GROUPS + 1, timeline  # one group surged, never more
     # Group by group: a new group serves before each old one goes.
     assert seen.steps(old)[: 2 * GROUPS] == ["+new", "-old"] * GROUPS, (seen.steps(old), timeline)
+    # A rolled group's workers (its ranks) outlive its leader's drain: they go once the leader is gone.
+    assert seen.workers_going, timeline
+    for group, going in seen.workers_going.items():
+        assert group in seen.leaders_gone and seen.leaders_gone[group] <= going, (group, timeline)
     pods = [p for p in group_pods(kube, namespace, sd.name) if not p.metadata.deletion_timestamp]
     assert len(pods) == GROUPS * NODES_PER_GROUP and old not in {p.metadata.labels[REVISION_LABEL] for p in pods}
     status = sd.get()["status"]
