@@ -31,7 +31,8 @@ from specdec_dev.processes import running_pid, start_process, stop_process
 
 CLUSTER_NAME = "specdec"
 DEFAULT_CPU_NODES = 2
-DEFAULT_GPU_NODES = 3
+# The multi-node example's group (2 nodes) and the one its rolling update surges beside it.
+DEFAULT_GPU_NODES = 4
 READY_TIMEOUT_SECONDS = 180
 SAMPLE = "llama-3.1-70b-fp8-draft-1b.yaml"
 OPERATOR_HEALTH_PORT = 18080

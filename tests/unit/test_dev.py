@@ -10,7 +10,9 @@ import yaml
 
 from specdec import cli
 from specdec.builders.serving import PRE_STOP_SLEEP_SECONDS
+from specdec.render import render_objects
 from specdec_dev import cluster, nodes, podrunner, simulation_profile, toolchain
+from tests.unit.helpers import SETTINGS, deployment, load_example
 
 
 def _docs(text: str) -> list[dict]:
@@ -133,6 +135,14 @@ def test_gpu_nodes_look_like_the_nvidia_gpu_operator_made_them():
     assert nodes.GPU_RESOURCE not in nodes.cpu_node(0)["status"]["allocatable"]
     names = [n["metadata"]["name"] for n in nodes.dev_nodes(2, 3)]
     assert names == ["cpu-0", "cpu-1", "gpu-0", "gpu-1", "gpu-2"]
+
+
+def test_the_default_gpu_nodes_roll_the_multi_node_examples_group():
+    """A spec change surges a whole group on nodes of its own (a group's pods never share a node)."""
+    objects = render_objects(deployment(load_example("deepseek-v3-mtp-2x8-h100")["spec"]), SETTINGS)
+    lws = next(o for o in objects if o["kind"] == "LeaderWorkerSet")["spec"]
+    surge = lws["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"]
+    assert (lws["replicas"] + surge) * lws["leaderWorkerTemplate"]["size"] == cluster.DEFAULT_GPU_NODES
 
 
 def test_cluster_objects_include_a_default_storage_class():
