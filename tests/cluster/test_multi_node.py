@@ -66,9 +66,13 @@ def group_pods(kube: Kube, namespace: str, name: str) -> list:
     return kube.core.list_namespaced_pod(namespace, label_selector=f"app.kubernetes.io/instance={name}").items
 
 
-def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, namespace: str, operator):
+def needs_lws(kube: Kube) -> None:
     if not lws_served(kube):
         pytest.fail("this cluster serves no LeaderWorkerSet (specdec dev up runs its controller)")
+
+
+def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, namespace: str, operator):
+    needs_lws(kube)
     sd = SD(kube, namespace, example(EXAMPLE))
     assert sd.wait_ready(timeout=300)["status"]["readyReplicas"] == 1
     pods = {p.metadata.name: p for p in group_pods(kube, namespace, sd.name)}
@@ -220,6 +224,7 @@ class GroupPods:
 def test_a_spec_change_rolls_the_groups_one_at_a_time_with_no_failed_request(
     kube: Kube, kubeconfig: Path, namespace: str, operator, gpu_nodes_for_a_rollout, tmp_path: Path
 ):
+    needs_lws(kube)
     body = example(EXAMPLE)
     body["spec"]["runtime"]["replicas"] = GROUPS
     sd = SD(kube, namespace, body)
