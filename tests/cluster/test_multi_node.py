@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
@@ -22,7 +24,7 @@ from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import LABEL_INSTANCE
 from specdec.status.groups import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
 from specdec.versions import LWS
-from specdec_dev import nodes, simulation_profile
+from specdec_dev import nodes, simulation_profile, toolchain
 from specdec_dev.pod_runner_thread import in_thread as pod_runner
 from tests.cluster.test_canary import served_without_failures
 from tests.cluster.test_operator import SD, example
@@ -101,27 +103,37 @@ def is_ready(pod: client.V1Pod) -> bool:
 
 
 @pytest.fixture
-def gpu_nodes_for_a_rollout(kube: Kube) -> Iterator[None]:
+def gpu_nodes_for_a_rollout(kube: Kube, kubeconfig: Path) -> Iterator[None]:
     """As many simulated 8-GPU nodes as two groups and the surged one take (`specdec dev up` makes enough for one
-    group and its surge); the nodes it adds go when the test ends."""
+    group and its surge), applied as `specdec dev up` applies them (the typed client wants a kubelet's nodeInfo);
+    the nodes it adds go when the test ends."""
     present = {n.metadata.name for n in kube.core.list_node(label_selector=f"{nodes.GPU_RESOURCE}.present=true").items}
-    added: list[str] = []
+    added: list[dict] = []
     index = 0
     while len(present) + len(added) < ROLLOUT_GPU_NODES:
         node = nodes.gpu_node(index)
         if node["metadata"]["name"] not in present:
-            kube.core.create_node(node)
-            added.append(node["metadata"]["name"])
+            added.append(node)
         index += 1
+    names = [n["metadata"]["name"] for n in added]
+    if added:
+        kubectl = [str(toolchain.bin_dir() / "kubectl"), "--kubeconfig", str(kubeconfig)]
+        subprocess.run(
+            [*kubectl, "apply", "--server-side", "-f", "-"],
+            input="\n---\n".join(yaml.safe_dump(n) for n in added),
+            text=True,
+            check=True,
+            capture_output=True,
+        )
     wait_for(
         lambda: all(
             any(c.type == "Ready" and c.status == "True" for c in kube.core.read_node(name).status.conditions or [])
-            for name in added
+            for name in names
         ),
-        f"simulated GPU nodes {added} Ready",
+        f"simulated GPU nodes {names} Ready",
     )
     yield
-    for name in added:
+    for name in names:
         try:
             kube.core.delete_node(name)
         except ApiException as error:
@@ -232,7 +244,8 @@ def test_a_spec_change_rolls_the_groups_one_at_a_time_with_no_failed_request(
     with pod_runner(kubeconfig, tmp_path, namespace):
         assert sd.wait_ready(timeout=300)["status"]["readyReplicas"] == GROUPS
         lws = kube.custom.get_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, sd.name)
-        assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {"maxSurge": 1, "maxUnavailable": 0}
+        rolling = lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+        assert (rolling["maxSurge"], rolling["maxUnavailable"]) == (1, 0), rolling
         with (
             ServiceClients(kube, namespace, sd.name, clients=2) as clients,
             GroupPods(kube, namespace, sd.name) as seen,
