@@ -112,6 +112,9 @@ def build_leader_worker_set(plan: Plan, owner_uid: str, settings: Settings) -> d
                 "leaderTemplate": leader,
                 "workerTemplate": worker,
             },
-            "networkConfig": {"subdomainPolicy": "Shared"},
+            # A headless Service per group, named after its leader: with one for the whole set (Shared) LeaderWorkerSet
+            # names it after the set, the name of the runtime's Service (build_service), and whichever is created
+            # first stands for both: the runtime unreachable at its endpoint, or the workers at their DNS names.
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
         },
     }

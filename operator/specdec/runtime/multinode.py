@@ -8,8 +8,8 @@ workers run sshd as the pod's non-root user on an unprivileged port, and nothing
 but the group's own pods ever runs a command in them.
 
 The hostfile is written at start from LeaderWorkerSet's environment: LWS_LEADER_ADDRESS is the leader's stable
-name `<lws>-<group>.<lws>.<namespace>` (the group's headless Service, subdomain policy Shared), a worker's is
-`<lws>-<group>-<index>.<lws>.<namespace>`, and LWS_GROUP_SIZE counts the pods.
+name `<lws>-<group>.<lws>-<group>.<namespace>` (the group's own headless Service, subdomain policy UniquePerReplica),
+a worker's is `<lws>-<group>-<index>.<lws>-<group>.<namespace>`, and LWS_GROUP_SIZE counts the pods.
 
 Pure functions first; `prepare_keys` and `wait_for_workers` are the I/O.
 """
