@@ -80,6 +80,10 @@ def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, name
     pods = {p.metadata.name: p for p in group_pods(kube, namespace, sd.name)}
     assert set(pods) == {f"{sd.name}-0", f"{sd.name}-0-1"}, sorted(pods)
     worker = pods[f"{sd.name}-0-1"]
+    # The runtime's Service (the leaders, at the endpoint) and the group's headless one (its pods' DNS names) apart.
+    services = {s.metadata.name: s for s in kube.core.list_namespaced_service(namespace).items}
+    assert services[sd.name].spec.cluster_ip != "None" and services[sd.name].metadata.labels[LABEL_INSTANCE] == sd.name
+    assert services[f"{sd.name}-0"].spec.cluster_ip == "None" and worker.spec.subdomain == f"{sd.name}-0"
     since = sd.get()["metadata"]["resourceVersion"]
     kube.core.delete_namespaced_pod(worker.metadata.name, namespace)
     missing = status_written(kube, sd, since, "RuntimeAvailable", lambda c: c["status"] == "False")
