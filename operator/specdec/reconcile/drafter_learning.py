@@ -169,8 +169,5 @@ def _server_refused(step: LoopStep, problem: str) -> LoopStep:
     return LoopStep(
         {**step.fields, "replayPhase": FAILED},
         Cond(DRAFT_LEARNING, False, TRAINING_FAILED, message),
-        False,
-        False,
-        False,
-        (TRAINING_FAILED, message, True),
+        event=(TRAINING_FAILED, message, True),
     )

@@ -67,9 +67,9 @@ class LoopView:
 class LoopStep:
     fields: dict[str, Any]  # status.drafter's loop fields
     condition: Cond
-    replay_server: bool  # the round's SaveState server should run
-    replay_job: bool  # the replay Job should exist (for fields["round"])
-    train_job: bool
+    replay_server: bool = False  # the round's SaveState server should run
+    replay_job: bool = False  # the replay Job should exist (for fields["round"])
+    train_job: bool = False
     event: tuple[str, str, bool] | None = None  # reason, message, warning
 
 
@@ -165,19 +165,15 @@ def _between_rounds(view: LoopView, recorded: dict[str, Any], number: int) -> Lo
         return LoopStep(
             fields,
             Cond(DRAFT_LEARNING, True, "Replaying", message),
-            True,
-            False,
-            False,
-            ("DraftReplayStarted", message, False),
+            replay_server=True,
+            event=("DraftReplayStarted", message, False),
         )
     waiting = f"{view.samples} of {needed} samples for round {number + 1}"
     if number == 0:
-        return LoopStep(recorded, Cond(DRAFT_LEARNING, None, "NotEnoughSamples", waiting), False, False, False)
+        return LoopStep(recorded, Cond(DRAFT_LEARNING, None, "NotEnoughSamples", waiting))
     reason = recorded.get("decision") or TRAINING_FAILED
     last = _last_round_message(recorded)
-    return LoopStep(
-        recorded, Cond(DRAFT_LEARNING, reason == PROMOTED, reason, f"{last}; {waiting}"), False, False, False
-    )
+    return LoopStep(recorded, Cond(DRAFT_LEARNING, reason == PROMOTED, reason, f"{last}; {waiting}"))
 
 
 def _last_round_message(recorded: dict[str, Any]) -> str:
@@ -202,30 +198,22 @@ def _replaying(view: LoopView, recorded: dict[str, Any], number: int) -> LoopSte
         return LoopStep(
             fields,
             Cond(DRAFT_LEARNING, True, "Training", message),
-            False,
-            False,
-            True,
-            ("DraftTrainingStarted", message, False),
+            train_job=True,
+            event=("DraftTrainingStarted", message, False),
         )
     if phase == FAILED:
         fields = {**recorded, "replayPhase": FAILED}
         message = f"round {number}: the replay Job {view.replay_job} failed (kubectl logs job/{view.replay_job})"
         return LoopStep(
-            fields,
-            Cond(DRAFT_LEARNING, False, TRAINING_FAILED, message),
-            False,
-            False,
-            False,
-            (TRAINING_FAILED, message, True),
+            fields, Cond(DRAFT_LEARNING, False, TRAINING_FAILED, message), event=(TRAINING_FAILED, message, True)
         )
     waiting = "the SaveState server to be ready" if not view.replay_server_ready else f"the replay Job ({phase})"
     message = f"round {number}: replaying {recorded.get('roundSamples')} samples; waiting for {waiting}"
     return LoopStep(
         {**recorded, "replayPhase": phase},
         Cond(DRAFT_LEARNING, True, "Replaying", message),
-        True,
-        view.replay_server_ready or job is not None,
-        False,
+        replay_server=True,
+        replay_job=view.replay_server_ready or job is not None,
     )
 
 
@@ -237,15 +225,12 @@ def _training(view: LoopView, recorded: dict[str, Any], number: int) -> LoopStep
         return LoopStep(
             {**recorded, "trainPhase": FAILED},
             Cond(DRAFT_LEARNING, False, TRAINING_FAILED, message),
-            False,
-            False,
-            False,
-            (TRAINING_FAILED, message, True),
+            event=(TRAINING_FAILED, message, True),
         )
     if phase != SUCCEEDED or job is None:
         message = f"round {number}: training an EAGLE-3 head ({phase})"
         return LoopStep(
-            {**recorded, "trainPhase": phase}, Cond(DRAFT_LEARNING, True, "Training", message), False, False, True
+            {**recorded, "trainPhase": phase}, Cond(DRAFT_LEARNING, True, "Training", message), train_job=True
         )
     result = train_result(job.message)
     if isinstance(result, str):
@@ -253,10 +238,7 @@ def _training(view: LoopView, recorded: dict[str, Any], number: int) -> LoopStep
         return LoopStep(
             {**recorded, "trainPhase": FAILED},
             Cond(DRAFT_LEARNING, False, TRAINING_FAILED, message),
-            False,
-            False,
-            False,
-            (TRAINING_FAILED, message, True),
+            event=(TRAINING_FAILED, message, True),
         )
     fields = {
         **recorded,
@@ -268,11 +250,7 @@ def _training(view: LoopView, recorded: dict[str, Any], number: int) -> LoopStep
     if result.better:
         fields["head"], fields["trainedFor"] = view.head, recorded.get("roundBasis")
         message = f"round {number}: {_old_new(result)}: the new head serves as the draft ({view.head})"
-        return LoopStep(
-            fields, Cond(DRAFT_LEARNING, True, PROMOTED, message), False, False, False, (PROMOTED, message, False)
-        )
+        return LoopStep(fields, Cond(DRAFT_LEARNING, True, PROMOTED, message), event=(PROMOTED, message, False))
     why = f": {result.reason}" if result.reason else ""
     message = f"round {number}: {_old_new(result)}, not better by the margin{why}; the running draft serves on"
-    return LoopStep(
-        fields, Cond(DRAFT_LEARNING, False, NOT_BETTER, message), False, False, False, (NOT_BETTER, message, False)
-    )
+    return LoopStep(fields, Cond(DRAFT_LEARNING, False, NOT_BETTER, message), event=(NOT_BETTER, message, False))
