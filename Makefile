@@ -22,7 +22,7 @@ VENV312 ?= .venv312
 $(VENV312)/bin/specdec: pyproject.toml dev/pyproject.toml
 	$(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/pip install --quiet --upgrade pip
-	$(VENV312)/bin/pip install --quiet -e '.[test]' -e ./dev
+	$(VENV312)/bin/pip install --quiet -e '.[test-runtime]' -e ./dev
 	touch $@
 
 install: $(BIN)/specdec
