@@ -11,7 +11,6 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from specdec.api.pod_fields import Annotations, Image, Labels, Quantity, Resources, Tolerations
-from specdec.modes.save_state import RELATIVE_PATH
 from specdec.schema import k8s
 from specdec.schema.base import ApiModel, cel, validations
 
@@ -32,20 +31,11 @@ def duration_seconds(text: str) -> int:
 class SamplesOutput(ApiModel):
     """Where the front writes the captured samples."""
 
-    claim_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=k8s.DNS_SUBDOMAIN,
-        description="An existing ReadWriteMany claim in this namespace. Default: the deployment's cache claim "
-        "(spec.cache).",
+    claim_name: str | None = k8s.optional_object_name(
+        "An existing ReadWriteMany claim in this namespace. Default: the deployment's cache claim (spec.cache)."
     )
-    path: str | None = Field(
-        None,
-        min_length=1,
-        max_length=512,
-        pattern=RELATIVE_PATH,
-        description="The samples' directory inside the claim. Default: drafter-samples/<deployment name>.",
+    path: str | None = k8s.optional_relative_path(
+        "The samples' directory inside the claim. Default: drafter-samples/<deployment name>."
     )
 
 

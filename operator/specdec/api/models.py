@@ -207,19 +207,9 @@ class CacheSpec(ApiModel):
         )
     )
 
-    claim_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=k8s.DNS_SUBDOMAIN,
-        description="An existing ReadWriteMany claim holding the engine cache.",
-    )
-    storage_class_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=k8s.DNS_SUBDOMAIN,
-        description="Storage class of the claim the operator creates. Default: the cluster default.",
+    claim_name: str | None = k8s.optional_object_name("An existing ReadWriteMany claim holding the engine cache.")
+    storage_class_name: str | None = k8s.optional_object_name(
+        "Storage class of the claim the operator creates. Default: the cluster default."
     )
     size: str = Field(
         "500Gi", pattern=r"^[0-9]+(Ki|Mi|Gi|Ti|Pi)$", description="Size of the claim the operator creates."

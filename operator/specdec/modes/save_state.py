@@ -30,7 +30,6 @@ CAPTURE_MOUNT = "/captures"  # in the runtime pod: output_directory
 CAPTURE_VOLUME = "captures"
 FILE_PREFIX = "data"  # file_prefix's default
 POST_NORM = -1  # eagle3_layers_to_capture: the final post-norm hidden state
-RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"  # no '..', no leading '/'
 
 CapturedLayer = Annotated[int, Field(ge=POST_NORM, le=1023)]
 
@@ -38,21 +37,13 @@ CapturedLayer = Annotated[int, Field(ge=POST_NORM, le=1023)]
 class CaptureOutput(ApiModel):
     """Where the captured hidden states go."""
 
-    claim_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=k8s.DNS_SUBDOMAIN,
-        description="An existing ReadWriteMany claim in this namespace to write to. Default: the deployment's "
-        "cache claim (spec.cache). The claim's size bounds what is captured.",
+    claim_name: str | None = k8s.optional_object_name(
+        "An existing ReadWriteMany claim in this namespace to write to. Default: the deployment's "
+        "cache claim (spec.cache). The claim's size bounds what is captured."
     )
-    path: str | None = Field(
-        None,
-        min_length=1,
-        max_length=512,
-        pattern=RELATIVE_PATH,
-        description="The capture directory inside the claim (created if missing); give each deployment its own: "
-        "TensorRT-LLM numbers files from 1 on every start. Default: hidden-states/<deployment name>.",
+    path: str | None = k8s.optional_relative_path(
+        "The capture directory inside the claim (created if missing); give each deployment its own: "
+        "TensorRT-LLM numbers files from 1 on every start. Default: hidden-states/<deployment name>."
     )
 
 

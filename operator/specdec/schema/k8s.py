@@ -19,7 +19,7 @@ from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_core import core_schema
 
 from specdec.schema.openapi import matches, schema_errors
@@ -32,6 +32,20 @@ KEY_MAX = PREFIX_MAX + 1 + 63
 # Object names of most kinds (claims, storage classes): IsDNS1123Subdomain.
 DNS_SUBDOMAIN = rf"^{_DNS_LABEL}([.]{_DNS_LABEL})*$"
 LABEL_KEY = rf"^({_DNS_LABEL}([.]{_DNS_LABEL})*/)?{_NAME}$"
+# A path inside a volume, relative: no '..', no leading '/'.
+RELATIVE_PATH = r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$"
+
+
+def optional_object_name(description: str) -> Any:
+    """An optional field naming an object (a claim, a storage class): IsDNS1123Subdomain."""
+    return Field(None, min_length=1, max_length=PREFIX_MAX, pattern=DNS_SUBDOMAIN, description=description)
+
+
+def optional_relative_path(description: str) -> Any:
+    """An optional field giving a directory inside a volume (RELATIVE_PATH)."""
+    return Field(None, min_length=1, max_length=512, pattern=RELATIVE_PATH, description=description)
+
+
 # ValidateAnnotations checks keys lowercased: capitals are fine in an annotation key's prefix.
 _DNS_LABEL_ANY_CASE = r"[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"
 ANNOTATION_KEY = rf"^({_DNS_LABEL_ANY_CASE}([.]{_DNS_LABEL_ANY_CASE})*/)?{_NAME}$"
