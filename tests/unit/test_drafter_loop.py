@@ -301,6 +301,17 @@ def test_the_controller_runs_a_round_from_samples_to_a_promoted_head():
     )
     assert cluster.store.get("SpeculativeDeployment", "ns", "chat")["spec"] == learning_spec()
 
+    # a second round starts afresh: status.drafter is replaced, round 1's decision does not outlive it
+    operator.reconciler.speculation.drafter.account(
+        sd,
+        DrafterFacts(sd["metadata"]["generation"], SamplesPlace("cache", "drafter-samples/chat")),
+        [DrafterSample(1, {"": 6}, {"": 600})],
+    )
+    drafter = reconcile(operator, cluster)["status"]["drafter"]
+    assert (drafter["round"], drafter["replayPhase"]) == (2, "Pending")
+    assert drafter["head"] == "pvc://cache/drafter-rounds/chat/1/head"
+    assert not {"decision", "decidedAt", "acceptanceLength", "trainPhase"} & set(drafter)
+
 
 def test_a_promoted_head_the_plan_refuses_leaves_the_specs_own_draft_serving():
     cluster = Cluster()
