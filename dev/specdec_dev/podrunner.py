@@ -288,7 +288,11 @@ class PodRunner:
                     await process.wait()
         message = process_pods.termination_message(termination_log, log_path, exit_code)
         patch = process_pods.terminated_status(pod, exit_code, message, started_at, _now())
-        await asyncio.to_thread(self.core.patch_namespaced_pod_status, key[1], key[0], patch)
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, key[1], key[0], patch)
+        except client.ApiException as error:  # deleted meanwhile: nobody is left to tell
+            log.warning("pod %s/%s ended (exit code %d) but its status cannot be written: %s", *key, exit_code, error)
+            return
         log.info("pod %s/%s ended: exit code %d (log %s)", *key, exit_code, log_path)
 
     async def _forget(self, key: Key) -> None:
