@@ -14,6 +14,7 @@ from typing import Any
 from specdec_dev import (
     cluster,
     images,
+    learn,
     node_config,
     prometheus,
     prometheus_ui,
@@ -154,6 +155,11 @@ def run(args: argparse.Namespace) -> int:
                 )
         elif args.dev_command == "simulate":
             _simulate(local, args)
+        elif args.dev_command == "learn":
+            result = learn.run(
+                local, args.namespace, args.deployment, args.min_samples, args.class_a, args.class_b, args.timeout
+            )
+            print(learn.report(result))
     except (
         toolchain.ToolchainError,
         cluster.ClusterError,
@@ -161,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         prometheus.PrometheusError,
         simulation_profile.ProfileError,
         simulated_steps.StepSecondsError,
+        learn.LearnError,
+        TimeoutError,
     ) as error:
         print(f"specdec dev {args.dev_command}: {error}", file=sys.stderr)
         return 1
@@ -229,6 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
         "profile is the deployment's",
     )
     simulate.add_argument("--show", action="store_true", help="print the profiles file")
+    learning = dev_commands.add_parser(
+        "learn",
+        help="spec.drafter.learning end to end on the cluster (brought up if needed): a tiny target, two traffic "
+        "classes through the front, the real replay and EAGLE-3 training on CPU, the decision",
+    )
+    learning.add_argument("-n", "--namespace", default="default", help="(default: %(default)s)")
+    learning.add_argument("--deployment", default="learns", help="its name (replaced, with its samples and rounds)")
+    learning.add_argument("--min-samples", type=int, default=2000, help="class-a samples a round waits for")
+    learning.add_argument("--class-a", type=int, default=2222, help="class-a conversations driven (a tenth held out)")
+    learning.add_argument("--class-b", type=int, default=400, help="class-b conversations driven (not trained on)")
+    learning.add_argument("--timeout", type=float, default=900, help="seconds to wait for the decision")
     for sub in dev_commands.choices.values():
         sub.add_argument(
             "--name", metavar="CLUSTER", default=cluster.CLUSTER_NAME, help="cluster name (default: %(default)s)"

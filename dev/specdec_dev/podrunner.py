@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import functools
 import logging
 import os
@@ -52,7 +53,7 @@ from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
 from specdec.runtime.front_server import FrontServer
 from specdec.runtime.launch import LaunchPlan
-from specdec_dev import simulated_clients, simulation_profile
+from specdec_dev import process_pods, simulated_clients, simulation_profile
 from specdec_dev.hidden_state_writer import capture_hook, captured_into
 from specdec_dev.informer import Informer, Key
 from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
@@ -112,15 +113,16 @@ def _simulated_backend(
 class RunningPod:
     uid: str
     deployment: str  # namespace/name of its SpeculativeDeployment: the profile's key
-    backend: SimulatedTriton | SimulatedTrtllmServe
+    backend: SimulatedTriton | SimulatedTrtllmServe | None  # None: the transformers stand-in's process
     stops: list[Callable[[], Awaitable[None]]]  # of its servers, the front's first
-    clients: asyncio.Task
+    clients: asyncio.Task | None  # simulated load; none before a real model (its traffic is the user's)
     pre_stop_seconds: float  # the container's preStop sleep
 
     async def stop(self) -> None:
-        self.clients.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.clients
+        if self.clients is not None:
+            self.clients.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.clients
         for stop in self.stops:
             await stop()
 
@@ -141,6 +143,8 @@ class PodRunner:
         self._wake = asyncio.Event()
         self._stopping = False
         self._terminating: set[asyncio.Task] = set()  # pods deleted, still serving through their preStop sleep
+        self._commands: dict[Key, tuple[str, asyncio.Task]] = {}  # Job pods' processes (process_pods): uid, task
+        self._command_waits: dict[Key, str] = {}  # Job pod -> what its process waits for (logged once)
 
     def stop(self) -> None:
         """Ask `run` to stop every pod's servers and return (call it on the runner's loop)."""
@@ -160,8 +164,10 @@ class PodRunner:
             list_pods, list_config_maps = core.list_pod_for_all_namespaces, core.list_config_map_for_all_namespaces
         self.pods = Informer(list_pods, POD_SELECTOR, loop, self._wake.set)
         self.config_maps = Informer(list_config_maps, CONFIG_MAP_SELECTOR, loop, self._wake.set)
+        self.job_pods = Informer(list_pods, f"{process_pods.RUN_LABEL}=true", loop, self._wake.set)
+        self.core = core
         self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-        for informer in (self.pods, self.config_maps):
+        for informer in (self.pods, self.config_maps, self.job_pods):
             informer.start()
         log.info("serving runtime pods of %s (profile %s)", self.namespace or "every namespace", self.profile_path)
         try:
@@ -171,11 +177,12 @@ class PodRunner:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), REFRESH_SECONDS)
         finally:
-            for informer in (self.pods, self.config_maps):
+            for informer in (self.pods, self.config_maps, self.job_pods):
                 informer.stop()
-            for task in self._terminating:
+            tasks = [*self._terminating, *(task for _, task in self._commands.values())]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self._terminating, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             for key in list(self.running):
                 await self._forget(key)
             await self.session.close()
@@ -196,6 +203,97 @@ class PodRunner:
             config_dir = self._project(key, pod)
             if config_dir and key not in self.running:
                 await self._start(key, pod, config_dir)
+        await self._reconcile_commands()
+
+    # --- Job pods whose command runs here (process_pods) ---------------------------------------------------------
+
+    async def _reconcile_commands(self) -> None:
+        for key, (uid, task) in list(self._commands.items()):
+            pod = self.job_pods.objects.get(key)
+            if pod is None or pod["metadata"]["uid"] != uid or pod["metadata"].get("deletionTimestamp"):
+                task.cancel()  # the pod is gone: so are its container and its emptyDir
+                del self._commands[key]
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                shutil.rmtree(self.pods_dir / key[0] / key[1], ignore_errors=True)
+        for key, pod in self.job_pods.objects.items():
+            if key in self._commands or not process_pods.runs_command(pod):
+                continue
+            services = await self._services(key, pod)
+            if services is None:
+                continue  # its Service has no pod served here yet: tried again on the next change
+            task = asyncio.get_running_loop().create_task(self._run_command(key, pod, services))
+            self._commands[key] = (pod["metadata"]["uid"], task)
+
+    async def _services(self, key: Key, pod: dict[str, Any]) -> dict[str, str] | None:
+        """The command's Service URLs -> a pod of each served here (its front); None while one has none."""
+        container = pod["spec"]["containers"][0]
+        resolved: dict[str, str] = {}
+        for arg in [*(container.get("command") or []), *(container.get("args") or [])]:
+            named = process_pods.service_host(arg)
+            if named is None:
+                continue
+            try:
+                service = await asyncio.to_thread(self.core.read_namespaced_service, *named)
+            except client.ApiException as error:
+                self._command_wait(key, f"its Service {named[1]}/{named[0]} cannot be read: {error.reason}")
+                return None
+            selector = (service.spec.selector if service.spec else None) or {}
+            ips = [
+                served["status"]["podIP"]
+                for served_key, served in self.pods.objects.items()
+                if served_key in self.running
+                and served_key[0] == named[1]
+                and selector
+                and all((served["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+            ]
+            if not ips:
+                self._command_wait(key, f"waits for a pod of Service {named[1]}/{named[0]} to serve")
+                return None
+            resolved[arg] = process_pods.at_pod(arg, ips[0])
+        self._command_waits.pop(key, None)
+        return resolved
+
+    def _command_wait(self, key: Key, message: str) -> None:
+        if self._command_waits.get(key) != message:
+            self._command_waits[key] = message
+            log.info("Job pod %s/%s %s", *key, message)
+
+    async def _run_command(self, key: Key, pod: dict[str, Any], services: dict[str, str]) -> None:
+        """The Job pod's container as a process; its end written to the pod's status, as a kubelet's."""
+        pod_dir = self.pods_dir / key[0] / key[1]
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        termination_log, log_path = pod_dir / "termination-log", pod_dir / "container.log"
+        termination_log.unlink(missing_ok=True)
+        started_at = _container_started_at(pod)
+        try:
+            directories = process_pods.volume_directories(pod, self.claims_dir, pod_dir)
+            for directory in directories.values():
+                directory.mkdir(parents=True, exist_ok=True)
+            argv = process_pods.host_command(pod, directories, termination_log, services)
+        except process_pods.PodRunError as error:
+            log_path.write_text(f"[pod runner] {error}\n")
+            exit_code = 128  # as a container that could not start
+        else:
+            log.info("running pod %s/%s: %s", *key, " ".join(argv))
+            with log_path.open("wb") as out:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=process_pods.process_env()
+                )
+            try:
+                exit_code = await process.wait()
+            finally:
+                if process.returncode is None:  # cancelled: the pod was deleted
+                    process.kill()
+                    await process.wait()
+        message = process_pods.termination_message(termination_log, log_path, exit_code)
+        patch = process_pods.terminated_status(pod, exit_code, message, started_at, _now())
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, key[1], key[0], patch)
+        except client.ApiException as error:  # deleted meanwhile: nobody is left to tell
+            log.warning("pod %s/%s ended (exit code %d) but its status cannot be written: %s", *key, exit_code, error)
+            return
+        log.info("pod %s/%s ended: exit code %d (log %s)", *key, exit_code, log_path)
 
     async def _forget(self, key: Key) -> None:
         running = self.running.pop(key, None)
@@ -260,41 +358,94 @@ class PodRunner:
         except cfg.ConfigError as error:
             self._problem(key, str(error))
             return
+        model = process_pods.real_model(
+            config.target.checkpoint,
+            process_pods.volume_directories(pod, self.claims_dir, self.pods_dir / key[0] / key[1]),
+        )
         profile = simulation_profile.resolve(self._profiles, deployment)
         seed = simulation_profile.pod_seed(profile, *key)
-        backend, apps = _simulated_backend(config, launch_plan, profile, seed)
+        backend: SimulatedTriton | SimulatedTrtllmServe | None = None
         stops: list[Callable[[], Awaitable[None]]] = []
         try:
-            for app, port in apps:
-                server = web.AppRunner(
-                    app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS
-                )
-                await server.setup()
-                stops.insert(0, server.cleanup)
-                await web.TCPSite(server, ip, port).start()
+            if model is not None and launch_plan.backend.kind != "triton":
+                stops.insert(0, await self._transformers_serve(key, model, ip, config))
+            else:
+                backend, apps = _simulated_backend(config, launch_plan, profile, seed)
+                for app, port in apps:
+                    server = web.AppRunner(
+                        app, handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS
+                    )
+                    await server.setup()
+                    stops.insert(0, server.cleanup)
+                    await web.TCPSite(server, ip, port).start()
             front = FrontServer(_front(config, launch_plan, ip, config_dir), shutdown_timeout=SHUTDOWN_SECONDS)
             await front.start(ip, config.port)
             stops.insert(0, front.stop)
-        except OSError as error:
+        except (OSError, process_pods.PodRunError) as error:
             for stop in stops:
                 await stop()
-            self._problem(
-                key,
-                f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
-                "pod networks of specdec_dev.nodes, or one still in use)",
-            )
+            if isinstance(error, process_pods.PodRunError):
+                self._problem(key, str(error))
+            else:
+                self._problem(
+                    key,
+                    f"cannot serve on {ip}: {error.strerror or error} (a pod IP off the loopback "
+                    "pod networks of specdec_dev.nodes, or one still in use)",
+                )
             return
-        url = f"http://{ip}:{config.port}/v1/completions"
-        clients = asyncio.create_task(
-            simulated_clients.open_loop(
-                self.session, url, lambda: backend.profile, random.Random(None if seed is None else seed + 1)
+        clients = None
+        if backend is not None:
+            simulated = backend
+            url = f"http://{ip}:{config.port}/v1/completions"
+            clients = asyncio.create_task(
+                simulated_clients.open_loop(
+                    self.session, url, lambda: simulated.profile, random.Random(None if seed is None else seed + 1)
+                )
             )
-        )
         self.running[key] = RunningPod(
             pod["metadata"]["uid"], deployment, backend, stops, clients, _pre_stop_seconds(pod)
         )
         self._problems.pop(key, None)
-        log.info("serving pod %s/%s on %s:%d (%s route, simulated backend)", *key, ip, config.port, launch_plan.route)
+        served = "simulated backend" if backend is not None else f"transformers stand-in of {model}"
+        log.info("serving pod %s/%s on %s:%d (%s route, %s)", *key, ip, config.port, launch_plan.route, served)
+
+    async def _transformers_serve(
+        self, key: Key, model: Path, ip: str, config: RuntimeConfig
+    ) -> Callable[[], Awaitable[None]]:
+        """The transformers stand-in of the pod's trtllm-serve as a process on its IP, answering /health; its stop."""
+        pod_dir = self.pods_dir / key[0] / key[1]
+        argv = process_pods.transformers_serve_argv(
+            model, ip, TRTLLM_SERVE_PORT, pod_dir / "extra-llm-api-options.yaml", config.speculative_config or {}
+        )
+        log_file = (pod_dir / "transformers-serve.log").open("ab")
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=process_pods.process_env()
+        )
+        log_file.close()
+
+        async def stop() -> None:
+            if process.returncode is None:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), SHUTDOWN_SECONDS * 10)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+
+        deadline = asyncio.get_running_loop().time() + process_pods.START_SECONDS
+        while True:
+            try:
+                async with self.session.get(f"http://{ip}:{TRTLLM_SERVE_PORT}/health") as answer:
+                    if answer.status == 200:
+                        return stop
+            except aiohttp.ClientError:
+                pass
+            if process.returncode is not None or asyncio.get_running_loop().time() > deadline:
+                await stop()
+                raise process_pods.PodRunError(
+                    f"the transformers stand-in of trtllm-serve did not start (log: {pod_dir}/transformers-serve.log)"
+                )
+            await asyncio.sleep(0.5)
 
     def _claims_written(self, key: Key, pod: dict[str, Any], config: RuntimeConfig) -> RuntimeConfig:
         """The configuration with the directories the pod writes to claims (saveState's output_directory,
@@ -336,7 +487,8 @@ class PodRunner:
             log.error("%s; keeping the profiles in use", error)
             return
         for running in self.running.values():
-            running.backend.profile = simulation_profile.resolve(self._profiles, running.deployment)
+            if running.backend is not None:
+                running.backend.profile = simulation_profile.resolve(self._profiles, running.deployment)
         log.info("profiles from %s applied", self.profile_path)
 
 
@@ -363,6 +515,19 @@ def _pre_stop_seconds(pod: dict[str, Any]) -> float:
         if isinstance(sleep.get("seconds"), int):
             return float(sleep["seconds"])
     return 0.0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _container_started_at(pod: dict[str, Any]) -> str:
+    """When kwok started the pod's container (its running state), else now."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        running = (status.get("state") or {}).get("running") or {}
+        if running.get("startedAt"):
+            return str(running["startedAt"])
+    return _now()
 
 
 def _serving(pod: dict[str, Any]) -> bool:

@@ -301,6 +301,21 @@ def test_the_controller_runs_a_round_from_samples_to_a_promoted_head():
     )
     assert cluster.store.get("SpeculativeDeployment", "ns", "chat")["spec"] == learning_spec()
 
+    # a second round starts afresh (status.drafter is replaced: round 1's decision does not outlive it), and its
+    # replay deletes the rounds older than keepRounds, never round 1's: its head serves
+    operator.reconciler.speculation.drafter.account(
+        sd,
+        DrafterFacts(sd["metadata"]["generation"], SamplesPlace("cache", "drafter-samples/chat")),
+        [DrafterSample(1, {"": 6}, {"": 600})],
+    )
+    drafter = reconcile(operator, cluster)["status"]["drafter"]
+    assert (drafter["round"], drafter["replayPhase"]) == (2, "Pending")
+    assert drafter["head"] == "pvc://cache/drafter-rounds/chat/1/head"
+    assert not {"decision", "decidedAt", "acceptanceLength", "trainPhase"} & set(drafter)
+    reconcile(operator, cluster, times=2)  # the server is ready: round 1's Job goes, round 2's comes
+    command = cluster.store.get("Job", "ns", "chat-replay")["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert " ".join(command).endswith("--round 2 --keep-rounds 3 --served-round 1")
+
 
 def test_a_promoted_head_the_plan_refuses_leaves_the_specs_own_draft_serving():
     cluster = Cluster()

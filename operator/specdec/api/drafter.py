@@ -114,6 +114,13 @@ class LearningSpec(ApiModel):
         le=10,
         description="How much longer the new head's offline acceptance length must be (0.10: 10 %) to be kept.",
     )
+    keep_rounds: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Rounds whose files (hidden states, hold-out, head) stay on the claim: the newest, counting the "
+        "one starting. A round's replay Job deletes older rounds' directories, never the served head's.",
+    )
     trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="The replay and train Jobs.")
 
 

@@ -28,6 +28,7 @@ REPLAY, TRAIN = "drafter-replay", "drafter-train"  # the Jobs' components
 REPLAY_SERVER = "drafter-replay-server"  # the SaveState server's objects' component (its pods are runtime pods)
 ANNOTATION_ROUND = "specdec.io/drafter-round"  # on the Jobs: the round they work for
 ROUND_MOUNT = "/round"
+ROUNDS_MOUNT = "/rounds"  # the replay Job's: the deployment's round directories, the older ones deleted
 HOLDOUT_FRACTION = 0.1
 DRAFT_KEYS = ("speculative_model_dir", "speculative_model")  # the draft's directory in speculative_config
 
@@ -45,7 +46,18 @@ def train_job_name(deployment: str) -> str:
 
 
 def round_path(deployment: str, number: int) -> str:
-    return f"drafter-rounds/{deployment}/{number}"
+    return f"{rounds_path(deployment)}/{number}"
+
+
+def rounds_path(deployment: str) -> str:
+    return f"drafter-rounds/{deployment}"
+
+
+def head_round(head: str | None, deployment: str) -> int | None:
+    """The round of a head written by the loop (head_uri's form), None for any other draft."""
+    _, found, rest = (head or "").partition(f"/{rounds_path(deployment)}/")
+    number = rest.removesuffix("/head")
+    return int(number) if found and number.isdecimal() else None
 
 
 def head_uri(learning: LearningSpec, deployment: str, cache_claim: str, number: int) -> str:
@@ -176,13 +188,20 @@ def _round_volume(learning: LearningSpec, plan: Plan, number: int) -> tuple[dict
     )
 
 
-def replay_job(plan: Plan, learning: LearningSpec, owner_uid: str, settings: Settings, number: int) -> dict[str, Any]:
+def replay_job(
+    plan: Plan, learning: LearningSpec, owner_uid: str, settings: Settings, number: int, served_round: int | None = None
+) -> dict[str, Any]:
     """Sends the samples (of the learning's class) through the round's SaveState server, holding out a tenth
-    for the evaluation. No GPU: the server computes."""
+    for the evaluation; first deletes the rounds older than learning.keepRounds, except `served_round` (the served
+    head's). No GPU: the server computes."""
     claim, path = samples_place(learning, plan.name, plan.cache.claim_name)
     samples = (
         {"name": "samples", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
         {"name": "samples", "mountPath": SAMPLES_MOUNT, "subPath": path, "readOnly": True},
+    )
+    all_rounds = (
+        {"name": "rounds", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "rounds", "mountPath": ROUNDS_MOUNT, "subPath": rounds_path(plan.name)},
     )
     server = endpoint_of(plan)
     command = [
@@ -192,10 +211,15 @@ def replay_job(plan: Plan, learning: LearningSpec, owner_uid: str, settings: Set
         "--model", plan.runtime.served_model_name,
         "--holdout-fraction", str(HOLDOUT_FRACTION),
         "--holdout-out", f"{ROUND_MOUNT}/holdout",
+        "--rounds", ROUNDS_MOUNT,
+        "--round", str(number),
+        "--keep-rounds", str(learning.keep_rounds),
     ]  # fmt: skip
+    if served_round is not None:
+        command += ["--served-round", str(served_round)]
     if learning.traffic_class:
         command += ["--class", learning.traffic_class]
-    mounts = [samples, _round_volume(learning, plan, number)]
+    mounts = [samples, _round_volume(learning, plan, number), all_rounds]
     return _job(replay_job_name(plan.name), plan, learning, owner_uid, settings, number, REPLAY, command, mounts, False)
 
 

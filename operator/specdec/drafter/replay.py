@@ -8,8 +8,11 @@ written to --holdout-out for the offline evaluation.
 
     python -m specdec.drafter.replay --samples DIR --server URL --model NAME [--class A] [--limit N]
         [--holdout-fraction 0.1 --holdout-out DIR] [--timeout 60]
+        [--rounds DIR --round N --keep-rounds 3 [--served-round M]]
 
-Prints one JSON line: {"samples", "skipped", "replayed", "failed", "heldOut", "seconds"}. Exit status 0 when
+With --rounds (the deployment's round directories), the rounds older than the --keep-rounds newest up to this
+one are deleted first, except the served head's (specdec.drafter.rounds). Prints one JSON line: {"samples",
+"skipped", "replayed", "failed", "heldOut", "seconds", "deletedRounds"}. Exit status 0 when
 every replayed conversation was answered, 1 when some were not (the summary says how many), 2 for bad
 arguments or no samples. Standard library only: the replay Job needs no torch.
 """
@@ -26,6 +29,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from specdec.drafter import rounds
 from specdec.drafter.samples import Sample, read_samples, write_samples
 
 HOLDOUT_FILE = "holdout.jsonl"
@@ -78,6 +82,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout-fraction", type=float, default=0.0, help="share kept for the evaluation (0 to 0.9)")
     p.add_argument("--holdout-out", type=Path, help=f"where the held-out conversations go ({HOLDOUT_FILE})")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for one answer")
+    p.add_argument("--rounds", type=Path, help="the deployment's round directories, the older ones deleted")
+    p.add_argument("--round", type=int, help="this round's number (with --rounds)")
+    p.add_argument("--keep-rounds", type=int, default=3, help="the newest rounds kept, this one counted")
+    p.add_argument("--served-round", type=int, help="the round whose head serves: never deleted")
     return p
 
 
@@ -90,7 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--holdout-fraction needs --holdout-out")
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be at least 1")
+    if args.rounds is not None and (args.round is None or args.round < 1 or args.keep_rounds < 1):
+        p.error("--rounds needs --round (at least 1) and --keep-rounds at least 1")
     started = time.monotonic()
+    deleted: list[int] = []
+    if args.rounds is not None:
+        try:
+            deleted = rounds.prune(args.rounds, args.round, args.keep_rounds, args.served_round)
+        except OSError as error:  # the replay still runs: a round left behind is space, not a wrong result
+            print(f"replay: cannot delete older rounds under {args.rounds}: {error}", file=sys.stderr)
     try:
         samples, skipped = read_samples(args.samples, args.traffic_class)
     except OSError as error:
@@ -123,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "failed": failed,
         "heldOut": len(holdout),
         "seconds": round(time.monotonic() - started, 3),
+        "deletedRounds": deleted,
     }
     print(json.dumps(summary), flush=True)
     return 1 if failed else 0

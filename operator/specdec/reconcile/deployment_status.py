@@ -115,7 +115,11 @@ class DeploymentStatusWriter:
             return
         try:
             self.kube.patch(
-                "SpeculativeDeployment", meta["namespace"], meta["name"], {"status": desired}, subresource="status"
+                "SpeculativeDeployment",
+                meta["namespace"],
+                meta["name"],
+                {"status": replacing_drafter(status, desired)},
+                subresource="status",
             )
             self.pacing.written(key)
         except ApiException as error:
@@ -169,3 +173,13 @@ class DeploymentStatusWriter:
         if status.get("capture") and CAPTURE_SPACE in said:
             return status["capture"], conditions.Cond.from_dict(said[CAPTURE_SPACE])
         return None, None
+
+
+def replacing_drafter(status: dict[str, Any], desired: dict[str, Any]) -> dict[str, Any]:
+    """The status patch with status.drafter replaced, not merged: a merge patch keeps the fields the new one lacks
+    (a finished round's decision would outlive it), so those are patched to null."""
+    drafter = desired.get("drafter")
+    if not isinstance(drafter, dict):
+        return desired
+    gone = {k: None for k in (status.get("drafter") or {}) if k not in drafter}
+    return {**desired, "drafter": {**gone, **drafter}}

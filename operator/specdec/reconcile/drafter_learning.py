@@ -74,7 +74,9 @@ class DrafterLearning:
         if not step.replay_server:
             self.remove(sd, namespace, jobs=False)
         if step.replay_job:
-            self._apply_job(sd, drafter_jobs.replay_job(served, learning, uid, self.settings, round_number))
+            served_round = drafter_jobs.head_round(recorded.get("head"), name)
+            replay = drafter_jobs.replay_job(served, learning, uid, self.settings, round_number, served_round)
+            self._apply_job(sd, replay)
         if step.train_job:
             self._apply_job(sd, drafter_jobs.train_job(served, learning, uid, self.settings, round_number))
         if step.event is not None:
