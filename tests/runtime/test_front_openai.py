@@ -274,6 +274,29 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
     assert metrics["specdec_draft_len"] == 4  # speculative_config's max_draft_len
 
 
+def test_a_scrape_reads_trtllm_serve_iteration_stats_up_to_now():
+    """A scrape polls the iteration statistics itself: its counters do not wait for the next stats interval."""
+    stats = {
+        "iter": 1,
+        "specDecodingStats": {"numDraftTokens": 8, "numAcceptedTokens": 5, "numRequestsWithDraftTokens": 2},
+    }
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state, stats_interval=3600) as (front, url, client):
+            read = []
+            for _ in range(2):
+                state.stats = [stats]
+                async with client.get(f"{url}/metrics") as resp:
+                    read.append(parse_prometheus(await resp.text()))
+            return read
+
+    first, second = run(scenario())
+    assert state.stats_reads == 2  # one per scrape; the hour's interval never came
+    assert first["specdec_draft_tokens_total"] == 8 and first["specdec_accepted_draft_tokens_total"] == 5
+    assert second["specdec_draft_tokens_total"] == 16 and second["specdec_speculative_steps_total"] == 4
+
+
 def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stats():
     """Each iteration with generation requests is a window of the load model: its time, its batch, its drafts."""
     state = OpenAIState(
