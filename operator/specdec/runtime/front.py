@@ -119,6 +119,7 @@ class Front:
             self.metrics.draft_length(known)
         self.session: aiohttp.ClientSession | None = None
         self._polling = asyncio.Lock()  # one poll at a time: the periodic ones and a scrape's
+        self._scrape_polls: asyncio.Future | None = None  # the scrapes' polls in flight: one at most
         self.ready_announced = False
         self.created = int(time.time())
         self._tasks: list[asyncio.Task] = []
@@ -155,10 +156,12 @@ class Front:
                 log.exception("%s failed", poll.__name__)
 
     async def _fresh_statistics(self) -> None:
-        """The route's scrape polls, waited for at most SCRAPE_POLL_SECONDS (a slow backend delays no scrape)."""
-        polls = asyncio.gather(*(self._poll(poll) for poll in self.route.scrape_polls()))
+        """The route's scrape polls, waited for at most SCRAPE_POLL_SECONDS (a slow backend delays no scrape); a
+        scrape while they are still in flight waits for those rather than queueing more."""
+        if self._scrape_polls is None or self._scrape_polls.done():
+            self._scrape_polls = asyncio.gather(*(self._poll(poll) for poll in self.route.scrape_polls()))
         try:
-            await asyncio.wait_for(asyncio.shield(polls), SCRAPE_POLL_SECONDS)
+            await asyncio.wait_for(asyncio.shield(self._scrape_polls), SCRAPE_POLL_SECONDS)
         except TimeoutError:
             log.warning("the backend's statistics took over %.1fs: /metrics answers without them", SCRAPE_POLL_SECONDS)
 
