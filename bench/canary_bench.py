@@ -27,8 +27,7 @@ over count), and the decision reads them window after window until it decides. C
 --cluster runs the same cases on the local cluster (bench/canary_cluster.py): the operator decides on the windows it
 scrapes from the pods' fronts, the simulated trtllm-serve serving each arm with its acceptance, and clients count
 the requests that fail through the Service. Its defaults differ where a canary must end well within a minute: 1
-runtime pod beside the canary's, 6 s scrape windows (the fronts' speculation counters move every 5 s, when they poll
-trtllm-serve's iteration statistics: a shorter window can hold none of them).
+runtime pod beside the canary's, 6 s scrape windows.
 
 Results: bench/results/canary-<timestamp>.json and the table on stdout.
 """
@@ -216,6 +215,9 @@ def main() -> None:
     parser.add_argument("--window", type=float, help="scrape window, seconds (default 15; --cluster 6)")
     parser.add_argument("--noise", type=float, default=0.1, help="per-request acceptance jitter (uniform +-)")
     parser.add_argument("--seed", type=int, default=0, help="first seed; run i of a case uses seed + i")
+    parser.add_argument(
+        "--cases", default="better,equal,collapse", help="the cases to run, by their first word, comma-separated"
+    )
     canary_cluster.add_arguments(parser)
     args = parser.parse_args()
     args.replicas = args.replicas or (1 if args.cluster else 3)
@@ -224,16 +226,20 @@ def main() -> None:
         parser.error("--runs, --replicas and --canary-replicas must be >= 1, --rate and --window > 0")
     if args.parallel < 1 or args.clients < 1 or args.max_tokens < 1:
         parser.error("--parallel, --clients and --max-tokens must be >= 1")
+    names = args.cases.split(",")
+    cases = tuple(c for c in CASES if c.name.split()[0] in names)
+    if len(cases) != len(set(names)):
+        parser.error(f"--cases: each of {', '.join(c.name.split()[0] for c in CASES)}, comma-separated")
     policy = CanaryPolicy()
     if args.cluster:
-        measured = canary_cluster.run(args, CASES)
+        measured = canary_cluster.run(args, cases)
         rows = [
             summary(
                 c,
                 [r for r, _, _ in measured[c.name]],
                 (sum(a for _, a, _ in measured[c.name]), sum(f for _, _, f in measured[c.name])),
             )
-            for c in CASES
+            for c in cases
         ]
         print(
             f"LOCAL CLUSTER, simulated acceptance (the operator's decisions on the pods' fronts before the simulated "
@@ -243,7 +249,7 @@ def main() -> None:
             f"default policy"
         )
     else:
-        rows = [summary(c, [one_canary(c, args.seed + i, args, policy) for i in range(args.runs)]) for c in CASES]
+        rows = [summary(c, [one_canary(c, args.seed + i, args, policy) for i in range(args.runs)]) for c in cases]
         print(
             f"SIMULATED (specdec_dev.simulator.speculate, one request at a time): {args.rate:g} requests/s over "
             f"{args.replicas} current + {args.canary_replicas} canary pods, {args.window:g} s windows, noise "

@@ -27,6 +27,7 @@ to the ready pods of both arms, as kube-proxy would), and every failed request i
 from __future__ import annotations
 
 import argparse
+import datetime
 import random
 import tempfile
 import threading
@@ -148,6 +149,7 @@ class Deployment:
             test = self.start_canary(run)
             wait_for(lambda: self.canary_status(test), f"{self.key}: canary {run} started", timeout=60, interval=0.5)
             at_collapse: dict[str, Any] | None = None
+            fell = datetime.datetime.now(datetime.UTC)
             if case.collapse:
                 first = wait_for(
                     lambda: (s := self.canary_status(test)) and (s.get("test") or {}).get("windows", 0) >= 1 and s,
@@ -161,6 +163,7 @@ class Deployment:
                     first = self.canary_status(test) or first
                 at_collapse = first
                 self.canary_acceptance(COLLAPSED_ACCEPTANCE)
+                fell = datetime.datetime.now(datetime.UTC)
             done = wait_for(
                 lambda: (s := self.canary_status(test)) and s.get("state") != rollout.IN_PROGRESS and s,
                 f"{self.key}: the decision of canary {run}",
@@ -187,12 +190,18 @@ class Deployment:
             f"{self.key} {run}: {decision['outcome']} ({decision['reason']}) after {state.windows} windows, "
             f"{state.canary_requests:.0f} canary / {state.current_requests:.0f} current requests"
             + (f", {to_rollback} window(s) after the fall" if case.collapse else "")
+            + (f" ({seconds_since(fell, decision['at']):.0f} s)" if at_collapse is not None else "")
             + f"; through the Service {clients.ok} answered, {len(clients.failures)} failed",
             flush=True,
         )
         for failure in clients.failures[:5]:
             print(f"  failed: {failure}", flush=True)
         return result, clients.ok, len(clients.failures)
+
+
+def seconds_since(then: datetime.datetime, at: str) -> float:
+    """From `then` to status.canary.decision.at (whole seconds: the status records no finer)."""
+    return (datetime.datetime.fromisoformat(at.replace("Z", "+00:00")) - then).total_seconds()
 
 
 def run_case(deployment: Deployment, case: Case, seeds: list[int]) -> list[tuple[Run, int, int]]:

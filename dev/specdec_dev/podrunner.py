@@ -14,8 +14,8 @@ would run, as servers in this process on the pod's IP (a loopback address: specd
 
 So whatever scrapes http://<podIP>:<port "http">/metrics gets the front's own metrics, from simulated
 speculation. The acceptance profile (<cluster dir>/simulator.json, specdec_dev.simulation_profile) is
-re-read when it changes and applies to running pods at once. One asyncio loop serves every pod; two
-threads watch Pods and ConfigMaps (specdec_dev.informer).
+re-read within PROFILE_POLL_SECONDS of a change and applies to running pods at once. One asyncio loop serves
+every pod; threads watch the runtime pods, their ConfigMaps and the Job pods it runs (specdec_dev.informer).
 
     python -m specdec_dev.podrunner --kubeconfig PATH --cluster-dir DIR [--namespace NS]
 """
@@ -65,6 +65,9 @@ POD_SELECTOR = f"{common.LABEL_COMPONENT} in ({RUNTIME},{RUNTIME_CANARY}),{commo
 CONFIG_MAP_SELECTOR = f"{common.LABEL_MANAGED_BY}={common.MANAGED_BY}"
 CONFIG_VOLUME = "config"
 REFRESH_SECONDS = 2.0
+# How often the acceptance profile's file is checked for a change: a change is to reach the pods well within
+# a scrape window (a canary's collapse is judged on the window after it), not at the next refresh.
+PROFILE_POLL_SECONDS = 0.2
 SHUTDOWN_SECONDS = 1.0  # a stopping pod's requests in flight get this long
 
 
@@ -170,6 +173,7 @@ class PodRunner:
         for informer in (self.pods, self.config_maps, self.job_pods):
             informer.start()
         log.info("serving runtime pods of %s (profile %s)", self.namespace or "every namespace", self.profile_path)
+        profiles = loop.create_task(self._follow_profiles())
         try:
             while not self._stopping:
                 self._wake.clear()
@@ -177,6 +181,7 @@ class PodRunner:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), REFRESH_SECONDS)
         finally:
+            profiles.cancel()
             for informer in (self.pods, self.config_maps, self.job_pods):
                 informer.stop()
             tasks = [*self._terminating, *(task for _, task in self._commands.values())]
@@ -472,6 +477,11 @@ class PodRunner:
         if not claim or mount is None:  # a claim's volume is found through its mount
             return None
         return self.claims_dir / key[0] / claim / mount.get("subPath", "")
+
+    async def _follow_profiles(self) -> None:
+        while True:
+            await asyncio.sleep(PROFILE_POLL_SECONDS)
+            self._reload_profiles()
 
     def _reload_profiles(self) -> None:
         try:

@@ -173,6 +173,37 @@ def test_a_collapsed_canary_is_rejected_and_removed_and_the_current_draft_keeps_
     assert rejected.type == "Warning" and "acceptance 0.0" in rejected.message, rejected.message
 
 
+def test_a_canary_that_serves_nothing_ends_not_serving_and_the_current_draft_keeps_serving(
+    kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
+):
+    """No traffic reaches the canary's pod (its simulated clients send none, and no client uses the Service): no
+    window is a pair, and after notServingSeconds the canary ends Inconclusive, removed, though the policy would
+    promote an Inconclusive canary."""
+    body = with_canary(example(SAMPLE))
+    body["spec"]["rollout"]["canary"].update({"notServingSeconds": 10, "onInconclusive": "Promoted"})
+    sd = SD(kube, namespace, body)
+    sd.wait_ready()
+    profiles = tmp_path / simulation_profile.FILE_NAME
+    deployment = f"{namespace}/{sd.name}"
+    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.7})
+    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"requestsPerSecond": 0})
+    with pod_runner(kubeconfig, tmp_path, namespace):
+        status = started_canary(kube, sd)
+        canary = decided(sd, timeout=60)
+        print(json.dumps(canary, indent=1))
+        decision = canary["decision"]
+        assert (canary["state"], decision["reason"], decision["promote"]) == ("Inconclusive", "NotServing", False)
+        assert "the canary served no request for" in decision["message"]
+        assert canary["current"] == status["canary"]["current"]
+        condition = sd.condition("Canary")
+        assert (condition["status"], condition["reason"]) == ("False", "Inconclusive")
+        wait_for(lambda: not canary_pods(kube, namespace, sd.name), "the canary removed", timeout=60)
+        runtime = json.loads(kube.core.read_namespaced_config_map(f"{sd.name}-runtime", namespace).data["runtime.json"])
+        assert runtime["speculation"]["speculativeConfig"]["max_draft_len"] == 4  # the current draft serves
+    (ended,) = [e for e in kube.events_for(namespace, sd.name) if e.reason == "CanaryInconclusive"]
+    assert ended.type == "Warning" and ended.message == decision["message"]
+
+
 def test_a_slower_canary_is_rejected_as_not_faster_and_the_current_draft_keeps_serving(
     kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
 ):

@@ -8,9 +8,11 @@ import dataclasses
 import importlib.util
 import json
 import socket
+import time
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from specdec.runtime import launch
 from specdec.runtime.front import Front
@@ -272,6 +274,59 @@ def test_speculation_counters_come_from_trtllm_serve_iteration_stats():
     assert metrics["specdec_speculative_requests_total"] == 0  # not known per request on this route
     assert metrics["specdec_accepted_tokens_per_step_count"] == 0
     assert metrics["specdec_draft_len"] == 4  # speculative_config's max_draft_len
+
+
+def test_a_scrape_reads_trtllm_serve_iteration_stats_up_to_now():
+    """A scrape polls the iteration statistics itself: its counters do not wait for the next stats interval."""
+    stats = {
+        "iter": 1,
+        "specDecodingStats": {"numDraftTokens": 8, "numAcceptedTokens": 5, "numRequestsWithDraftTokens": 2},
+    }
+    state = OpenAIState()
+
+    async def scenario():
+        async with stack(state, stats_interval=3600) as (front, url, client):
+            read = []
+            for _ in range(2):
+                state.stats = [stats]
+                async with client.get(f"{url}/metrics") as resp:
+                    read.append(parse_prometheus(await resp.text()))
+            return read
+
+    first, second = run(scenario())
+    assert state.stats_reads == 2  # one per scrape; the hour's interval never came
+    assert first["specdec_draft_tokens_total"] == 8 and first["specdec_accepted_draft_tokens_total"] == 5
+    assert second["specdec_draft_tokens_total"] == 16 and second["specdec_speculative_steps_total"] == 4
+
+
+def test_a_scrape_waits_at_most_a_second_for_slow_iteration_stats_and_polls_them_once_at_a_time():
+    asked = []
+
+    async def slow_stats(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        await asyncio.sleep(3)
+        return web.json_response([])
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow_stats)
+
+    async def scenario():
+        async with serving(app) as backend_url:
+            backend = dataclasses.replace(launch.plan_launch(PYTORCH).backend, url=backend_url)
+            async with serving_front(Front(PYTORCH, backend, stats_interval=3600)) as url:
+                async with aiohttp.ClientSession() as client:
+                    took = []
+                    for _ in range(2):
+                        started = time.monotonic()
+                        async with client.get(f"{url}/metrics") as resp:
+                            assert resp.status == 200 and "specdec_draft_tokens_total" in await resp.text()
+                        took.append(time.monotonic() - started)
+                    await asyncio.sleep(3.5)  # where a second poll queued behind the first would have been sent
+                    return took
+
+    took = run(scenario())
+    assert all(0.9 < t < 2.0 for t in took), took  # SCRAPE_POLL_SECONDS, not the backend's 3 s
+    assert asked == ["/metrics"]  # the second scrape waited for the first one's poll, still in flight
 
 
 def test_the_targets_iterations_under_load_come_from_trtllm_serve_iteration_stats():

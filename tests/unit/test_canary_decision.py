@@ -15,6 +15,7 @@ from specdec.canary.decision import (
     FASTER,
     INCONCLUSIVE,
     NOT_FASTER,
+    NOT_SERVING,
     PODS_FAILED,
     PROMOTED,
     REJECTED,
@@ -22,6 +23,7 @@ from specdec.canary.decision import (
     CanaryPolicy,
     CanaryState,
     Decision,
+    not_serving,
     observe,
 )
 
@@ -123,6 +125,17 @@ def test_failed_pods_and_an_error_rate_rise_roll_back():
     assert tolerated is None
 
 
+def test_a_canary_that_serves_nothing_ends_inconclusive_with_the_current_draft_kept():
+    """Even where the policy would promote an Inconclusive canary: there is no evidence for its draft."""
+    policy = CanaryPolicy(not_serving_seconds=600, on_inconclusive=PROMOTED)
+    state = CanaryState(windows=3, current_requests=150)
+    assert not_serving(599.0, state, policy) is None
+    ended = not_serving(600.0, state, policy)
+    assert ended is not None and ended.outcome == INCONCLUSIVE and ended.reason == NOT_SERVING
+    assert not ended.promote
+    assert "no request for 600s" in ended.message and "0 canary / 150 current requests" in ended.message
+
+
 @pytest.mark.parametrize("spread", [0.03, 0.1])
 def test_the_false_promotion_rate_holds_for_equal_arms(spread):
     """Also where the windows' spread is twice the minimum effect, where a spread estimated from the first few
@@ -164,7 +177,14 @@ def test_bad_windows_are_refused_by_name(change):
 
 @pytest.mark.parametrize(
     "change",
-    [{"false_promotion": 0.0}, {"min_effect": 0.0}, {"on_inconclusive": "Maybe"}, {"min_windows": 1}],
+    [
+        {"false_promotion": 0.0},
+        {"min_effect": 0.0},
+        {"on_inconclusive": "Maybe"},
+        {"min_windows": 1},
+        {"not_serving_seconds": 0.0},
+        {"not_serving_seconds": math.nan},
+    ],
 )
 def test_bad_policies_are_refused(change):
     with pytest.raises(ValueError):

@@ -175,3 +175,39 @@ def test_a_new_test_reads_its_first_window_from_its_own_start(arms):
     first = monitor.canary.reading("ns", "llama")
     assert first.state.windows == 1 and first.state.canary_requests == first.state.current_requests == REQUESTS
     assert first.window_seconds == 15.0
+
+
+def test_a_canary_that_never_serves_ends_not_serving(arms):
+    """Its pod never ready (never scraped): no window, and after notServingSeconds the canary ends, the current
+    draft kept; until then the current arm's windows go on alone."""
+    store, (a, b), port, enqueued = arms
+    sd_ = canary_sd(port)
+    sd_["spec"]["rollout"]["canary"]["notServingSeconds"] = 60
+    store.put(sd_)
+    never_ready = pod("llama-canary-a", "llama", "127.0.0.2", ready=False)
+    never_ready["metadata"]["labels"][LABEL_COMPONENT] = "runtime-canary"
+    store.put(never_ready)
+    monitor = monitor_of(store, enqueued)
+    current = Arm(a, 0.62, 0.030)
+    for n in range(4):  # 0 to 45 s
+        current.serve()
+        monitor.run_once(now=15.0 * n)
+        assert monitor.canary.reading("ns", "llama").decision is None
+    current.serve()
+    monitor.run_once(now=60.0)
+    ended = monitor.canary.reading("ns", "llama").decision
+    assert ended is not None and (ended.outcome, ended.reason, ended.promote) == ("Inconclusive", "NotServing", False)
+    assert "no request for 60s" in ended.message
+
+
+def test_a_canary_that_serves_is_not_ended_for_idling(arms):
+    store, (a, b), port, enqueued = arms
+    sd_ = canary_sd(port)
+    sd_["spec"]["rollout"]["canary"]["notServingSeconds"] = 20
+    store.put(sd_)
+    monitor = monitor_of(store, enqueued)
+    current, canary = Arm(a, 0.62, 0.030), Arm(b, 0.62, 0.030)
+    for n in range(4):  # windows of 15 s, each with the canary's requests
+        current.serve(), canary.serve()
+        monitor.run_once(now=15.0 * n)
+    assert monitor.canary.reading("ns", "llama").decision is None

@@ -37,6 +37,15 @@ class CanarySpec(ApiModel):
     on_inconclusive: Literal["Rejected", "Promoted"] = Field(
         "Rejected", description="What a canary that spent its budget without a decision becomes."
     )
+    not_serving_seconds: int = Field(
+        900,
+        ge=10,
+        le=86_400,
+        description=(
+            "Seconds the canary may serve no request (its pods not ready, or no traffic reaching them) before it ends "
+            "Inconclusive (NotServing), its pods removed and the current draft kept."
+        ),
+    )
 
 
 class RolloutSpec(ApiModel):
@@ -84,7 +93,9 @@ class CanaryDecisionStatus(ApiModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     outcome: str | None = Field(None, description="Promoted, Rejected or Inconclusive.")
-    reason: str | None = Field(None, description="Faster, NotFaster, BudgetSpent, PodsFailed, AcceptanceCollapsed, ...")
+    reason: str | None = Field(
+        None, description="Faster, NotFaster, BudgetSpent, NotServing, PodsFailed, AcceptanceCollapsed, ..."
+    )
     message: str | None = Field(None, description="The numbers behind it.")
     promote: bool | None = Field(None, description="Whether the canary's draft replaces the current one.")
     at: str | None = Field(None, description="When it was decided.")

@@ -45,6 +45,11 @@ the pods.
 The budget: once the arm with fewer requests (the canary, when it has fewer replicas) has served
 `request_budget` requests, the test ends Inconclusive, and `on_inconclusive` says which way that goes.
 
+A canary that serves nothing (its pods never ready, or no traffic reaching them) gives no windows and would never
+reach its budget: once it has served no request for `not_serving_seconds`, the test ends Inconclusive
+(NotServing) and the current draft keeps serving, whatever `on_inconclusive` says: there is no evidence for the
+canary's draft at all.
+
 Safety comes before the test, on every window: the canary is rolled back (Rejected) at once when its pods
 failed, when its acceptance is at most `collapse_ratio` of the current arm's in the same window, or when its
 error rate exceeds the current arm's by more than `max_error_rate_rise` (on at least `min_errors` errors). One
@@ -66,6 +71,7 @@ INCONCLUSIVE: Final = "Inconclusive"
 # Why a canary ended.
 FASTER, NOT_FASTER, BUDGET = "Faster", "NotFaster", "BudgetSpent"
 PODS_FAILED, ACCEPTANCE_COLLAPSED, ERROR_RATE_ROSE = "PodsFailed", "AcceptanceCollapsed", "ErrorRateRose"
+NOT_SERVING = "NotServing"
 
 SPREAD_CONFIDENCE = 0.9  # the confidence of the upper bound the test takes for the pairs' spread
 _NORMAL = NormalDist()
@@ -141,6 +147,9 @@ class CanaryPolicy:
     max_error_rate_rise: float = 0.02  # canary's error rate minus the current arm's
     # Canary errors in a window before its error rate is judged: one unlucky error among 20 requests is 5 %.
     min_errors: int = 3
+    # How long the canary may serve no request before it ends NotServing: its pods start (engines built, weights
+    # loaded) within this; a canary behind a Service that sends it nothing ends as well.
+    not_serving_seconds: float = 900.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_effect <= 10:
@@ -154,6 +163,8 @@ class CanaryPolicy:
             raise ValueError("request_budget, min_requests and min_errors must be >= 1, min_windows >= 2")
         if not 0 < self.min_spread or not 0 < self.collapse_ratio < 1 or not 0 <= self.max_error_rate_rise <= 1:
             raise ValueError("min_spread must be > 0, collapse_ratio in (0, 1), max_error_rate_rise in [0, 1]")
+        if not self.not_serving_seconds > 0:  # NaN too
+            raise ValueError(f"not_serving_seconds must be > 0, got {self.not_serving_seconds!r}")
 
     @property
     def delta(self) -> float:
@@ -215,7 +226,7 @@ class CanaryState:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: str  # PROMOTED, REJECTED or INCONCLUSIVE
-    reason: str  # FASTER, NOT_FASTER, BUDGET, PODS_FAILED, ACCEPTANCE_COLLAPSED, ERROR_RATE_ROSE
+    reason: str  # FASTER, NOT_FASTER, BUDGET, NOT_SERVING, PODS_FAILED, ACCEPTANCE_COLLAPSED, ERROR_RATE_ROSE
     message: str  # the numbers behind it, for the Event and the condition
     promote: bool  # whether the canary's draft replaces the current one (an Inconclusive goes by the policy)
 
@@ -292,3 +303,17 @@ def verdict(state: CanaryState, policy: CanaryPolicy) -> Decision | None:
             INCONCLUSIVE, BUDGET, f"budget of {policy.request_budget} requests spent: {said}", promote=promote
         )
     return None
+
+
+def not_serving(idle_seconds: float, state: CanaryState, policy: CanaryPolicy) -> Decision | None:
+    """The end of a canary that has served no request for `idle_seconds` (None: it may still start serving)."""
+    if idle_seconds < policy.not_serving_seconds:
+        return None
+    return Decision(
+        INCONCLUSIVE,
+        NOT_SERVING,
+        f"the canary served no request for {idle_seconds:.0f}s (at most {policy.not_serving_seconds:.0f}s): "
+        f"{state.canary_requests:.0f} canary / {state.current_requests:.0f} current requests over "
+        f"{state.windows} windows; the current draft keeps serving",
+        promote=False,
+    )

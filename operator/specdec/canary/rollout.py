@@ -29,6 +29,7 @@ def policy_of(spec: CanarySpec) -> CanaryPolicy:
         missed_promotion=spec.missed_promotion,
         request_budget=spec.request_budget,
         on_inconclusive=spec.on_inconclusive,
+        not_serving_seconds=spec.not_serving_seconds,
     )
 
 

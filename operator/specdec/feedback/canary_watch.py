@@ -1,17 +1,20 @@
 """A running canary's test, on the monitor's scrape windows: each window, the current arm's pods (component
 `runtime`) and the canary's (`runtime-canary`) give one ArmWindow each, and specdec.canary.decision.observe reads the
-pair. Its Reading (the test's state, each arm's figures, the decision once there is one) is what the deployment
-controller writes into status.canary (specdec.canary.rollout); a restarted operator resumes the test from there."""
+pair. A canary that serves no request for its policy's notServingSeconds (its pods never ready, or no traffic
+reaching them) ends NotServing, windows or not. Its Reading (the test's state, each arm's figures, the decision
+once there is one) is what the deployment controller writes into status.canary (specdec.canary.rollout); a
+restarted operator resumes the test from there."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from specdec.api.canary import CanarySpec
 from specdec.canary import rollout, windows
-from specdec.canary.decision import ArmWindow, observe
+from specdec.canary.decision import ArmWindow, not_serving, observe
 from specdec.feedback.forget import forget_absent
 from specdec.speculation import payoff
 from specdec.status.pods import container_statuses
@@ -37,6 +40,9 @@ class CanaryWatch:
         self._samples: dict[str, tuple[payoff.Sample, float]] = {}  # pod uid -> last sample, when
         self._restarts: dict[str, int] = {}  # pod uid -> its containers' restarts when first seen
         self._readings: dict[tuple[str, str], rollout.Reading] = {}
+        # deployment -> when its canary last served a request, or its test was first read (a restarted operator
+        # starts the wait again: it has no earlier clock)
+        self._served_at: dict[tuple[str, str], float] = {}
         self._guard = threading.Lock()
 
     def reading(self, namespace: str, name: str) -> rollout.Reading | None:
@@ -68,13 +74,21 @@ class CanaryWatch:
                 0.0,
                 None,
             )
+            self._served_at[key] = now
         if reading.decision is not None:
             return  # decided: the controller acts on it
         current, canary = self._window(arms[CURRENT], scraped, now), self._window(arms[CANARY], scraped, now)
-        if current is None or canary is None:
-            self._keep(key, reading)  # a first scrape of an arm: its baseline
+        if canary is not None and canary[0].requests > 0:
+            self._served_at[key] = now
+        if current is None or canary is None:  # an arm with no window: not scraped, or a first scrape (its baseline)
+            ended = not_serving(now - self._served_at[key], reading.state, rollout.policy_of(policy))
+            self._keep(key, reading if ended is None else dataclasses.replace(reading, decision=ended))
+            if ended is not None:
+                self.enqueue(*key)
             return
         state, decision = observe(reading.state, current[0], canary[0], rollout.policy_of(policy))
+        if decision is None:
+            decision = not_serving(now - self._served_at[key], state, rollout.policy_of(policy))
         figures = {}
         blocks = {CURRENT: (status.get("current") or {}).get("speculation") or {}, CANARY: rollout.spec_block(sd)}
         for arm, window in ((CURRENT, current[0]), (CANARY, canary[0])):
@@ -124,5 +138,5 @@ class CanaryWatch:
 
     def forget_gone(self, present: set[tuple[str, str]], live_pods: set[str]) -> None:
         with self._guard:
-            forget_absent(present, self._readings)
+            forget_absent(present, self._readings, self._served_at)
         forget_absent(live_pods, self._samples, self._restarts)

@@ -10,7 +10,8 @@ Requests are checked before a backend sees them (specdec.runtime.openai_request)
 model_not_found, a bad parameter 400 naming it, in OpenAI's error shape. Backend failures become clear 5xx
 answers (503 not reachable, 504 timed out, 502 anything else) rather than hangs; a client that goes away
 cancels its backend request. The front counts requests, their latency and time to first token, and the
-route the tokens and speculation figures.
+route the tokens and speculation figures. Figures the route learns by polling the backend are polled every stats
+interval and again before /metrics answers: a scrape reads them up to that moment.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from specdec.runtime.triton_route import TritonRoute
 log = logging.getLogger("specdec.runtime")
 GENERATION = ("/v1/completions", "/v1/chat/completions")
 MODELS_PREFIX = "/v1/models/"
+# How long a scrape of /metrics waits for the backend's statistics (Route.scrape_polls) before it answers with the
+# counters it has; the poll goes on, and the next scrape counts what it read.
+SCRAPE_POLL_SECONDS = 1.0
 
 
 def make_route(
@@ -114,6 +118,8 @@ class Front:
         if known is not None:
             self.metrics.draft_length(known)
         self.session: aiohttp.ClientSession | None = None
+        self._polling = asyncio.Lock()  # one poll at a time: the periodic ones and a scrape's
+        self._scrape_polls: asyncio.Future | None = None  # the scrapes' polls in flight: one at most
         self.ready_announced = False
         self.created = int(time.time())
         self._tasks: list[asyncio.Task] = []
@@ -140,10 +146,24 @@ class Front:
     async def _every(self, poll: Callable[[], Awaitable[None]]) -> None:
         while True:
             await asyncio.sleep(self.stats_interval)
+            await self._poll(poll)
+
+    async def _poll(self, poll: Callable[[], Awaitable[None]]) -> None:
+        async with self._polling:
             try:
                 await poll()
             except Exception:  # noqa: BLE001 - one bad page must not end the polling for good
                 log.exception("%s failed", poll.__name__)
+
+    async def _fresh_statistics(self) -> None:
+        """The route's scrape polls, waited for at most SCRAPE_POLL_SECONDS (a slow backend delays no scrape); a
+        scrape while they are still in flight waits for those rather than queueing more."""
+        if self._scrape_polls is None or self._scrape_polls.done():
+            self._scrape_polls = asyncio.gather(*(self._poll(poll) for poll in self.route.scrape_polls()))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._scrape_polls), SCRAPE_POLL_SECONDS)
+        except TimeoutError:
+            log.warning("the backend's statistics took over %.1fs: /metrics answers without them", SCRAPE_POLL_SECONDS)
 
     async def stop(self) -> None:
         """After the last request."""
@@ -189,6 +209,8 @@ class Front:
                 return Page.json({"status": "ok", "model": self.model})
             return Page.json({"status": "unavailable", "detail": detail}, 503)
         if path == "/metrics":
+            if self.stats_interval > 0:  # 0: no statistics polled
+                await self._fresh_statistics()
             if self.capture is not None:
                 self.metrics.capture(await self.capture.current())
             return Page(200, self.metrics.render(), CONTENT_TYPE_LATEST)

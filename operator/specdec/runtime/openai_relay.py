@@ -35,6 +35,9 @@ class OpenAIRelay(Route):
     def polls(self):
         return [self._poll_iteration_stats]
 
+    def scrape_polls(self):
+        return [self._poll_iteration_stats]  # the speculation counters
+
     async def _poll_iteration_stats(self) -> None:
         """trtllm-serve's GET /metrics hands out (and forgets) the iteration statistics since the last call."""
         text = await self.fetch(self.backend.url + "/metrics")

@@ -91,6 +91,11 @@ class Route:
         """What to poll every stats interval (backend statistics, live settings)."""
         return []
 
+    def scrape_polls(self) -> list[Callable[[], Awaitable[None]]]:
+        """Of polls(), those a scrape of /metrics runs first: counters the front learns only by polling the
+        backend, so a scrape reads them up to now rather than up to the last stats interval."""
+        return []
+
     def exchange(self, client: Client, endpoint: str, raw: bytes, fields: Mapping[bytes, bytes]) -> Exchange:
         """A generation request (its body as received, its header fields by lower-case name) to answer on the
         client's connection."""
