@@ -270,11 +270,16 @@ def test_a_leader_worker_set_group_runs_an_mpi_program_across_its_two_pods_as_th
     plan = make_plan(spec, name=LWS_NAME)
     multi = plan.runtime.multi_node
     assert multi is not None and (multi.nodes, multi.gpus_per_node) == (2, 1)
-    owned = {"ownerReferences"}  # no SpeculativeDeployment here: the test creates what the operator would
-    secret = build_ssh_secret(plan, "", ssh_keys.generate(LWS_NAME))
-    lws = build_leader_worker_set(plan, "", SETTINGS)
-    for obj in (secret, lws):
-        obj["metadata"] = {k: v for k, v in obj["metadata"].items() if k not in owned} | {"namespace": namespace}
+
+    def unowned(obj: dict) -> dict:  # no SpeculativeDeployment here: the test creates what the operator would
+        obj["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "ownerReferences"}
+        obj["metadata"]["namespace"] = namespace
+        return obj
+
+    secret = kube.core.create_namespaced_secret(
+        namespace, unowned(build_ssh_secret(plan, "", ssh_keys.generate(LWS_NAME)))
+    )
+    lws = unowned(build_leader_worker_set(plan, "", SETTINGS, secret.metadata.uid))
 
     hosts = multinode.group_hosts(group_env(namespace), multi)
     key_dir = launch.ssh_key_dir("/tmp/work")
@@ -306,7 +311,6 @@ def test_a_leader_worker_set_group_runs_an_mpi_program_across_its_two_pods_as_th
     sshd = shlex.join(multinode.sshd_argv(f"{job_dir}/sshd_config"))
     swap_in_the_mpi_program(template["workerTemplate"], f"set -e; {keys}; exec {sshd}", image_env)
 
-    kube.core.create_namespaced_secret(namespace, secret)
     kube.core.create_namespaced_config_map(namespace, {"metadata": {"name": config_map_name(plan)}, "data": job})
     kube.custom.create_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, lws)
     leader, worker = f"{LWS_NAME}-0", f"{LWS_NAME}-0-1"
