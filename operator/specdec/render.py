@@ -46,7 +46,10 @@ def render_objects(obj: dict[str, Any], settings: Settings) -> list[dict[str, An
         objects += [engine_build, build_job(_created(engine_build), settings)]
     objects.append(build_config_map(result, uid))
     if is_multi_node(result):
-        objects += [build_ssh_secret(result, uid, PLACEHOLDER_KEYS), build_leader_worker_set(result, uid, settings)]
+        objects += [
+            build_ssh_secret(result, uid, PLACEHOLDER_KEYS),
+            build_leader_worker_set(result, uid, settings, PLACEHOLDER_UID),  # the Secret's uid, as unknown
+        ]
     else:
         objects.append(build_deployment(result, uid, settings))
     objects.append(build_service(result, uid))

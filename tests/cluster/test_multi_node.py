@@ -1,9 +1,10 @@
 """A target spanning two nodes on the local cluster: DeepSeek-V3 MTP on 2 simulated nodes of 8 H100s per
 LeaderWorkerSet group, through a real LWS controller and its pod webhook (as `specdec dev up` runs them): the group
-becomes Ready, and a worker deleted recreates the group, the status naming the missing worker meanwhile; with two
-groups serving, a spec change rolls them one at a time while clients of the Service see no failed request. (Without
-LeaderWorkerSet served the deployment says what to install: tests/unit/test_multinode.py, on the in-memory API
-server, since the local cluster always serves it.)"""
+becomes Ready, and a worker deleted recreates the group, the status naming the missing worker meanwhile; its SSH
+key Secret is refused when someone else made it and created again when deleted; with two groups serving, a spec
+change rolls them one at a time while clients of the Service see no failed request. (Without LeaderWorkerSet served
+the deployment says what to install: tests/unit/test_multinode.py, on the in-memory API server, since the local
+cluster always serves it.)"""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from specdec.api.models import GROUP, VERSION
 from specdec.builders.common import LABEL_INSTANCE
+from specdec.builders.multinode import ANNOTATION_SSH_SECRET_UID
 from specdec.status.groups import GROUP_INDEX_LABEL, WORKER_INDEX_LABEL
 from specdec.versions import LWS
 from specdec_dev import nodes, simulation_profile, toolchain
@@ -92,6 +94,51 @@ def test_a_group_goes_ready_and_is_recreated_when_a_worker_goes(kube: Kube, name
     sd.wait_ready(timeout=300)
     recreated = {p.metadata.name: p.metadata.uid for p in group_pods(kube, namespace, sd.name)}
     assert recreated.get(f"{sd.name}-0-1") not in (None, worker.metadata.uid)
+
+
+def secret_uid(kube: Kube, namespace: str, name: str) -> str | None:
+    try:
+        return kube.core.read_namespaced_secret(name, namespace).metadata.uid
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def test_the_ssh_key_secret_is_the_deployments_own_refused_when_anothers_and_created_again_when_deleted(
+    kube: Kube, namespace: str, operator
+):
+    """The operator may only create Secrets. A Secret of the key Secret's name made by someone else is refused in
+    status and no group mounts it; once it is gone the operator creates its own, and creates it again when it is
+    deleted, the LeaderWorkerSet recording which one it made."""
+    needs_lws(kube)
+    body = example(EXAMPLE)
+    name = f"{body['metadata']['name']}-ssh"
+    foreign = kube.core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "stringData": {"k": "v"}})
+    sd = SD(kube, namespace, body)
+    refused = wait_for(
+        lambda: (c := sd.condition("Ready")).get("reason") == "SshKeySecretNotOwned" and c, "the Secret refused"
+    )
+    assert refused["status"] == "False" and f"Secret {name} already exists" in refused["message"], refused
+    assert not kube.custom.list_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural)["items"]
+    untouched = kube.core.read_namespaced_secret(name, namespace)
+    assert untouched.metadata.resource_version == foreign.metadata.resource_version
+    assert not untouched.metadata.owner_references
+
+    kube.core.delete_namespaced_secret(name, namespace)
+    sd.wait_ready(timeout=300)
+
+    def recorded() -> str:
+        lws = kube.custom.get_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, sd.name)
+        return lws["metadata"]["annotations"][ANNOTATION_SSH_SECRET_UID]
+
+    own = kube.core.read_namespaced_secret(name, namespace)
+    assert own.metadata.owner_references[0].uid == sd.get()["metadata"]["uid"] and recorded() == own.metadata.uid
+    kube.core.delete_namespaced_secret(name, namespace)
+    again = wait_for(lambda: secret_uid(kube, namespace, name), "the Secret created again", timeout=60)
+    assert again != own.metadata.uid
+    wait_for(lambda: recorded() == again, "the new Secret recorded on the LeaderWorkerSet", timeout=60)
+    assert sd.condition("Ready")["status"] == "True"
 
 
 # LeaderWorkerSet's label with the revision of the template a group's pods were made from (api/leaderworkerset/v1).

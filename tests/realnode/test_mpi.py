@@ -4,8 +4,10 @@ pair is a Secret both pods mount; the worker runs sshd as its own user; nothing 
 Open MPI and mpi4py in the MPI test image (specdec_dev.mpi_image), in a namespace where Pod Security
 `restricted` is enforced.
 
-The hostfile names both pods by the stable names a headless Service gives them (`<hostname>.<service>`, as
-LeaderWorkerSet's do), which the real node's pod DNS (specdec_dev.pod_dns) answers."""
+The first test makes its two pods and their headless Service itself, with mpirun flags of its own; the second
+creates the LeaderWorkerSet the operator renders, and LeaderWorkerSet's controller running in the test cluster
+makes the group's pods and its headless Service. Either way the hostfile names the pods by the stable names the
+headless Service gives them (`<hostname>.<service>`), which the real node's pod DNS (specdec_dev.pod_dns) answers."""
 
 from __future__ import annotations
 
@@ -16,14 +18,23 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kubernetes.client.rest import ApiException
 
-from specdec.api.runtime_config import SSH_AUTHORIZED_KEYS, SSH_CLIENT_KEY, SSH_HOST_KEY, SSH_KNOWN_HOSTS, MultiNode
-from specdec.api.runtime_config import SSH_DIR as RUNTIME_SSH_DIR
-from specdec.api.runtime_config import SSH_PORT as RUNTIME_SSH_PORT
+from specdec.api.runtime_config import (
+    RUNTIME_CONFIG_DIR,
+    SSH_AUTHORIZED_KEYS,
+    SSH_CLIENT_KEY,
+    SSH_HOST_KEY,
+    SSH_KNOWN_HOSTS,
+)
 from specdec.builders import ssh_keys
+from specdec.builders.multinode import build_leader_worker_set, build_ssh_secret
+from specdec.builders.serving import config_map_name
 from specdec.runtime import launch, multinode
+from specdec.versions import LWS
 from specdec_dev import mpi_image, node_config, real_node
 from tests.kube_helpers import Kube, wait_for
+from tests.unit.helpers import SETTINGS, load_example, make_plan
 
 pytestmark = pytest.mark.cluster
 
@@ -200,71 +211,129 @@ def test_mpirun_in_the_leader_pod_runs_a_rank_in_the_worker_pod_over_ssh(
     assert worker_status.ready and worker_status.restart_count == 0, worker_status
 
 
-def test_a_leader_worker_set_group_launched_as_the_operator_renders_it_runs_across_two_pods(
+LWS_NAME = "mpi"  # its group 0's pods: leader mpi-0, worker mpi-0-1, both named in the headless Service mpi-0
+
+
+def group_env(namespace: str) -> dict[str, str]:
+    """The LWS_* variables LeaderWorkerSet's Pod webhook gives group 0's leader (subdomain policy UniquePerReplica);
+    the test checks them against what the leader's rank 0 reports."""
+    leader = f"{LWS_NAME}-0.{LWS_NAME}-0.{namespace}"
+    return {multinode.LEADER_ADDRESS: leader, multinode.GROUP_SIZE: "2", multinode.WORKER_INDEX: "0"}
+
+
+def swap_in_the_mpi_program(pod: dict, command: str, env: dict[str, str]) -> None:
+    """A rendered pod template (in the MPI image, spec.runtime.image), with what must change to run a CPU MPI
+    program in place of TensorRT-LLM:
+    - a shell command in place of specdec-runtime (the image has no package of ours): it copies the keys as
+      multinode.prepare_keys does and runs what the runtime would (the worker's sshd, the leader's mpirun);
+    - the MPI image's user named (the runtime images run as theirs, the MPI image as root);
+    - PATH and LD_LIBRARY_PATH set, as NVIDIA's images set them (mpirun forwards both, sshd sets them);
+    - no model cache claim: no model here (its volume an emptyDir)."""
+    spec = pod["spec"]
+    spec["securityContext"] |= {"runAsUser": mpi_image.MPI_UID, "runAsGroup": mpi_image.MPI_UID}
+    spec["volumes"] = [
+        {"name": "cache", "emptyDir": {}} if volume["name"] == "cache" else volume for volume in spec["volumes"]
+    ]
+    container = spec["containers"][0]
+    container["command"] = ["sh", "-c", command]
+    container.pop("args")
+    container["env"] += [{"name": k, "value": v} for k, v in env.items()]
+
+
+def leader_log(kube: Kube, namespace: str, pod: str) -> str | None:
+    """The leader's log once its mpirun has ended (the line MPI_DONE), else None."""
+    try:
+        log = kube.core.read_namespaced_pod_log(pod, namespace)
+    except ApiException as error:
+        if error.status in (400, 404):  # not created or not started yet
+            return None
+        raise
+    return log if MPI_DONE in log else None
+
+
+MPI_DONE = "mpirun exited with"
+
+
+def test_a_leader_worker_set_group_runs_an_mpi_program_across_its_two_pods_as_the_operator_launches_it(
     kube: Kube, mpi_node, restricted_namespace
 ):
-    """The launch specdec.runtime.multinode makes from LeaderWorkerSet's variables: its hostfile, the SSH key Secret
-    of specdec.builders.ssh_keys (known_hosts checked strictly), the workers' sshd configuration, the leader's
-    mpirun flags and remote shell, with the CPU program in place of trtllm-llmapi-launch's ranks. The pods are made
-    here as LeaderWorkerSet makes a group's (names, hostname and subdomain, LWS_* variables), so that they run these
-    commands rather than the runtime's. The keys are copied as multinode.prepare_keys does (the image has no Python
-    package of ours)."""
+    """A LeaderWorkerSet of one group of 2 pods on the real node, rendered by the operator's own builder
+    (specdec.builders.multinode) with the MPI program in place of trtllm-serve (swap_in_the_mpi_program says what
+    changes and why), its pods and their headless Service made by LeaderWorkerSet's controller, their LWS_*
+    variables by its Pod webhook. In the pods: the hostfile of specdec.runtime.multinode from LWS's variables, the
+    SSH key Secret of specdec.builders (known_hosts checked strictly), the workers' sshd configuration, the leader's
+    mpirun flags and environment (remote shell, names kept whole), the CPU program in place of
+    trtllm-llmapi-launch's ranks. The leader then stays up: a container ending would recreate the group."""
     namespace = restricted_namespace(prefix="lws")
-    multi = MultiNode(nodes=2, gpus_per_node=1, ssh_port=RUNTIME_SSH_PORT, ssh_dir=RUNTIME_SSH_DIR)
+    spec = real_node.on_real_node(load_example("deepseek-v3-mtp-2x8-h100"), image=mpi_image.MPI_IMAGE)["spec"]
+    spec["target"] |= {"tensorParallelSize": 2, "nodes": 2}  # one stand-in GPU in each pod
+    plan = make_plan(spec, name=LWS_NAME)
+    multi = plan.runtime.multi_node
+    assert multi is not None and (multi.nodes, multi.gpus_per_node) == (2, 1)
+
+    def unowned(obj: dict) -> dict:  # no SpeculativeDeployment here: the test creates what the operator would
+        obj["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "ownerReferences"}
+        obj["metadata"]["namespace"] = namespace
+        return obj
+
+    secret = kube.core.create_namespaced_secret(
+        namespace, unowned(build_ssh_secret(plan, "", ssh_keys.generate(LWS_NAME)))
+    )
+    lws = unowned(build_leader_worker_set(plan, "", SETTINGS, secret.metadata.uid))
+
+    hosts = multinode.group_hosts(group_env(namespace), multi)
     key_dir = launch.ssh_key_dir("/tmp/work")
-    image_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/lib", "HOME": "/tmp"}
-    image_env["HF_HOME"] = "/tmp/hf"
-
-    def lws_env(index: int) -> dict[str, str]:
-        leader = f"mpi-0.{SERVICE}.{namespace}"
-        return {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": str(index)}
-
-    hosts = multinode.group_hosts(lws_env(0), multi)
-    assert hosts == [f"mpi-0.{SERVICE}.{namespace}", f"mpi-0-1.{SERVICE}.{namespace}"]
-    secret = {"metadata": {"name": "mpi-ssh"}, "stringData": ssh_keys.generate("mpi").secret_data()}
-    kube.core.create_namespaced_secret(namespace, secret)
-    job = {
+    image_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/lib"}
+    job = {  # in the runtime's ConfigMap, mounted where the runtime reads its configuration
         "program.py": PROGRAM,
         "hostfile": multinode.hostfile(hosts, multi.gpus_per_node),
         "sshd_config": multinode.sshd_config(multi, key_dir, image_env),
     }
-    kube.core.create_namespaced_config_map(namespace, {"metadata": {"name": "mpi-job"}, "data": job})
-    kube.core.create_namespaced_service(namespace, HEADLESS)
+    job_dir = RUNTIME_CONFIG_DIR
     names = " ".join((SSH_CLIENT_KEY, SSH_AUTHORIZED_KEYS, SSH_HOST_KEY, SSH_KNOWN_HOSTS))
     keys = (
         f"mkdir -p {key_dir} && chmod 0700 {key_dir} && "
         f"for f in {names}; do install -m 0600 {multi.ssh_dir}/$f {key_dir}/$f; done"
     )
     argv = multinode.mpirun_argv(
-        multi, f"{JOB_DIR}/hostfile", ["python3", f"{JOB_DIR}/program.py", "HF_HOME", "LWS_WORKER_INDEX"]
+        multi, f"{job_dir}/hostfile", ["python3", f"{job_dir}/program.py", "HF_HOME", *group_env(namespace)]
     )
     argv.remove(multinode.LAUNCHER)
-
-    def env(index: int, extra: dict[str, str]) -> list[dict]:
-        return [{"name": k, "value": v} for k, v in {**image_env, **lws_env(index), **extra}.items()]
-
-    sshd = shlex.join(multinode.sshd_argv(f"{JOB_DIR}/sshd_config"))
-    worker = pod(
-        "mpi-0-1",
-        f"{keys} && exec {sshd}",
-        env(1, {}),
-        ssh_dir=multi.ssh_dir,
-        ssh_mode=0o400,  # as the operator mounts it (fsGroup adds the group's read)
-        container={"readinessProbe": {"tcpSocket": {"port": multi.ssh_port}}},
+    ssh = multinode.ssh_command(multi, key_dir)
+    # The leader waits for the worker's sshd as multinode.wait_for_workers does, by logging in with the key.
+    leader_command = (
+        f"set -e; {keys}; until {ssh} {hosts[1]} true; do sleep 2; done; set +e; "
+        f'{shlex.join(argv)}; echo "{MPI_DONE} $?"; exec sleep infinity'
     )
-    leader = pod(
-        "mpi-0",
-        f"{keys} && exec {shlex.join(argv)}",
-        env(0, multinode.mpirun_env(multi, key_dir)),
-        ssh_dir=multi.ssh_dir,
-        ssh_mode=0o400,
-        restartPolicy="Never",
-    )
-    phase, logs = run_group(kube, namespace, worker, leader)
-    assert phase == "Succeeded", logs[-3000:]
-    result = json.loads(logs.strip().splitlines()[-1])
+    template = lws["spec"]["leaderWorkerTemplate"]
+    leader_env = {**image_env, **multinode.mpirun_env(multi, key_dir)}
+    swap_in_the_mpi_program(template["leaderTemplate"], leader_command, leader_env)
+    sshd = shlex.join(multinode.sshd_argv(f"{job_dir}/sshd_config"))
+    swap_in_the_mpi_program(template["workerTemplate"], f"set -e; {keys}; exec {sshd}", image_env)
+
+    kube.core.create_namespaced_config_map(namespace, {"metadata": {"name": config_map_name(plan)}, "data": job})
+    kube.custom.create_namespaced_custom_object(LWS.group, LWS.version, namespace, LWS.plural, lws)
+    leader, worker = f"{LWS_NAME}-0", f"{LWS_NAME}-0-1"
+    logs = wait_for(lambda: leader_log(kube, namespace, leader), "the leader's mpirun ended", timeout=START_SECONDS)
+    assert f"{MPI_DONE} 0" in logs, logs[-3000:]
+    result = json.loads(next(line for line in logs.splitlines() if line.startswith("{")))
     assert result["size"] == 2 and result["sum"] == 1 + 2, result
     first, second = sorted(result["ranks"], key=lambda rank: rank["rank"])
-    assert (first["host"], second["host"]) == ("mpi-0", "mpi-0-1"), result
-    assert second["env"]["HF_HOME"] == image_env["HF_HOME"], result  # forwarded by the rendered -x
-    assert first["env"]["LWS_WORKER_INDEX"] == "0" and second["env"]["LWS_WORKER_INDEX"] is None, result
+    assert (first["host"], second["host"]) == (leader, worker), result  # one rank in each of LWS's pods
+    # The hostfile was made from the variables LeaderWorkerSet gave the leader: its rank 0 has them (mpirun's own
+    # environment); a rank started over SSH has only what mpirun forwards.
+    assert {name: first["env"][name] for name in group_env(namespace)} == group_env(namespace), result
+    assert all(second["env"][name] is None for name in group_env(namespace)), result
+    assert second["env"]["HF_HOME"] == first["env"]["HF_HOME"] == "/tmp/hf", result  # forwarded by the rendered -x
+    pods = {p.metadata.name: p for p in kube.core.list_namespaced_pod(namespace).items}
+    assert set(pods) == {leader, worker}
+    assert {p.spec.node_name for p in pods.values()} == {real_node.NODE_NAME}
+    assert {p.spec.subdomain for p in pods.values()} == {f"{LWS_NAME}-0"}  # the group's own headless Service
+    service = kube.core.read_namespaced_service(f"{LWS_NAME}-0", namespace)
+    assert service.spec.cluster_ip == "None", service.spec
+
+    def worker_ready():  # the leader logs in as soon as sshd answers, maybe before the kubelet's probes have run
+        status = kube.core.read_namespaced_pod(worker, namespace).status.container_statuses[0]
+        return status if status.ready else None
+
+    assert wait_for(worker_ready, "the worker Ready", timeout=60).restart_count == 0

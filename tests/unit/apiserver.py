@@ -1,10 +1,10 @@
 """An in-memory stand-in for kube-apiserver behind a real Kube (the real one runs in tests/cluster).
 
-It answers Kube's requests (Kube._request): creates (409 for a taken name), gets (404), lists, merge patches
-(the status subresource too), server-side applies (merged, as our own fields' apply comes out) and deletes,
-and records every request. `Cluster.run_controllers` writes what Kubernetes' Job and Deployment controllers
-would: every Job complete, every Deployment rolled out and available. The watches are the Store: every write
-lands in it, as its watch event would."""
+It answers Kube's requests (Kube._request): discovery of the kinds Kube knows, creates (409 for a taken name),
+gets (404), lists, merge patches (the status subresource too), server-side applies (merged, as our own fields'
+apply comes out) and deletes, and records every request. `Cluster.run_controllers` writes what Kubernetes' Job
+and Deployment controllers would: every Job complete, every Deployment rolled out and available. The watches are
+the Store: every write lands in it, as its watch event would."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from specdec.kube.cache import Store
-from specdec.kube.client import Kube
+from specdec.kube.client import KINDS, Kube
 
 CACHED = (
     "SpeculativeDeployment",
@@ -29,6 +29,17 @@ CACHED = (
     "Service",
     "PersistentVolumeClaim",
 )
+
+
+def _discovery() -> dict[str, list[dict[str, str]]]:
+    """Each group version's served resources (GET /apis/<group>/<version>), of the kinds Kube knows."""
+    served: dict[str, list[dict[str, str]]] = {}
+    for kind in KINDS.values():
+        served.setdefault(kind.path(None).rsplit("/", 1)[0], []).append({"name": kind.plural})
+    return served
+
+
+DISCOVERY = _discovery()
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +86,8 @@ class Cluster:
     ) -> dict[str, Any]:
         self.requests.append((method, path))
         query = dict(query or [])
+        if method == "GET" and path in DISCOVERY:
+            return {"resources": copy.deepcopy(DISCOVERY[path])}
         if method == "POST":
             obj_path = f"{path}/{body['metadata']['name']}"
             if obj_path in self.objects:

@@ -14,9 +14,17 @@ from specdec import versions
 from specdec.admission.checks import Observed
 from specdec.api.runtime_config import SSH_DIR, SSH_PORT, MultiNode
 from specdec.builders import ssh_keys
-from specdec.builders.multinode import RUNTIME_WORKER, build_leader_worker_set, build_ssh_secret, ssh_secret_name
+from specdec.builders.multinode import (
+    ANNOTATION_SSH_SECRET_UID,
+    RUNTIME_WORKER,
+    build_leader_worker_set,
+    build_ssh_secret,
+    ssh_secret_name,
+)
 from specdec.builders.serving import LWS_WORKER_INDEX_LABEL, build_service
 from specdec.plan import plan as plan_of
+from specdec.reconcile import ssh_key_secret
+from specdec.reconcile.errors import failure_condition
 from specdec.render import render_objects
 from specdec.runtime import launch, multinode
 from specdec_dev import nodes as dev_nodes
@@ -78,9 +86,10 @@ def test_the_engine_path_is_refused_for_several_nodes():
 
 def test_leader_worker_set_runs_groups_of_nodes_that_recreate_together():
     p = make_plan(spec())
-    lws = build_leader_worker_set(p, "uid-1", SETTINGS)
+    lws = build_leader_worker_set(p, "uid-1", SETTINGS, "secret-uid")
     assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1" == versions.LWS.api_version
     assert lws["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert lws["metadata"]["annotations"][ANNOTATION_SSH_SECRET_UID] == "secret-uid"  # the Secret it created
     template = lws["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2 and template["restartPolicy"] == "RecreateGroupOnPodRestart"
     assert lws["spec"]["startupPolicy"] == "LeaderCreated"
@@ -100,9 +109,9 @@ def test_leader_worker_set_runs_groups_of_nodes_that_recreate_together():
 
 
 def test_a_spec_change_rolls_the_groups():
-    before = build_leader_worker_set(make_plan(spec()), "u", SETTINGS)
+    before = build_leader_worker_set(make_plan(spec()), "u", SETTINGS, "s")
     after = build_leader_worker_set(
-        make_plan(spec() | {"speculation": {"mode": "mtp", "mtp": {"maxDraftLen": 2}}}), "u", SETTINGS
+        make_plan(spec() | {"speculation": {"mode": "mtp", "mtp": {"maxDraftLen": 2}}}), "u", SETTINGS, "s"
     )
     hash_of = lambda lws, t: lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]  # noqa: E731
     assert hash_of(before, "leaderTemplate") != hash_of(after, "leaderTemplate")
@@ -234,6 +243,9 @@ def test_what_rolls_a_deployment_is_refused_for_a_group(change, reason):
 # --- the rollout, on the in-memory API server ------------------------------------------------------------------------
 
 
+SECRET_PATH = "/api/v1/namespaces/ns/secrets/dsv3-ssh"
+
+
 def group_cluster() -> tuple[Cluster, Operator, dict]:
     cluster = Cluster()
     for node in dev_nodes.dev_nodes(cpu_nodes=0, gpu_nodes=2):
@@ -288,7 +300,8 @@ def test_a_multi_node_deployment_becomes_ready_on_its_leader_worker_set():
     lws = cluster.store.get("LeaderWorkerSet", "ns", "dsv3")
     assert lws["metadata"]["ownerReferences"][0]["uid"] == sd["metadata"]["uid"]
     assert condition(status, "RuntimeAvailable")["message"] == "1/1 groups ready"
-    secret = cluster.objects["/api/v1/namespaces/ns/secrets/dsv3-ssh"]
+    secret = cluster.objects[SECRET_PATH]
+    assert lws["metadata"]["annotations"][ANNOTATION_SSH_SECRET_UID] == secret["metadata"]["uid"]
     assert secret["stringData"]["known_hosts"].startswith("* ssh-ed25519 ")
     service = cluster.store.get("Service", "ns", "dsv3")
     assert service["spec"]["selector"][LWS_WORKER_INDEX_LABEL] == "0"
@@ -297,7 +310,7 @@ def test_a_multi_node_deployment_becomes_ready_on_its_leader_worker_set():
 def test_a_group_missing_a_worker_says_which_and_its_keys_stay():
     cluster, operator, _ = group_cluster()
     converge(cluster, operator)
-    secrets = [p for m, p in cluster.writes() if m == "POST" and p.endswith("/secrets")]
+    secret = copy.deepcopy(cluster.objects[SECRET_PATH])
     path = next(p for p in cluster.objects if p.endswith("/leaderworkersets/dsv3"))
     lws = cluster.objects[path]
     lws["status"] = {**lws["status"], "readyReplicas": 0, "conditions": [{"type": "Available", "status": "False"}]}
@@ -307,7 +320,7 @@ def test_a_group_missing_a_worker_says_which_and_its_keys_stay():
     runtime = condition(status_of(cluster), "RuntimeAvailable")
     assert runtime["status"] == "False" and runtime["reason"] == "GroupsNotReady"
     assert "group 0: worker 1 missing; leader dsv3-0 Running, not ready" in runtime["message"]
-    assert [p for m, p in cluster.writes() if m == "POST" and p.endswith("/secrets")] == secrets  # created once
+    assert cluster.objects[SECRET_PATH] == secret and "SshKeySecretRecreated" not in dict(cluster.events)
 
 
 def test_a_cluster_without_leader_worker_set_gets_a_condition_naming_what_to_install():
@@ -315,7 +328,7 @@ def test_a_cluster_without_leader_worker_set_gets_a_condition_naming_what_to_ins
     answer = cluster._answer
 
     def no_lws(method, path, body, query, content_type):
-        if "leaderworkersets" in path:
+        if "leaderworkerset" in path:  # its objects and its group version's discovery
             cluster.requests.append((method, path))
             raise ApiException(status=404, reason="NotFound")
         return answer(method, path, body, query, content_type)
@@ -325,3 +338,42 @@ def test_a_cluster_without_leader_worker_set_gets_a_condition_naming_what_to_ins
     ready = condition(status, "Ready")
     assert ready["status"] == "False" and ready["reason"] == "LeaderWorkerSetNotInstalled"
     assert "install LeaderWorkerSet (https://lws.sigs.k8s.io" in ready["message"]
+    assert SECRET_PATH not in cluster.objects  # no Secret without its group: it would pass for another's later
+
+
+def test_the_ssh_key_secret_is_the_one_created_or_the_one_recorded_never_anothers():
+    assert ssh_key_secret.owned_uid("new", None, "sd-ssh") == "new"
+    assert ssh_key_secret.owned_uid("new", "old", "sd-ssh") == "new"  # deleted since, created again
+    assert ssh_key_secret.owned_uid(None, "old", "sd-ssh") == "old"
+    with pytest.raises(ssh_key_secret.SshKeySecretNotOwned) as refused:
+        ssh_key_secret.owned_uid(None, None, "sd-ssh")
+    ready = failure_condition(refused.value)
+    assert (ready.status, ready.reason) == (False, "SshKeySecretNotOwned")
+    assert ready.message.startswith("Secret sd-ssh already exists and this deployment did not create it")
+    assert "delete or rename it" in ready.message
+
+
+def test_an_ssh_key_secret_someone_else_made_is_refused_in_status_and_left_untouched():
+    cluster, operator, _ = group_cluster()
+    foreign = cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dsv3-ssh", "namespace": "ns"}})
+    status = converge(cluster, operator)
+    ready = condition(status, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "SshKeySecretNotOwned", ready
+    assert "Secret dsv3-ssh already exists" in ready["message"]
+    assert cluster.store.get("LeaderWorkerSet", "ns", "dsv3") is None  # no pod mounts it
+    assert cluster.objects[SECRET_PATH]["metadata"]["uid"] == foreign["metadata"]["uid"]
+    assert not [path for method, path in cluster.writes() if path.startswith(SECRET_PATH)]  # never written
+
+
+def test_a_deleted_ssh_key_secret_is_created_again_and_recorded():
+    cluster, operator, _ = group_cluster()
+    converge(cluster, operator)
+    first = cluster.objects.pop(SECRET_PATH)  # deleted by someone
+    operator.resync()
+    again = cluster.objects[SECRET_PATH]
+    assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    assert again["stringData"]["id_ed25519"] != first["stringData"]["id_ed25519"]  # new keys
+    lws = cluster.store.get("LeaderWorkerSet", "ns", "dsv3")
+    assert lws["metadata"]["annotations"][ANNOTATION_SSH_SECRET_UID] == again["metadata"]["uid"]
+    assert ("SshKeySecretRecreated", "dsv3") in cluster.events
+    assert condition(status_of(cluster), "Ready")["status"] == "True"

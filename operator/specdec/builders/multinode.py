@@ -37,6 +37,8 @@ from specdec.settings import Settings
 from specdec.versions import LWS
 
 RUNTIME_WORKER = "runtime-worker"
+# On the LeaderWorkerSet: the uid of the SSH key Secret the operator created (specdec.reconcile.ssh_key_secret).
+ANNOTATION_SSH_SECRET_UID = "specdec.io/ssh-key-secret-uid"
 WORKER_FLAG = "--worker"  # specdec-runtime's: run sshd for the leader's mpirun
 
 
@@ -85,7 +87,7 @@ def _worker_spec(leader: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def build_leader_worker_set(plan: Plan, owner_uid: str, settings: Settings) -> dict[str, Any]:
+def build_leader_worker_set(plan: Plan, owner_uid: str, settings: Settings, ssh_secret_uid: str) -> dict[str, Any]:
     multi = plan.runtime.multi_node
     assert multi is not None, "a single-node target runs in a Deployment (serving.build_deployment)"
     leader_spec = _with_ssh(runtime_pod_spec(plan, settings), plan)
@@ -94,7 +96,10 @@ def build_leader_worker_set(plan: Plan, owner_uid: str, settings: Settings) -> d
     worker_labels = {**common.labels(RUNTIME_WORKER), common.LABEL_INSTANCE: plan.name}
     worker = pod_template(plan, worker_labels, _worker_spec(leader_spec))
     metadata = _metadata(plan, runtime_name(plan), owner_uid, RUNTIME)
-    metadata["annotations"] = {common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names)}
+    metadata["annotations"] = {
+        common.ANNOTATION_ENGINE_BUILDS: ",".join(plan.engine_names),
+        ANNOTATION_SSH_SECRET_UID: ssh_secret_uid,
+    }
     return {
         "apiVersion": LWS.api_version,
         "kind": LWS.kind,

@@ -270,12 +270,12 @@ class Kube:
             return self._remember(self._call("POST", path, body=obj, query=query)), True
         return self._remember(existing), False
 
-    def create_unread(self, obj: dict[str, Any]) -> bool:
-        """Create an object the operator may not read (a Secret): whether it was created; False when the name is
+    def create_unread(self, obj: dict[str, Any]) -> str | None:
+        """Create an object the operator may not read (a Secret): the created object's uid; None when the name is
         taken, without a look at what has it."""
         meta = obj["metadata"]
         try:
-            self._call(
+            created = self._call(
                 "POST",
                 KINDS[obj["kind"]].path(meta.get("namespace")),
                 body=obj,
@@ -284,8 +284,8 @@ class Kube:
         except ApiException as error:
             if error.status != 409:
                 raise
-            return False
-        return True
+            return None
+        return str(created["metadata"]["uid"])
 
     def _remember(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.store.put(obj)

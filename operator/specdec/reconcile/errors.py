@@ -15,6 +15,8 @@ log = logging.getLogger("specdec.reconcile")
 class NameConflict(Exception):
     """A name the operator needs is taken by an object it does not control."""
 
+    reason = "NameConflict"
+
     def __init__(self, kind: str, name: str, why: str, owner: str):
         super().__init__(
             f"{kind} {name} already exists and {why}; the operator leaves it untouched: "
@@ -33,7 +35,7 @@ class ApiNotInstalled(Exception):
 def failure_condition(error: Exception) -> conditions.Cond:
     """Ready=False for a reconcile that could not finish, with a reason a person can act on."""
     if isinstance(error, NameConflict):
-        return conditions.Cond("Ready", False, "NameConflict", str(error))
+        return conditions.Cond("Ready", False, error.reason, str(error))
     if isinstance(error, ApiNotInstalled):
         return conditions.Cond("Ready", False, error.reason, str(error))
     if isinstance(error, ApiException):

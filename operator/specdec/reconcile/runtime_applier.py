@@ -11,7 +11,13 @@ from kubernetes.client.rest import ApiException
 
 from specdec.api.runtime_config import DRAFT_LEN_KEY
 from specdec.builders import ssh_keys
-from specdec.builders.multinode import build_leader_worker_set, build_ssh_secret, runtime_kind
+from specdec.builders.multinode import (
+    ANNOTATION_SSH_SECRET_UID,
+    build_leader_worker_set,
+    build_ssh_secret,
+    runtime_kind,
+    ssh_secret_name,
+)
 from specdec.builders.serving import (
     build_config_map,
     build_deployment,
@@ -27,6 +33,7 @@ from specdec.plan import Plan
 from specdec.reconcile.bookkeeping.failures import ServiceFailures
 from specdec.reconcile.errors import ApiNotInstalled
 from specdec.reconcile.ownership import Children, controlled_by
+from specdec.reconcile.ssh_key_secret import owned_uid
 from specdec.settings import Settings
 from specdec.status.deployment import runtime_inputs_fetched
 from specdec.status.shared import BuildState
@@ -68,6 +75,8 @@ class RuntimeApplier:
         self.schedule_choice = schedule_choice
         self.load_keys = load_keys
         self.enqueue = enqueue
+        # The SSH key Secrets this process created whose uid no LeaderWorkerSet records yet, by deployment uid.
+        self._created_secrets: dict[str, str] = {}
 
     def apply(
         self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]
@@ -95,7 +104,7 @@ class RuntimeApplier:
         load_keys = self.load_keys(p.namespace, p.name) if p.spec.backend == "tensorrt" else {}
         self.children.write(build_config_map(served, uid, chosen, load_keys), config_map, uid)
         if kind == "LeaderWorkerSet":
-            deployment, written = self._apply_group(served, existing, uid)
+            deployment, written = self._apply_group(sd, served, existing)
         else:
             deployment, written = self.children.write(
                 rearmed(build_deployment(served, uid, self.settings), sd), existing, uid
@@ -113,19 +122,33 @@ class RuntimeApplier:
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
         return deployment, True, service_current
 
-    def _apply_group(self, p: Plan, existing: dict[str, Any] | None, uid: str) -> tuple[dict[str, Any], bool]:
-        """A multi-node target's SSH key Secret, created once with the group (its keys never change: the operator
-        may not read Secrets, a taken name is left as it is), then its LeaderWorkerSet."""
-        if existing is None:
-            self.kube.create_unread(build_ssh_secret(p, uid, ssh_keys.generate(p.name)))
+    def _apply_group(self, sd: dict[str, Any], p: Plan, existing: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+        """A multi-node target's SSH key Secret, created on every pass and used only if it is the operator's
+        (specdec.reconcile.ssh_key_secret: created again when deleted, refused when someone else's), then its
+        LeaderWorkerSet, which records the Secret's uid. Where LeaderWorkerSet is not served, neither."""
+        uid = sd["metadata"]["uid"]
+        not_installed = ApiNotInstalled("LeaderWorkerSetNotInstalled", f"{LWS.api_version} {LWS.kind}", LWS.install)
+        if existing is None and LWS.plural not in self.kube.served_resources(LWS.api_version):
+            raise not_installed  # before the Secret: a Secret with no group would be taken for another's later
+        name = ssh_secret_name(p)
+        created = self.kube.create_unread(build_ssh_secret(p, uid, ssh_keys.generate(p.name)))
+        recorded = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION_SSH_SECRET_UID)
+        recorded = recorded or self._created_secrets.get(uid)
+        secret_uid = owned_uid(created, recorded, name)
+        if created is not None:
+            self._created_secrets[uid] = created
+            if recorded is not None:
+                self.kube.event(
+                    sd, "SshKeySecretRecreated", f"Secret {name} was deleted: created it again, with new keys"
+                )
         try:
-            return self.children.write(build_leader_worker_set(p, uid, self.settings), existing, uid)
+            written = self.children.write(build_leader_worker_set(p, uid, self.settings, secret_uid), existing, uid)
         except ApiException as error:
             if error.status == 404 and existing is None:
-                raise ApiNotInstalled(
-                    "LeaderWorkerSetNotInstalled", f"{LWS.api_version} {LWS.kind}", LWS.install
-                ) from None
+                raise not_installed from None
             raise
+        self._created_secrets.pop(uid, None)  # recorded on the LeaderWorkerSet
+        return written
 
     def apply_canary(
         self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]
