@@ -30,7 +30,7 @@ def test_specdec_dev_is_handed_to_its_own_parser_and_listed_in_specdec_s_help(ca
     with pytest.raises(SystemExit) as exit_:
         cli.main(["dev", "--help"])
     assert exit_.value.code == 0
-    assert capsys.readouterr().out.startswith("usage: specdec dev [-h] {up,down,status,env,tools,simulate}")
+    assert capsys.readouterr().out.startswith("usage: specdec dev [-h] {up,down,status,env,tools,simulate,learn}")
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "dev                 a local cluster with simulated GPU nodes" in capsys.readouterr().out
