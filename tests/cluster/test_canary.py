@@ -77,6 +77,20 @@ def with_canary(body: dict) -> dict:
     return body
 
 
+def ready_canary(kube: Kube, namespace: str, tmp_path: Path, current: float, canary: dict, **canary_spec: object) -> SD:
+    """The sample with the canary on (spec.rollout.canary updated by `canary_spec`), Ready; the runtime's pods
+    simulate acceptance `current`, the canary's pods the profile `canary`."""
+    body = with_canary(example(SAMPLE))
+    body["spec"]["rollout"]["canary"].update(canary_spec)
+    sd = SD(kube, namespace, body)
+    sd.wait_ready()
+    profiles = tmp_path / simulation_profile.FILE_NAME
+    deployment = f"{namespace}/{sd.name}"
+    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": current})
+    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), canary)
+    return sd
+
+
 def served_without_failures(clients: ServiceClients) -> None:
     """Every request sent through the Service was answered; the counts are printed."""
     print(
@@ -122,12 +136,7 @@ class CanaryDeployments:
 def test_a_faster_canary_is_promoted_and_the_runtime_rolls_to_it(
     kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
 ):
-    sd = SD(kube, namespace, with_canary(example(SAMPLE)))
-    sd.wait_ready()
-    profiles = tmp_path / simulation_profile.FILE_NAME
-    deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.4})
-    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"acceptance": 0.9})
+    sd = ready_canary(kube, namespace, tmp_path, 0.4, {"acceptance": 0.9})
     with pod_runner(kubeconfig, tmp_path, namespace), ServiceClients(kube, namespace, sd.name, clients=2) as clients:
         started_canary(kube, sd)
         canary = decided(sd, timeout=180)
@@ -147,12 +156,7 @@ def test_a_faster_canary_is_promoted_and_the_runtime_rolls_to_it(
 def test_a_collapsed_canary_is_rejected_and_removed_and_the_current_draft_keeps_serving(
     kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
 ):
-    sd = SD(kube, namespace, with_canary(example(SAMPLE)))
-    sd.wait_ready()
-    profiles = tmp_path / simulation_profile.FILE_NAME
-    deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.7})
-    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"acceptance": 0.05})
+    sd = ready_canary(kube, namespace, tmp_path, 0.7, {"acceptance": 0.05})
     with pod_runner(kubeconfig, tmp_path, namespace), ServiceClients(kube, namespace, sd.name, clients=2) as clients:
         status = started_canary(kube, sd)
         main_template = kube.apps.read_namespaced_deployment(sd.name, namespace).spec.template.metadata.annotations
@@ -179,14 +183,9 @@ def test_a_canary_that_serves_nothing_ends_not_serving_and_the_current_draft_kee
     """No traffic reaches the canary's pod (its simulated clients send none, and no client uses the Service): no
     window is a pair, and after notServingSeconds the canary ends Inconclusive, removed, though the policy would
     promote an Inconclusive canary."""
-    body = with_canary(example(SAMPLE))
-    body["spec"]["rollout"]["canary"].update({"notServingSeconds": 10, "onInconclusive": "Promoted"})
-    sd = SD(kube, namespace, body)
-    sd.wait_ready()
-    profiles = tmp_path / simulation_profile.FILE_NAME
-    deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.7})
-    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"requestsPerSecond": 0})
+    sd = ready_canary(
+        kube, namespace, tmp_path, 0.7, {"requestsPerSecond": 0}, notServingSeconds=10, onInconclusive="Promoted"
+    )
     with pod_runner(kubeconfig, tmp_path, namespace):
         status = started_canary(kube, sd)
         canary = decided(sd, timeout=60)
@@ -208,12 +207,7 @@ def test_a_slower_canary_is_rejected_as_not_faster_and_the_current_draft_keeps_s
     kube: Kube, kubeconfig: Path, namespace: str, operator, tmp_path: Path
 ):
     """A worse draft that does not collapse: the SPRT, not the safety rules, rejects it."""
-    sd = SD(kube, namespace, with_canary(example(SAMPLE)))
-    sd.wait_ready()
-    profiles = tmp_path / simulation_profile.FILE_NAME
-    deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.7})
-    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"acceptance": 0.5})
+    sd = ready_canary(kube, namespace, tmp_path, 0.7, {"acceptance": 0.5})
     with pod_runner(kubeconfig, tmp_path, namespace):
         status = started_canary(kube, sd)
         canary = decided(sd, timeout=180)
@@ -245,12 +239,7 @@ def test_a_restarted_operator_resumes_the_running_canary_from_status(
 ):
     """The operator killed mid-canary and started again: the same canary Deployment throughout, the test's windows
     and start kept, one CanaryStarted, and the canary decides."""
-    sd = SD(kube, namespace, with_canary(example(SAMPLE)))
-    sd.wait_ready()
-    profiles = tmp_path / simulation_profile.FILE_NAME
-    deployment = f"{namespace}/{sd.name}"
-    simulation_profile.update(profiles, deployment, {**PROFILE, "acceptance": 0.4})
-    simulation_profile.update(profiles, simulation_profile.canary_key(deployment), {"acceptance": 0.9})
+    sd = ready_canary(kube, namespace, tmp_path, 0.4, {"acceptance": 0.9})
     with (
         pod_runner(kubeconfig, tmp_path, namespace),
         ServiceClients(kube, namespace, sd.name, clients=2) as clients,
