@@ -34,14 +34,16 @@ import yaml
 from kubernetes import client
 
 from specdec.admission.validation import parse_spec
+from specdec.api.drafter import TRAFFIC_CLASS_HEADER  # spec.drafter.learning.trafficClassHeader's default
+from specdec.kube.client import KINDS
 from specdec.plan import cache_claim_name, cache_path
 from specdec.problem import Problem
+from specdec.schema.base import GROUP, VERSION
 from specdec_dev import process_pods, tiny_target
 from specdec_dev.learning_chain import Chain
 
 EXAMPLE = "llama-3.1-8b-eagle3.yaml"
-GROUP, VERSION, PLURAL = "specdec.io", "v1alpha1", "speculativedeployments"
-CLASS_HEADER = "X-Specdec-Traffic-Class"  # spec.drafter.learning.trafficClassHeader's default
+PLURAL = KINDS["SpeculativeDeployment"].plural
 DECIDED = ("Promoted", "NotBetter", "TrainingFailed")  # DraftLearning's reasons that end a round
 
 
@@ -119,7 +121,7 @@ def served_model(url: str) -> str | None:
 
 def complete(url: str, model: str, prompt: str, traffic_class: str, timeout: float = 120) -> str:
     """The target's answer to one prompt of a traffic class, through the front."""
-    headers = {"Content-Type": "application/json", CLASS_HEADER: traffic_class}
+    headers = {"Content-Type": "application/json", TRAFFIC_CLASS_HEADER: traffic_class}
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": tiny_target.ANSWER_TOKENS}).encode()
     with urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", body, headers), timeout=timeout) as r:
         return str(json.load(r)["choices"][0]["text"])
