@@ -53,7 +53,7 @@ from specdec.runtime.chat import Tokenizer
 from specdec.runtime.front import Front
 from specdec.runtime.front_server import FrontServer
 from specdec.runtime.launch import LaunchPlan
-from specdec_dev import process_pods, simulated_clients, simulation_profile
+from specdec_dev import pod_dns, process_pods, simulated_clients, simulation_profile
 from specdec_dev.hidden_state_writer import capture_hook, captured_into
 from specdec_dev.informer import Informer, Key
 from specdec_dev.simulator import SimulatedTriton, SimulatedTrtllmServe, serve_drafts
@@ -243,14 +243,11 @@ class PodRunner:
             except client.ApiException as error:
                 self._command_wait(key, f"its Service {named[1]}/{named[0]} cannot be read: {error.reason}")
                 return None
-            selector = (service.spec.selector if service.spec else None) or {}
+            selecting = {"spec": {"selector": service.spec.selector if service.spec else None}}
             ips = [
                 served["status"]["podIP"]
                 for served_key, served in self.pods.objects.items()
-                if served_key in self.running
-                and served_key[0] == named[1]
-                and selector
-                and all((served["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+                if served_key in self.running and served_key[0] == named[1] and pod_dns.selects(selecting, served)
             ]
             if not ips:
                 self._command_wait(key, f"waits for a pod of Service {named[1]}/{named[0]} to serve")

@@ -131,12 +131,11 @@ def terminated_status(pod: Obj, exit_code: int, message: str, started_at: str, f
     }
     if message:
         terminated["message"] = message
-    ready = "False"
     return {
         "status": {
             "phase": "Succeeded" if exit_code == 0 else "Failed",
             "conditions": [
-                {"type": kind, "status": ready, "reason": "PodCompleted", "lastTransitionTime": finished_at}
+                {"type": kind, "status": "False", "reason": "PodCompleted", "lastTransitionTime": finished_at}
                 for kind in ("Ready", "ContainersReady")
             ],
             "containerStatuses": [
