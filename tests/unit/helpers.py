@@ -136,3 +136,7 @@ class Recorded:
 
     def add_after(self, seconds: float, key: tuple, urgent: bool = False) -> None:
         self.later.append((seconds, key))
+
+    def urgent_waiting(self) -> bool:
+        """Whether an urgent key was added (WorkQueue's: one still waits; these never run)."""
+        return any(self.urgent)

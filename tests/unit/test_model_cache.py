@@ -247,15 +247,16 @@ def test_pytorch_runtime_is_applied_only_once_its_checkpoints_are_fetched():
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     target, draft = p.runtime_inputs
     fetched = BuildState("Fetched", "Fetched", "checkpoint in the cache")
-    assert runtime.apply(sd, p, {}, {}) == (None, False, False)
+    assert runtime.apply(sd, p, {}, {}) == (None, False, False, False)
     assert runtime.apply(sd, p, {}, {target.name: fetched, draft.name: BuildState("Fetching", "Fetching", "")}) == (
         None,
         False,
         False,
+        False,
     )
     assert kube.written == []
-    _, current, service_current = runtime.apply(sd, p, {}, {target.name: fetched, draft.name: fetched})
-    assert current and not service_current
+    _, current, service_current, written = runtime.apply(sd, p, {}, {target.name: fetched, draft.name: fetched})
+    assert current and not service_current and written
     assert sorted(kube.written) == ["ConfigMap", "Deployment"]  # written at once; the Service has its lane
     assert services.keys == [("Service", p.namespace, p.name)] and services.urgent == [True]
     lane = ServiceLane(
@@ -294,7 +295,7 @@ def test_a_first_release_creates_without_asking_and_a_taken_name_stops_it():
     p = make_plan(spec(backend="pytorch", speculation=draft_target()))
     sd = {"metadata": {"uid": "uid-1", "namespace": p.namespace, "name": p.name}}
     fetched = {c.name: BuildState("Fetched", "Fetched", "checkpoint in the cache") for c in p.runtime_inputs}
-    _, current, service_current = runtime.apply(sd, p, {}, fetched)
+    _, current, service_current, _ = runtime.apply(sd, p, {}, fetched)
     assert kube.written == ["ConfigMap", "Deployment"] and current and not service_current
     assert services.keys == [("Service", p.namespace, p.name)]
 

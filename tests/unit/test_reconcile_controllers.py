@@ -164,7 +164,9 @@ def test_the_shared_object_controller_starts_a_build_once_its_checkpoint_is_fetc
     assert len(cluster.writes()) == writes and queues.take() == []
 
 
-def deployment_controller(cluster: Cluster, queues: Queues, reconciled_shared: list) -> DeploymentController:
+def deployment_controller(
+    cluster: Cluster, queues: Queues, reconciled_shared: list, behind_creates=lambda namespace, name: False
+) -> DeploymentController:
     def later(seconds, *key, urgent=False):
         return None
 
@@ -190,6 +192,7 @@ def deployment_controller(cluster: Cluster, queues: Queues, reconciled_shared: l
         Locks(),
         lambda namespace, name: None,
         active=lambda: True,
+        behind_creates=behind_creates,
     )
 
 
@@ -235,6 +238,39 @@ def test_the_deployment_controller_creates_its_inputs_then_its_runtime_and_repor
     controller.status.pacing.last_written.clear()
     controller.reconcile("ns", name)
     assert len(cluster.writes()) == writes  # nothing changed: nothing written
+
+
+def test_a_runtime_written_while_other_creates_wait_leaves_its_status_to_its_next_pass():
+    """A shared engine's end releases its users at once: each one's Deployment before any of their status writes."""
+    cluster, queues, requeued = Cluster(), Queues(), []
+    creates_waiting = [True]
+
+    def behind_creates(namespace, name):
+        if creates_waiting[0]:
+            requeued.append(name)
+        return creates_waiting[0]
+
+    controller = deployment_controller(cluster, queues, [], behind_creates)
+    name = cluster.add(example())["metadata"]["name"]
+    controller.reconcile("ns", name)  # its inputs: nothing of its runtime written, its status written
+    assert requeued == [] and cluster.store.get("SpeculativeDeployment", "ns", name)["status"]["phase"] == "Building"
+    for kind in ("EngineBuild", "ModelCache"):
+        for shared in cluster.store.list(kind, "ns"):
+            phase = "Succeeded" if kind == "EngineBuild" else "Fetched"
+            cluster.kube.patch(
+                kind,
+                "ns",
+                shared["metadata"]["name"],
+                {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True", "reason": phase}]}},
+                subresource="status",
+            )
+    controller.reconcile("ns", name)
+    assert requeued == [name]
+    assert [path.split("/")[-1] for method, path in cluster.writes()[-2:]] == ["configmaps", "deployments"]
+    assert cluster.store.get("SpeculativeDeployment", "ns", name)["status"]["phase"] == "Building"
+    controller.reconcile("ns", name)  # its next pass: nothing to create, the status written whatever waits
+    assert requeued == [name] and [path.split("/")[-1] for _, path in cluster.writes()[-1:]] == ["status"]
+    assert cluster.store.get("SpeculativeDeployment", "ns", name)["status"]["phase"] == "RollingOut"
 
 
 def test_garbage_collection_marks_an_unused_engine_deletes_it_after_the_retention_and_unmarks_a_used_one():

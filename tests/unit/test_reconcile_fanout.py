@@ -223,32 +223,40 @@ def test_users_with_something_to_create_go_first_when_a_shared_object_is_done():
 
     from tests.unit.helpers import ROOT
 
-    reconciler = Reconciler(Kube(client.ApiClient(), Store(["EngineBuild", "ModelCache"])), Settings())
+    store = Store(["EngineBuild", "ModelCache"])
+    reconciler = Reconciler(Kube(client.ApiClient(), store), Settings())
     deployments = Recorded()
     reconciler.queues = {"EngineBuild": Recorded(), "SpeculativeDeployment": deployments, "ModelCache": Recorded()}
+    plans = {}
     for name, example in (
         ("engines", "llama-2-13b-draft-7b-logits.yaml"),
         ("torch", "llama-3.1-8b-draft-1b-pytorch.yaml"),
     ):
         sd = yaml.safe_load((ROOT / "examples" / example).read_text())
         sd["metadata"].update(name=name, namespace="ns", uid=name, generation=1)
-        reconciler.plans.plan(sd)
-    for user in ("engines", "torch", "unplanned"):
-        reconciler.users.use("ns", "shared", user)
-    done = {"Fetched": "ModelCache", "Succeeded": "EngineBuild"}
-    heard = {}
-    for rv, phase in enumerate(("Fetched", "Succeeded"), start=1):
-        obj = engine_build(str(rv), phase)
-        obj["kind"] = done[phase]
-        reconciler.shared_gone(done[phase], "ns", "shared")
-        obj["metadata"]["name"] = "shared"
+        plans[name] = reconciler.plans.plan(sd)
+    draft, target = (next(e.name for e in plans["engines"].engines if e.role == role) for role in ("draft", "target"))
+
+    def told(kind: str, name: str, rv: str, phase: str) -> dict[str, bool]:
+        """Whether each user of `name` is woken as urgent when it reaches `phase`."""
+        obj = engine_build(rv, phase)
+        obj["kind"], obj["metadata"]["name"] = kind, name
+        for user in ("engines", "torch", "unplanned"):
+            reconciler.users.use("ns", name, user)
         deployments.keys.clear(), deployments.urgent.clear()
-        reconciler.shared_seen(done[phase], obj)
-        heard[phase] = dict(zip((k[2] for k in deployments.keys), deployments.urgent, strict=True))
+        reconciler.shared_seen(kind, obj)
+        return dict(zip((k[2] for k in deployments.keys), deployments.urgent, strict=True))
+
     # A fetched checkpoint: the EngineBuild starts its own Job; only the runtime that reads it (pytorch)
-    # and a deployment not planned yet have work. A built engine: every user applies its runtime.
-    assert heard["Fetched"] == {"engines": False, "torch": True, "unplanned": True}
-    assert heard["Succeeded"] == {"engines": True, "torch": True, "unplanned": True}
+    # and a deployment not planned yet have work.
+    assert told("ModelCache", "cache", "1", "Fetched") == {"engines": False, "torch": True, "unplanned": True}
+    # The draft engine built while the target's is not: the engine path's runtime still waits, only reports.
+    assert told("EngineBuild", draft, "2", "Succeeded") == {"engines": False, "torch": True, "unplanned": True}
+    # The target's built, the draft's in the cache as built: every user applies its runtime.
+    built = engine_build("3", "Succeeded")
+    built["metadata"]["name"] = draft
+    store.put(built)
+    assert told("EngineBuild", target, "4", "Succeeded") == {"engines": True, "torch": True, "unplanned": True}
 
 
 def test_a_new_spec_creates_its_shared_objects_first_then_goes_to_the_deployment_queue():

@@ -136,3 +136,20 @@ def test_add_after_without_a_shared_delay_thread_starts_its_own():
     queue.add_after(0.05, "later", urgent=True)
     handler.wait_for(1)
     assert handler.calls == ["later"]
+
+
+def test_urgent_waiting_counts_urgent_keys_until_a_worker_takes_them():
+    handler = Recorder()
+    queue = WorkQueue(handler, workers=1)
+    queue.add("hold")
+    assert handler.holding.wait(10)
+    assert not queue.urgent_waiting()
+    queue.add("a")
+    assert not queue.urgent_waiting()  # waits, not urgent
+    queue.add("a", urgent=True)  # promoted
+    queue.add("b", urgent=True)
+    queue.add("hold", urgent=True)  # runs now: waits for its own reconcile to end
+    assert queue.urgent_waiting()
+    handler.gate.set()
+    handler.wait_for(4)
+    assert handler.calls == ["hold", "a", "b", "hold"] and not queue.urgent_waiting()

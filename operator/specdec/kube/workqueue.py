@@ -103,6 +103,7 @@ class WorkQueue:
         # In a deque, or to be re-queued when its worker is done: when it was added (monotonic), urgent.
         # A key promoted to urgent stays in _order too; a worker skips entries no longer waiting.
         self._waiting: dict[Hashable, tuple[float, bool]] = {}
+        self._urgent_waiting = 0  # keys in _waiting marked urgent
         self._processing: set[Hashable] = set()
         self._ready = threading.Condition()
         self._workers = [
@@ -124,15 +125,21 @@ class WorkQueue:
             if waiting is not None:
                 if urgent and not waiting[1]:
                     self._waiting[key] = (waiting[0], True)
+                    self._urgent_waiting += 1
                     if key not in self._processing:
                         self._urgent.append(key)
                         self._ready.notify()
                 return
             self._waiting[key] = (time.monotonic(), urgent)
+            self._urgent_waiting += urgent
             if key in self._processing:  # its worker re-queues it when done
                 return
             (self._urgent if urgent else self._order).append(key)
             self._ready.notify()
+
+    def urgent_waiting(self) -> bool:
+        """Whether urgent keys wait for a worker (or for their running reconcile to end)."""
+        return self._urgent_waiting > 0
 
     def add_after(self, seconds: float, key: Hashable, urgent: bool = False) -> None:
         """`add(key, urgent)` in `seconds`, unless the key is already due to be added sooner."""
@@ -154,7 +161,8 @@ class WorkQueue:
         while True:
             with self._ready:
                 key = self._next()
-                added, _ = self._waiting.pop(key)
+                added, urgent = self._waiting.pop(key)
+                self._urgent_waiting -= urgent
                 self._processing.add(key)
             self._waited(time.monotonic() - added)
             try:

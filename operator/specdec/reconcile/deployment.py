@@ -46,6 +46,7 @@ class DeploymentController:
         active: Callable[[], bool],
         canary_reading: Callable[[str, str], rollout.Reading | None] = lambda namespace, name: None,
         learning: DrafterLearning | None = None,
+        behind_creates: Callable[[str, str], bool] = lambda namespace, name: False,
     ):
         self.kube = kube
         self.plans = plans
@@ -59,6 +60,8 @@ class DeploymentController:
         self.active = active
         self.canary_reading = canary_reading  # the monitor's latest reading of a running canary
         self.learning = learning  # spec.drafter.learning's loop
+        # Requeue a deployment behind the creates other deployments wait for, if any wait; whether it did.
+        self.behind_creates = behind_creates
 
     def reconcile(self, namespace: str, name: str) -> None:
         key = ("SpeculativeDeployment", namespace, name)
@@ -97,6 +100,7 @@ class DeploymentController:
         deployment = None
         current = service_current = False
         failure = None
+        runtime_written = False
         in_use: list[str] = []
         if isinstance(result, Plan):
             try:
@@ -104,7 +108,7 @@ class DeploymentController:
                 if canary is not None:
                     canary_caches, canary_states = self.inputs.ensure(sd, canary)
                     caches, states = {**caches, **canary_caches}, {**states, **canary_states}
-                deployment, current, service_current = self.runtime.apply(sd, result, states, caches)
+                deployment, current, service_current, runtime_written = self.runtime.apply(sd, result, states, caches)
                 if canary is not None:
                     self.runtime.apply_canary(sd, canary, states, caches)
                 elif stage is None or not stage.promoted or (current and rolled_out(deployment)):
@@ -116,6 +120,10 @@ class DeploymentController:
                 common.ANNOTATION_ENGINE_BUILDS, ""
             )
             previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
+            if runtime_written and failure is None and self.behind_creates(namespace, name):
+                # A shared engine's end releases its users at once: each one's status waits for the next
+                # pass (nothing to write then but the status), so no Deployment waits behind a status write.
+                return False
             in_use = sorted(
                 set(result.engine_names)
                 | set(canary.engine_names if canary else ())

@@ -39,7 +39,7 @@ class UserFanout:
                 "SpeculativeDeployment",
                 namespace,
                 user,
-                urgent=state.done and self._waits_on(namespace, user, shared.get("kind")),
+                urgent=state.done and self._waits_on(namespace, user, shared),
             )
         if shared.get("kind") == "ModelCache":
             self._wake_builds_reading(shared)
@@ -48,15 +48,29 @@ class UserFanout:
         """A shared object deleted: its users hear of one made again."""
         self.users.forget_shared(namespace, shared)
 
-    def _waits_on(self, namespace: str, user: str, kind: str | None) -> bool:
-        """Whether a deployment has something to create once a shared object of `kind` is done: its runtime
-        after an EngineBuild; after a ModelCache only its EngineBuilds (models admission had no facts of)
-        or a runtime reading checkpoints (backend pytorch), since an EngineBuild starts its own Job. Other
-        users only report, after the deployments with work to do."""
-        if kind == "EngineBuild":
-            return True
+    def _waits_on(self, namespace: str, user: str, shared: dict[str, Any]) -> bool:
+        """Whether a deployment has something to create now that `shared` is done: its runtime once every
+        engine of its plan is built (a fleet's shared draft engine, done, tells every user, most of them
+        still waiting for their own target's); after a ModelCache only its EngineBuilds (models admission
+        had no facts of) or a runtime reading checkpoints (backend pytorch), since an EngineBuild starts its
+        own Job. Other users only report, after the deployments with work to do. Judged on the plan of the
+        spec as written (a canary's or a learned head's engines are its arm's)."""
         result = self.plans.kept(namespace, user)
-        return not isinstance(result, Plan) or bool(result.facts_awaited or result.runtime_inputs)
+        if not isinstance(result, Plan):
+            return True  # not planned yet: its reconcile finds out
+        if shared.get("kind") == "EngineBuild":
+            return self._engines_built(namespace, result, shared)
+        return bool(result.facts_awaited or result.runtime_inputs)
+
+    def _engines_built(self, namespace: str, result: Plan, done: dict[str, Any]) -> bool:
+        """Every engine of the plan built, `done` (an EngineBuild just done) among them as told, the others as
+        the watch cache has them."""
+        for engine in result.engines:
+            told = engine.name == done["metadata"]["name"]
+            build = done if told else self.kube.get("EngineBuild", namespace, engine.name)
+            if build is None or not build_state_from_status(build).succeeded:
+                return False
+        return True
 
     def _wake_builds_reading(self, model_cache: dict[str, Any]) -> None:
         """A ModelCache's state changed: the EngineBuilds that read its checkpoint may start (or not)."""

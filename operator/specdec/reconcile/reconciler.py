@@ -128,6 +128,7 @@ class Reconciler:
             active,
             self.speculation.canary.reading,
             DrafterLearning(kube, settings, self.plans, children),
+            self._behind_creates,
         )
         self.services = ServiceLane(
             kube, self.plans, children, self.service_failures, self.backoff, self.enqueue, active
@@ -185,6 +186,14 @@ class Reconciler:
     def enqueue_after(self, seconds: float, kind: str, namespace: str, name: str, urgent: bool = False) -> None:
         """`enqueue` in `seconds` (back-off, paced writes, looking again later), unless already due sooner."""
         self.queues[kind].add_after(seconds, (kind, namespace, name), urgent)
+
+    def _behind_creates(self, namespace: str, name: str) -> bool:
+        """Requeue a deployment (not urgent) if other deployments' creates wait for a worker; whether it did."""
+        queue = self.queues["SpeculativeDeployment"]
+        if not queue.urgent_waiting():
+            return False
+        queue.add(("SpeculativeDeployment", namespace, name))
+        return True
 
     @property
     def workers_alive(self) -> bool:

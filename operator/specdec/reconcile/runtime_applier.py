@@ -5,7 +5,7 @@ The Service comes after the Deployment is ours, from the Service lane (service_l
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes.client.rest import ApiException
 
@@ -51,6 +51,16 @@ def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
     return deployment
 
 
+class Applied(NamedTuple):
+    """A pass of the runtime: its Deployment (or LeaderWorkerSet), whether it runs this plan, whether its
+    Service is ours and current, and whether this pass wrote the Deployment."""
+
+    deployment: dict[str, Any] | None
+    current: bool
+    service_current: bool
+    written: bool = False
+
+
 class RuntimeApplier:
     """`draft_len_choice(namespace, name)`: the speculation monitor's draftLen for draftLen: auto, or None;
     `schedule_choice(namespace, name)`: its draft_len_schedule for trtllm-serve, or None;
@@ -80,10 +90,10 @@ class RuntimeApplier:
 
     def apply(
         self, sd: dict[str, Any], p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]
-    ) -> tuple[dict | None, bool, bool]:
+    ) -> Applied:
         """Apply the runtime once every engine is built and (backend pytorch) every checkpoint it reads is
-        fetched and admitted on its facts; until then, touch only the replica count. (Deployment, whether
-        it runs this plan, whether its Service is ours and current); the Service lane applies the Service."""
+        fetched and admitted on its facts; until then, touch only the replica count. The Service lane applies
+        the Service."""
         uid = sd["metadata"]["uid"]
         kind = runtime_kind(p)
         existing = self.children.get(kind, p.namespace, runtime_name(p), uid)
@@ -92,7 +102,7 @@ class RuntimeApplier:
                 existing = self.kube.patch(
                     kind, p.namespace, runtime_name(p), {"spec": {"replicas": p.spec.runtime.replicas}}
                 )
-            return existing, False, False
+            return Applied(existing, False, False)
         # The ConfigMap first: new pods must read the new configuration, and pods must never start with
         # another's ConfigMap of that name (a first create of it refused stops here). The Service after the
         # Deployment is ours, by the Service lane (kube-apiserver allocates ClusterIPs one at a time).
@@ -120,7 +130,7 @@ class RuntimeApplier:
         failed = self.service_failures.get(p.namespace, p.name)
         if not service_current and not (failed and failed[0] == sd["metadata"].get("generation")):  # else its
             self.enqueue("Service", p.namespace, p.name, urgent=True)  # back-off retries: no loop with the lane
-        return deployment, True, service_current
+        return Applied(deployment, True, service_current, written)
 
     def _apply_group(self, sd: dict[str, Any], p: Plan, existing: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
         """A multi-node target's SSH key Secret, created on every pass and used only if it is the operator's
