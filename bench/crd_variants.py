@@ -104,6 +104,16 @@ def evaluated_rules(schema: dict[str, Any], obj: Any, path: str = "") -> list[tu
     return found
 
 
+def as_stored(body: dict[str, Any]) -> dict[str, Any]:
+    """A SpeculativeDeployment as the API server stores it: its spec with every default applied."""
+    from specdec.api.models import SpeculativeDeploymentSpec
+    from specdec.plan import parse_spec
+
+    spec = parse_spec(body["spec"])
+    assert isinstance(spec, SpeculativeDeploymentSpec), spec
+    return {**body, "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
+
+
 def sd_crd(variant: str) -> dict[str, Any]:
     """The SpeculativeDeployment CRD of `variant` (one of VARIANTS)."""
     if variant not in VARIANTS:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bench.crd_variants import ROOT, evaluated_rules, sd_crd
+from bench.crd_variants import ROOT, as_stored, evaluated_rules, sd_crd
 
-from specdec.api.models import SpeculativeDeploymentSpec
-from specdec.plan import parse_spec
 from specdec.schema import cel
 from tests.unit.helpers import load_example
 
@@ -21,11 +19,7 @@ def _schema(variant: str) -> dict[str, Any]:
 
 
 def _stored(stem: str) -> dict[str, Any]:
-    """An example as the API server stores it: its spec with every default applied."""
-    body = load_example(stem)
-    spec = parse_spec(body["spec"])
-    assert isinstance(spec, SpeculativeDeploymentSpec), spec
-    return {**body, "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    return as_stored(load_example(stem))
 
 
 BACKEND_RULE = "!(self.speculation.mode in {"  # specdec.modes.backend_rule: one for every mode
