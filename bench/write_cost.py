@@ -160,8 +160,8 @@ def medians(rounds: list[Figures]) -> Figures:
 
 
 def paired_ratios(rounds: list[Figures], full: list[Figures]) -> dict[str, float]:
-    """Per write, the median over rounds of a variant's CPU over the full CRD's in the same round: the rounds
-    of a variant follow each other within minutes, so this cancels the load that moves between rounds."""
+    """Per write, the median over rounds of a variant's CPU over the full CRD's in the same round: a round's
+    variants follow each other within a minute, so this cancels the load that moves between rounds."""
     return {
         what: statistics.median(r[what]["cpu_ms"] / f[what]["cpu_ms"] for r, f in zip(rounds, full, strict=True))
         for what in rounds[0]
