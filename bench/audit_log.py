@@ -92,6 +92,51 @@ def apply_chain(
     return {key: summary(values) for key, values in parts.items()}
 
 
+SHARED_OF_JOB = {"-build": "enginebuilds", "-fetch": "modelcaches"}  # a Job's name suffix -> its owner's resource
+
+
+def release_chain(path: Path, offset: int, namespace: str, released_by: dict[str, str]) -> dict[str, dict]:
+    """Where Jobs done → Deployment goes for the deployments a Job's end released (`released_by`: deployment →
+    that Job), from the API server's clock (the audit log): from the Job's last status write to the operator's
+    last status patch of the Job's EngineBuild (or ModelCache) received before the deployment's ConfigMap
+    create, that patch, to the ConfigMap's create received, that create, to the Deployment's create received,
+    that create. The loaded floor's chain is the last four."""
+    received: dict[tuple[str, str, str], list[tuple[float, float]]] = {}  # (verb kind, resource, name) -> times
+    for entry in _audit_entries(path, offset):
+        ref = entry["objectRef"]
+        if ref.get("namespace") != namespace or not ref.get("name"):
+            continue
+        kind = "create" if entry.get("verb") == "create" else "status" if ref.get("subresource") == "status" else ""
+        if kind:
+            times = (_stamp(entry["requestReceivedTimestamp"]), _stamp(entry["stageTimestamp"]))
+            received.setdefault((kind, ref["resource"], ref["name"]), []).append(times)
+    parts: dict[str, list[float]] = {
+        "Job's last status write → operator's status patch of its owner received": [],
+        "that status patch": [],
+        "operator: status patched → ConfigMap create received": [],
+        "ConfigMap create": [],
+        "operator: ConfigMap created → Deployment create received": [],
+        "Deployment create": [],
+    }
+    for sd, job in released_by.items():
+        suffix = next((s for s in SHARED_OF_JOB if job.endswith(s)), None)
+        config_map = received.get(("create", "configmaps", f"{sd}-runtime"))
+        deployment = received.get(("create", "deployments", sd))
+        if suffix is None or not config_map or not deployment:
+            continue
+        (cm_in, cm_out), (dep_in, dep_out) = config_map[0], deployment[0]
+        owner = received.get(("status", SHARED_OF_JOB[suffix], job.removesuffix(suffix)), [])
+        patched = [t for t in owner if t[0] < cm_in]
+        job_written = [t for t in received.get(("status", "jobs", job), []) if patched and t[1] <= patched[-1][0]]
+        if not patched or not job_written:
+            continue
+        (owner_in, owner_out), job_out = patched[-1], job_written[-1][1]
+        values = (owner_in - job_out, owner_out - owner_in, cm_in - owner_out, cm_out - cm_in, dep_in - cm_out)
+        for key, value in zip(parts, (*values, dep_out - dep_in), strict=True):
+            parts[key].append(value)
+    return {key: summary(values) for key, values in parts.items()}
+
+
 def audit_writes(path: Path, offset: int, since: float = 0.0, until: float = math.inf) -> dict[str, int]:
     """The operator's writes, by verb and resource."""
     counts: dict[str, int] = {}

@@ -74,6 +74,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         for job in jobs_of.get(name, []):
             creator.setdefault(job, name)
     to_job, to_deployment, first_jobs = [], [], {}
+    released_by: dict[str, str] = {}  # deployment -> the Job whose end released it
     by_release: dict[str, list[float]] = {"its apply": [], "a Job done": []}  # what released each deployment
     loaded = {"apply_to_job": [], "jobs_done_to_deployment": []}  # the probe's floor beside each deployment
     for name, jobs in jobs_of.items():
@@ -86,6 +87,8 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         deployment = observer.at(ns, f"deployment:{name}")
         if deployment is not None and None not in done:
             released = max([applied[name], *done])
+            if released != applied[name]:
+                released_by[name] = jobs[done.index(released)]
             to_deployment.append(deployment - released)
             by_release["its apply" if released == applied[name] else "a Job done"].append(deployment - released)
             # Released by its own apply (its Jobs were done before): timed from before its SD create, as apply →
@@ -109,6 +112,7 @@ def scale(api: client.ApiClient, observer: Observer, count: int, models: int, ow
         "loaded_floor": {k: summary(v) for k, v in loaded.items()},
         "probes": {k: len(v) for k, v in probe.samples.items()},
         "first_jobs": first_jobs,
+        "released_by": released_by,
         "sent_at": {name: sent_at[name] for name in first_jobs},
         "engine_builds": len(builds),
         "jobs": len(jobs),

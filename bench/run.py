@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the bench's modules, when run as a script without PYTHONPATH=.
 
-from bench.audit_log import AUDIT_POLICY, apply_chain, audit_writes, writes_by_client  # noqa: E402
+from bench.audit_log import AUDIT_POLICY, apply_chain, audit_writes, release_chain, writes_by_client  # noqa: E402
 from bench.floor import floor, floor_fanout, floor_scale  # noqa: E402
 from bench.history import previous_run, render_comparison  # noqa: E402
 from bench.idle import idle  # noqa: E402
@@ -181,6 +181,7 @@ def main() -> int:
             row["apply_chain"] = apply_chain(
                 audit, offset, f"bench-scale-{n}", row.pop("first_jobs"), row.pop("sent_at")
             )
+            row["release_chain"] = release_chain(audit, offset, f"bench-scale-{n}", row.pop("released_by"))
             row["writes_by_client"] = writes_by_client(audit, offset)
             row["operator_cpu_seconds"] = after["cpu_seconds"] - stats["cpu_seconds"]
             row["operator_peak_rss_mib"] = after["peak_rss_mib"]
