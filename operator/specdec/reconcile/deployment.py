@@ -116,14 +116,14 @@ class DeploymentController:
             except Exception as error:  # noqa: BLE001 — reported in status below, whatever it is
                 log_failure("SpeculativeDeployment", namespace, name, error)
                 failure = failure_condition(error)
-            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(
-                common.ANNOTATION_ENGINE_BUILDS, ""
-            )
-            previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
             if runtime_written and failure is None and self.behind_creates(namespace, name):
                 # A shared engine's end releases its users at once: each one's status waits for the next
                 # pass (nothing to write then but the status), so no Deployment waits behind a status write.
                 return False
+            deployed = ((deployment or {}).get("metadata", {}).get("annotations") or {}).get(
+                common.ANNOTATION_ENGINE_BUILDS, ""
+            )
+            previous = (sd.get("status") or {}).get("engineBuilds") or [] if failure else []
             in_use = sorted(
                 set(result.engine_names)
                 | set(canary.engine_names if canary else ())

@@ -15,6 +15,7 @@ from specdec.plan import Plan, recipe_checkpoints
 from specdec.reconcile.bookkeeping.users import Users
 from specdec.reconcile.ownership import ours
 from specdec.reconcile.plans import PlanMemo
+from specdec.status.deployment import engines_built
 from specdec.status.shared import build_state_from_status, users_view
 
 
@@ -65,12 +66,11 @@ class UserFanout:
     def _engines_built(self, namespace: str, result: Plan, done: dict[str, Any]) -> bool:
         """Every engine of the plan built, `done` (an EngineBuild just done) among them as told, the others as
         the watch cache has them."""
-        for engine in result.engines:
-            told = engine.name == done["metadata"]["name"]
-            build = done if told else self.kube.get("EngineBuild", namespace, engine.name)
-            if build is None or not build_state_from_status(build).succeeded:
-                return False
-        return True
+        told = done["metadata"]["name"]
+        builds = {
+            e.name: done if e.name == told else self.kube.get("EngineBuild", namespace, e.name) for e in result.engines
+        }
+        return engines_built(result, {name: build_state_from_status(b) for name, b in builds.items() if b is not None})
 
     def _wake_builds_reading(self, model_cache: dict[str, Any]) -> None:
         """A ModelCache's state changed: the EngineBuilds that read its checkpoint may start (or not)."""

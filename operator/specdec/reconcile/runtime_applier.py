@@ -35,7 +35,7 @@ from specdec.reconcile.errors import ApiNotInstalled
 from specdec.reconcile.ownership import Children, controlled_by
 from specdec.reconcile.ssh_key_secret import owned_uid
 from specdec.settings import Settings
-from specdec.status.deployment import runtime_inputs_fetched
+from specdec.status.deployment import engines_built, runtime_inputs_fetched
 from specdec.status.shared import BuildState
 from specdec.versions import LWS
 
@@ -53,7 +53,7 @@ def rearmed(deployment: dict[str, Any], sd: dict[str, Any]) -> dict[str, Any]:
 
 class Applied(NamedTuple):
     """A pass of the runtime: its Deployment (or LeaderWorkerSet), whether it runs this plan, whether its
-    Service is ours and current, and whether this pass wrote the Deployment."""
+    Service is ours and current, and whether this pass applied this plan's Deployment (created or changed it)."""
 
     deployment: dict[str, Any] | None
     current: bool
@@ -204,8 +204,4 @@ class RuntimeApplier:
 
 def _inputs_ready(p: Plan, states: dict[str, BuildState], caches: dict[str, BuildState]) -> bool:
     """Every engine of the plan built and (backend pytorch) every checkpoint it reads fetched and admitted."""
-    return (
-        all(e.name in states and states[e.name].succeeded for e in p.engines)  # some may not exist yet
-        and runtime_inputs_fetched(p, caches)
-        and not p.facts_awaited
-    )
+    return engines_built(p, states) and runtime_inputs_fetched(p, caches) and not p.facts_awaited

@@ -145,6 +145,11 @@ def runtime_view(deployment: dict[str, Any] | None) -> tuple | None:
     )
 
 
+def engines_built(plan: Plan, states: dict[str, BuildState]) -> bool:
+    """Whether every engine of the plan is built (`states` by EngineBuild; some may not exist yet)."""
+    return all(e.name in states and states[e.name].succeeded for e in plan.engines)
+
+
 def runtime_inputs_fetched(plan: Plan, caches: dict[str, BuildState]) -> bool:
     """Backend pytorch: whether every checkpoint the runtime reads is in the cache."""
     return all(c.name in caches and caches[c.name].phase == FETCHED for c in plan.runtime_inputs)
