@@ -64,7 +64,7 @@ def _engines_condition(plan: Plan, states: dict[str, BuildState], caches: dict[s
             "GPU builds start once their checkpoints are in the "
             "cache; fetching " + "; ".join(fetching) + "".join(f"; {d}" for d in described),
         )
-    if all(states.get(e.name) and states[e.name].succeeded for e in plan.engines):
+    if engines_built(plan, states):
         return Cond("EnginesReady", True, "EnginesBuilt", "; ".join(described))
     return Cond("EnginesReady", False, "EnginesBuilding", "; ".join(described))
 
