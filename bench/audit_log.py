@@ -45,6 +45,11 @@ def _stamp(text: str) -> float:
     return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def _times(entry: dict) -> tuple[float, float]:
+    """When the API server received a request and when it answered (wall clock)."""
+    return _stamp(entry["requestReceivedTimestamp"]), _stamp(entry["stageTimestamp"])
+
+
 def apply_chain(
     path: Path, offset: int, namespace: str, first_jobs: dict[str, str], sent_at: dict[str, float]
 ) -> dict[str, dict]:
@@ -59,10 +64,7 @@ def apply_chain(
     for entry in _audit_entries(path, offset):
         ref = entry["objectRef"]
         if entry.get("verb") == "create" and ref.get("namespace") == namespace and ref.get("name"):
-            created[(ref["resource"], ref["name"])] = (
-                _stamp(entry["requestReceivedTimestamp"]),
-                _stamp(entry["stageTimestamp"]),
-            )
+            created[(ref["resource"], ref["name"])] = _times(entry)
     parts: dict[str, list[float]] = {
         "operator: SD created → ModelCache create sent": [],
         "ModelCache create": [],
@@ -108,8 +110,7 @@ def release_chain(path: Path, offset: int, namespace: str, released_by: dict[str
             continue
         kind = "create" if entry.get("verb") == "create" else "status" if ref.get("subresource") == "status" else ""
         if kind:
-            times = (_stamp(entry["requestReceivedTimestamp"]), _stamp(entry["stageTimestamp"]))
-            received.setdefault((kind, ref["resource"], ref["name"]), []).append(times)
+            received.setdefault((kind, ref["resource"], ref["name"]), []).append(_times(entry))
     parts: dict[str, list[float]] = {
         "Job's last status write → operator's status patch of its owner received": [],
         "that status patch": [],

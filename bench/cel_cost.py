@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bench.crd_variants import ROOT, VARIANTS, as_stored, evaluated_rules, sd_crd
+from bench.crd_variants import ROOT, VARIANTS, as_stored, evaluated_rules, openapi_schema, sd_crd
 
 EXAMPLE = ROOT / "examples" / "llama-2-13b-draft-7b-logits.yaml"
 TOOL = ROOT / "bench" / "cel_cost"
@@ -72,14 +72,10 @@ def measure(crds: dict[str, dict[str, Any]], repeat: int) -> dict[str, dict[str,
     }
 
 
-def _schema(crd: dict[str, Any]) -> dict[str, Any]:
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-
-
 def _without(crd: dict[str, Any], path: str, rule: str) -> dict[str, Any]:
     """The CRD less one rule: `rule` of the schema node at `path` (".spec.speculation", "" the root)."""
     crd = copy.deepcopy(crd)
-    node = _schema(crd)
+    node = openapi_schema(crd)
     for part in filter(None, path.split(".")):
         node = node["properties"][part]
     node["x-kubernetes-validations"] = [r for r in node["x-kubernetes-validations"] if r["rule"] != rule]
@@ -91,8 +87,8 @@ def by_rule() -> list[tuple[int, str, str, bool]]:
     full, one_mode = sd_crd("full"), sd_crd("one-mode")
     body = yaml.safe_load(EXAMPLE.read_text())
     stored = as_stored(body)
-    rules = evaluated_rules(_schema(full), stored)
-    kept = {(path, r["rule"]) for path, r in evaluated_rules(_schema(one_mode), stored)}
+    rules = evaluated_rules(openapi_schema(full), stored)
+    kept = {(path, r["rule"]) for path, r in evaluated_rules(openapi_schema(one_mode), stored)}
     variants = {"full": full} | {f"less-{i}": _without(full, path, r["rule"]) for i, (path, r) in enumerate(rules)}
     result = measure(variants, 1)
     whole = result["full"]["create"]["bytes"]

@@ -104,6 +104,11 @@ def evaluated_rules(schema: dict[str, Any], obj: Any, path: str = "") -> list[tu
     return found
 
 
+def openapi_schema(crd: dict[str, Any]) -> dict[str, Any]:
+    """A CRD's schema (its one version's)."""
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
 def as_stored(body: dict[str, Any]) -> dict[str, Any]:
     """A SpeculativeDeployment as the API server stores it: its spec with every default applied."""
     from specdec.api.models import SpeculativeDeploymentSpec

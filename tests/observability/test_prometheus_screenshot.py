@@ -90,13 +90,17 @@ def test_prometheus_ui_graphs_acceptance_per_deployment(
         url = f"{server.url}/query?" + urllib.parse.urlencode(
             {"g0.expr": expr, "g0.tab": "graph", "g0.range_input": "2m", "g0.show_tree": "0"}
         )
+
         # The virtual-time budget does not wait for the query's answer over the network: on a loaded machine the
         # page can be dumped before the graph is drawn, so it is loaded again (a fresh Chromium) a few times.
+        def drawn(page: str) -> bool:
+            return "uplot" in page and f'deployment="{name}"' in page
+
         for _ in range(3):
             page = headless(chromium, url, "--dump-dom")
-            if "uplot" in page and f'deployment="{name}"' in page:
+            if drawn(page):
                 break
-        assert "uplot" in page and f'deployment="{name}"' in page, "the graph with the deployment's series"
+        assert drawn(page), "the graph with the deployment's series"
         screenshot = (
             DOCS_SCREENSHOT if os.environ.get("SPECDEC_UPDATE_SCREENSHOT") == "1" else tmp_path / "acceptance.png"
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bench.crd_variants import ROOT, as_stored, evaluated_rules, sd_crd
+from bench.crd_variants import ROOT, as_stored, evaluated_rules, openapi_schema, sd_crd
 
 from specdec.schema import cel
 from tests.unit.helpers import load_example
@@ -15,7 +15,7 @@ from tests.unit.helpers import load_example
 
 @functools.cache
 def _schema(variant: str) -> dict[str, Any]:
-    return sd_crd(variant)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return openapi_schema(sd_crd(variant))
 
 
 def _stored(stem: str) -> dict[str, Any]:
