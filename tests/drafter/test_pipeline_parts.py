@@ -26,6 +26,7 @@ def test_the_hold_out_is_a_stable_share_of_the_conversations() -> None:
     replay, holdout = split(samples, 0.1)
     assert 150 < len(holdout) < 250 and len(replay) + len(holdout) == 2000
     assert split(samples, 0.1) == (replay, holdout)
+    assert split(samples[::-1], 0.1) == (replay, holdout)  # the order the front wrote them in does not matter
     assert not any(held_out(s, 0.0) for s in samples)
 
 
@@ -115,3 +116,33 @@ def test_a_head_config_is_checked_against_the_target(tmp_path: Path) -> None:
     assert "hidden_size 16 is not the target's 8" in problems
     assert "vocab_size 60" in problems and "rms_norm_eps missing" in problems
     assert "[1, 2, 3] are not the layers TensorRT-LLM captures for a target of 8 layers, [1, 3, 4]" in problems
+
+
+def test_the_same_hidden_states_and_seed_make_the_same_head(tmp_path: Path) -> None:
+    from specdec.drafter import eagle_head
+    from specdec_dev import tiny_target
+
+    target = tiny_target.build(tmp_path / "target")
+    shape = TargetShape.read(target)
+    layers = len(shape.capture_layers())
+    generator = torch.Generator().manual_seed(1)
+    records = tmp_path / "records"
+    records.mkdir()
+    for index in range(8):
+        record = {
+            "input_ids": torch.randint(0, shape.vocab_size, (12,), generator=generator),
+            "hidden_states": torch.randn(12, shape.hidden_size, generator=generator),
+            "aux_hidden_states": torch.randn(12, layers * shape.hidden_size, generator=generator),
+        }
+        torch.save(record, records / f"{index:08d}.pt")
+    files = sorted(records.glob("*.pt"))
+
+    def head(seed: int) -> dict[str, torch.Tensor]:
+        eagle_head.seed(seed)
+        model = eagle_head.build(target, offline=True, draft_vocab_size=shape.vocab_size)
+        eagle_head.train(model, files, eagle_head.Training(epochs=1, batch_size=4), lambda epoch, loss: None)
+        return {k: v.detach().clone() for k, v in model.eagle_module.state_dict().items()}
+
+    first, again, other = head(0), head(0), head(1)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)  # the seed is what decides

@@ -113,7 +113,13 @@ class Training:
     batch_size: int = 16
     learning_rate: float = 3e-3
     sequence_length: int = 64  # tokens per conversation the trainer reads; longer ones are cut
-    seed: int = 0
+
+
+def seed(value: int) -> None:
+    """One seed for the head's initialisation (build) and the batches' order (train), set before both: the same
+    hidden states and seed make the same head, so a round's decision does not turn on the draw."""
+    torch.manual_seed(value)
+    random.seed(value)
 
 
 def train(model: EagleModel, files: list[Path], training: Training, progress: Callable[[int, float], None]) -> None:
@@ -122,8 +128,6 @@ def train(model: EagleModel, files: list[Path], training: Training, progress: Ca
     A plain loop: transformers' Trainer would bring accelerate and a run directory for what is one optimizer."""
     from modelopt.torch.speculative.eagle.utils import EagleOfflineDataCollator, OfflineSupervisedDataset
 
-    torch.manual_seed(training.seed)
-    random.seed(training.seed)
     loader = torch.utils.data.DataLoader(
         OfflineSupervisedDataset([str(f) for f in files]),
         batch_size=training.batch_size,

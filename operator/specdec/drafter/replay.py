@@ -39,20 +39,24 @@ class ReplayError(Exception):
     """The capture server refused or did not answer a request."""
 
 
-def held_out(sample: Sample, fraction: float) -> bool:
-    """Whether a sample belongs to the held-out share: a hash of its text, so the split is the same on every
-    run and a conversation captured twice falls on one side."""
-    if fraction <= 0:
-        return False
+def _rank(sample: Sample) -> float:
+    """Where a sample's text hashes to in [0, 1): the same on every run and for a conversation captured twice."""
     digest = hashlib.sha256(sample.text.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def held_out(sample: Sample, fraction: float) -> bool:
+    """Whether a sample belongs to the held-out share: by its text's hash, so the split is the same on every
+    run and a conversation captured twice falls on one side."""
+    return fraction > 0 and _rank(sample) < fraction
 
 
 def split(samples: Sequence[Sample], fraction: float) -> tuple[list[Sample], list[Sample]]:
-    """(to replay, held out)."""
+    """(to replay, held out), each in its texts' hash order: the front's writes interleave as requests end, and
+    the order of the replay is the order of the training data, so the same samples make the same round."""
     replay: list[Sample] = []
     holdout: list[Sample] = []
-    for sample in samples:
+    for sample in sorted(samples, key=lambda s: (_rank(s), s.text)):
         (holdout if held_out(sample, fraction) else replay).append(sample)
     return replay, holdout
 

@@ -134,11 +134,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             f"no hidden states under {args.hidden_states} ({data.capture_files} files, {data.unreadable} unreadable)"
         )
     with _timed(seconds, "train"):
+        eagle_head.seed(args.seed)
         model = eagle_head.build(args.target, offline=True, draft_vocab_size=draft_vocab)
         if draft_vocab < target.vocab_size:
             d2t = eagle_head.draft_vocabulary(data.token_counts, target.vocab_size, draft_vocab)
             model.eagle_module.d2t.copy_(d2t)
-        training = eagle_head.Training(args.epochs, args.batch_size, args.learning_rate, seed=args.seed)
+        training = eagle_head.Training(args.epochs, args.batch_size, args.learning_rate)
 
         def progress(epoch: int, loss: float) -> None:
             print(f"train: epoch {epoch + 1}/{training.epochs}, loss {loss:.4f}", file=sys.stderr, flush=True)
