@@ -45,6 +45,7 @@ from specdec.schema.base import (  # noqa: F401 - the API's names, read from her
 from specdec.schema.base import validations as _validations
 
 SpeculationSpec = modes.speculation_spec(
+    REARM_RULES,
     rearm=(
         RearmSpec | None,
         Field(
@@ -53,7 +54,7 @@ SpeculationSpec = modes.speculation_spec(
                 "Opt-in: a rolling restart of the runtime pods when they stopped drafting under traffic. Default: off."
             ),
         ),
-    )
+    ),
 )
 
 
@@ -302,7 +303,6 @@ class SpeculativeDeploymentSpec(ApiModel):
             ".target.pipelineParallelSize",
         ),
         *modes.spec_rules(),
-        *REARM_RULES,
         *DRAFTER_RULES,
     )
 

@@ -38,26 +38,25 @@ class RearmStatus(ApiModel):
 
 _DYNAMIC = [m.name for m in modes.MODES.values() if m.block and issubclass(m.block, DynamicSpeculation)]
 
-# On the whole spec (SpeculativeDeploymentSpec).
+# On spec.speculation, where everything they read is: a rule on the whole spec would pay for reading
+# `speculation` out of it at every write (docs/performance).
 REARM_RULES = (
     cel(
-        f"!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
-        f"!(self.speculation.mode in {modes.not_speculating()})",
+        f"!has(self.rearm) || !self.rearm.enabled || !(self.mode in {modes.not_speculating()})",
         "restarts pods that stopped drafting: only for a mode that speculates (not none or saveState)",
-        ".speculation.rearm",
+        ".rearm",
     ),
     *(
         [
             cel(
-                "!has(self.speculation.rearm) || !self.speculation.rearm.enabled || "
+                "!has(self.rearm) || !self.rearm.enabled || "
                 + " && ".join(
-                    f"(!has(self.speculation.{name}) || (!has(self.speculation.{name}.maxConcurrency) && "
-                    f"!has(self.speculation.{name}.draftLenSchedule)))"
+                    f"(!has(self.{name}) || (!has(self.{name}.maxConcurrency) && !has(self.{name}.draftLenSchedule)))"
                     for name in _DYNAMIC
                 ),
                 "with maxConcurrency or draftLenSchedule the pods stop drafting under load on purpose: a restart would "
                 "only drop the requests in flight; enable rearm without them",
-                ".speculation.rearm",
+                ".rearm",
             )
         ]
         if _DYNAMIC

@@ -7,6 +7,7 @@ Adding a mode = one module with a `MODE`, one line in `MODES` below, its example
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, create_model
@@ -34,9 +35,9 @@ MODES: dict[str, Mode[Any]] = {
 }
 
 
-def speculation_spec(**fields: Any) -> type[ApiModel]:
+def speculation_spec(rules: Sequence[dict[str, str]] = (), **fields: Any) -> type[ApiModel]:
     """`spec.speculation`: the mode, exactly the chosen mode's block, and `fields` that apply to every mode
-    (pydantic create_model field definitions)."""
+    (pydantic create_model field definitions), with their CEL `rules` on this object."""
     with_block = [m for m in MODES.values() if m.block]
     base = type(
         "SpeculationRules",
@@ -50,7 +51,8 @@ def speculation_spec(**fields: Any) -> type[ApiModel]:
                         f".{m.name}",
                     )
                     for m in with_block
-                )
+                ),
+                *rules,
             )
         },
     )
