@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-len", type=int, default=3, help="tokens drafted per step in the evaluation")
     p.add_argument("--draft-vocab-size", type=int, help="the head's vocabulary (default: the target's)")
     p.add_argument("--eval-limit", type=int, default=200, help="evaluate on at most this many conversations")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="decides the head's initialisation and the batches' order")
     p.add_argument("--work", type=Path, help="a scratch directory (default: a temporary one)")
     return p
 
