@@ -128,10 +128,13 @@ def release_chain(path: Path, offset: int, namespace: str, released_by: dict[str
         (cm_in, cm_out), (dep_in, dep_out) = config_map[0], deployment[0]
         owner = received.get(("status", SHARED_OF_JOB[suffix], job.removesuffix(suffix)), [])
         patched = [t for t in owner if t[0] < cm_in]
-        job_written = [t for t in received.get(("status", "jobs", job), []) if patched and t[1] <= patched[-1][0]]
-        if not patched or not job_written:
+        if not patched:
             continue
-        (owner_in, owner_out), job_out = patched[-1], job_written[-1][1]
+        owner_in, owner_out = patched[-1]
+        job_written = [t for t in received.get(("status", "jobs", job), []) if t[1] <= owner_in]
+        if not job_written:
+            continue
+        job_out = job_written[-1][1]
         values = (owner_in - job_out, owner_out - owner_in, cm_in - owner_out, cm_out - cm_in, dep_in - cm_out)
         for key, value in zip(parts, (*values, dep_out - dep_in), strict=True):
             parts[key].append(value)
